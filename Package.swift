@@ -1,0 +1,50 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "fprep",
+    products: [
+        .executable(name: "fprep", targets: ["fprep"]),
+        .executable(name: "fprep-bench", targets: ["fprep-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        // libgit2 from the system (Debian: libgit2-dev); only FprepGit imports it.
+        .systemLibrary(
+            name: "CLibGit2",
+            pkgConfig: "libgit2",
+            providers: [.apt(["libgit2-dev"])]
+        ),
+        // SQLite from the system (Debian: libsqlite3-dev) for the replica's state.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        // Linux calls Glibc's Swift overlay does not expose (openat2, fallocate flags, syncfs).
+        .target(name: "CFprepSys"),
+        .target(name: "FprepGit", dependencies: ["CLibGit2"]),
+        .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"]),
+        .target(
+            name: "FprepCLI",
+            dependencies: [
+                "FprepCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(name: "fprep", dependencies: ["FprepCLI"]),
+        .executableTarget(
+            name: "fprep-bench",
+            dependencies: [
+                "CFprepSys",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
+        .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

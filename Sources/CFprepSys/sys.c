@@ -1,0 +1,155 @@
+#define _GNU_SOURCE
+#include "CFprepSys.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+static int open_by_walk(int dirfd, const char *path, int flags, mode_t mode) {
+    char *copy = strdup(path);
+    if (!copy) { errno = ENOMEM; return -1; }
+    int cur = dirfd, owned = 0;
+    char *save = NULL;
+    char *part = strtok_r(copy, "/", &save);
+    while (part) {
+        char *next = strtok_r(NULL, "/", &save);
+        if (strcmp(part, "..") == 0) { errno = EXDEV; goto fail; }
+        if (!next) {
+            int fd = openat(cur, part, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+            int saved = errno;
+            if (owned) close(cur);
+            free(copy);
+            errno = saved;
+            return fd;
+        }
+        int fd = openat(cur, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) goto fail;
+        if (owned) close(cur);
+        cur = fd; owned = 1;
+        part = next;
+    }
+    /* empty path: the directory itself */
+    {
+        int fd = openat(cur, ".", flags | O_CLOEXEC, mode);
+        int saved = errno;
+        if (owned) close(cur);
+        free(copy);
+        errno = saved;
+        return fd;
+    }
+fail:
+    {
+        int saved = errno;
+        if (owned) close(cur);
+        free(copy);
+        errno = saved;
+        return -1;
+    }
+}
+
+int fprep_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = (unsigned long long)(flags | O_CLOEXEC);
+    if (flags & O_CREAT) how.mode = mode;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    const char *p = (path[0] == 0) ? "." : path;
+    long fd = syscall(SYS_openat2, dirfd, p, &how, sizeof how);
+    if (fd >= 0) return (int)fd;
+    if (errno == ENOSYS || errno == EPERM) return open_by_walk(dirfd, path, flags, mode);
+    return -1;
+}
+
+void fprep_stat_flatten(const struct stat *st, struct fprep_stat *out) {
+    out->dev = (long long)st->st_dev;
+    out->ino = (long long)st->st_ino;
+    out->mode = (long long)st->st_mode;
+    out->nlink = (long long)st->st_nlink;
+    out->uid = (long long)st->st_uid;
+    out->gid = (long long)st->st_gid;
+    out->size = (long long)st->st_size;
+    out->blocks = (long long)st->st_blocks;
+    out->mtime_sec = (long long)st->st_mtim.tv_sec;
+    out->mtime_nsec = (long long)st->st_mtim.tv_nsec;
+    out->ctime_sec = (long long)st->st_ctim.tv_sec;
+    out->ctime_nsec = (long long)st->st_ctim.tv_nsec;
+    out->atime_sec = (long long)st->st_atim.tv_sec;
+    out->atime_nsec = (long long)st->st_atim.tv_nsec;
+}
+
+int fprep_lstat_at(int dirfd, const char *path, struct fprep_stat *out) {
+    struct stat st;
+    if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+    fprep_stat_flatten(&st, out);
+    return 0;
+}
+
+int fprep_fstat(int fd, struct fprep_stat *out) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    fprep_stat_flatten(&st, out);
+    return 0;
+}
+
+int fprep_set_mtime(int fd, long long sec, long nsec) {
+    struct timespec ts[2];
+    ts[0].tv_sec = sec; ts[0].tv_nsec = nsec;
+    ts[1].tv_sec = sec; ts[1].tv_nsec = nsec;
+    return futimens(fd, ts);
+}
+
+static int mark_placeholder(int fd, const unsigned char *blob_id, size_t blob_len) {
+    static const char state[] = "dataless";
+    if (fsetxattr(fd, "user.fprep.state", state, sizeof state - 1, 0) != 0) return -1;
+    if (fsetxattr(fd, "user.fprep.blob", blob_id, blob_len, 0) != 0) return -1;
+    return 0;
+}
+
+int fprep_create_placeholder(int dirfd, const char *name, mode_t mode, off_t size,
+                             const unsigned char *blob_id, size_t blob_len,
+                             long long mtime_sec, long mtime_nsec, struct stat *out) {
+    int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) return -1;
+    if ((size > 0 && ftruncate(fd, size) != 0) || mark_placeholder(fd, blob_id, blob_len) != 0 ||
+        fprep_set_mtime(fd, mtime_sec, mtime_nsec) != 0 || fstat(fd, out) != 0) {
+        int saved = errno;
+        close(fd);
+        unlinkat(dirfd, name, 0);
+        errno = saved;
+        return -1;
+    }
+    return close(fd);
+}
+
+int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob_len,
+                               long long mtime_sec, long mtime_nsec, struct stat *out) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    if (mark_placeholder(fd, blob_id, blob_len) != 0) return -1;
+    /* Punch whole blocks up to past the end: a hole ending mid-block only
+     * zeroes that block and leaves it allocated. */
+    off_t block = st.st_blksize > 0 ? st.st_blksize : 4096;
+    off_t length = ((st.st_size + block - 1) / block) * block;
+    if (length > 0 &&
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length) != 0)
+        return -1;
+    if (fprep_set_mtime(fd, mtime_sec, mtime_nsec) != 0) return -1;
+    return fstat(fd, out);
+}
+
+int fprep_syncfs(int fd) { return syncfs(fd); }
+
+ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len) {
+    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    ssize_t n = fgetxattr(fd, attr, buf, len);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return n;
+}

@@ -1,0 +1,49 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+
+struct Clone: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Make a dataless replica of a git remote.",
+        discussion: """
+            Fetches commits and trees only (a blob:none partial clone), then lays out every file as a
+            placeholder: a sparse file with the real size and date and no data blocks, marked with
+            user.fprep.* extended attributes. Folders and symlinks are laid out as they are; submodules
+            show as empty folders and are reported as unsupported. 'git status' and 'git log' work
+            in the replica.
+
+            URL is a path, file://, git://, ssh or https URL of a remote that allows partial clone.
+            A clone that is interrupted is finished by running the same command again.
+
+            Example: fprep clone git://127.0.0.1/photos.git ~/photos
+            """
+    )
+
+    @Argument(help: "The remote's URL or path.")
+    var url: String
+
+    @Argument(help: "The replica's folder (default: the remote's name); must be new or empty.")
+    var directory: String?
+
+    @Option(name: [.short, .long], help: "The branch to follow (default: the remote's HEAD).")
+    var branch: String?
+
+    @Flag(help: "Print the result as JSON.")
+    var json = false
+
+    func run() throws {
+        let progress = TerminalProgress.make()
+        let result = try Cloner.clone(url: url, into: directory, branch: branch, progress: progress,
+                                      showGitProgress: !json && isatty(STDERR_FILENO) == 1)
+        if json { return try JSONOutput.print(result) }
+        print("cloned \(result.url) into \(result.root)")
+        print("  domain \(result.domain), branch \(result.branch), anchor \(result.anchor ?? "(empty remote)")")
+        print("  \(result.files) files (\(humanSize(result.logicalSize)), all dataless), \(result.folders) folders, \(result.symlinks) symlinks")
+        if result.unknownSizes > 0 {
+            print("  \(result.unknownSizes) files have no known size: the remote has no fprep size manifest (run 'fprep init-remote' on it)")
+        }
+        for submodule in result.unsupportedSubmodules {
+            print("  unsupported: submodule '\(submodule)' is shown as an empty folder")
+        }
+    }
+}

@@ -1,0 +1,42 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+
+struct Evict: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Turn materialized files back into placeholders and free their space.",
+        discussion: """
+            Frees each file's data blocks in place; the file keeps its name, size and date. A folder
+            means every file below it. A file with local changes is never evicted: it is listed with
+            the reason, the others are evicted, and the exit status is 2.
+
+            Example: fprep evict src
+            """
+    )
+
+    @OptionGroup var replica: ReplicaOptions
+
+    @Argument(help: "Files or folders, relative to the current folder (or to -C DIR).")
+    var paths: [String] = []
+
+    @Option(help: ArgumentHelp("Read more paths from FILE, one a line ('-' for standard input).", valueName: "FILE"))
+    var pathsFrom: String?
+
+    @Flag(help: "Print the result as JSON.")
+    var json = false
+
+    func run() throws {
+        let all = try collectPaths(paths, from: pathsFrom)
+        let opened = try replica.open("evict", exclusive: true)
+        let result = try opened.evict(all, relativeTo: replica.baseDirectory)
+        if json {
+            try JSONOutput.print(result)
+        } else {
+            print("evicted \(result.evicted.count) files (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
+            for refused in result.refused {
+                FileHandle.standardError.write(Data("fprep: cannot evict '\(refused.path)': \(refused.reason)\n".utf8))
+            }
+        }
+        if !result.refused.isEmpty { throw ExitCode(2) }
+    }
+}

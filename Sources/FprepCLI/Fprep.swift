@@ -1,0 +1,57 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+
+/// The `fprep` command: a dataless replica of a git remote.
+public struct Fprep: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "fprep",
+        abstract: "Keep a dataless replica of a git remote: every file visible, content only where asked for.",
+        discussion: """
+            A replica shows every file of the remote with its real name, size and date, as a
+            placeholder that takes no disk space; 'materialize' brings content in, 'evict' gives
+            the space back. Commits of the remote are the sync anchors.
+
+            Start with a remote ('init-remote', 'import-tree') or any git remote that allows
+            partial clone, then 'clone' it. Run commands inside the replica, or pass -C DIR.
+
+            Exit status: 0 done; 1 failed; 2 done in part (some items refused, listed);
+            64 bad usage; 65 sync anchor expired; 75 replica busy (with --no-wait).
+            """,
+        version: "0.1.0",
+        subcommands: [
+            InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
+            Status.self, Hook.self,
+        ]
+    )
+
+    public init() {}
+
+    /// Parses the command line, runs the command, and turns every failure
+    /// into one line on standard error and the documented exit status.
+    public static func runMain() -> Never {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+            Foundation.exit(0)
+        } catch let error as FprepError {
+            report(error)
+            Foundation.exit(error.exitCode)
+        } catch let error as ExitCode {
+            Foundation.exit(error.rawValue)
+        } catch {
+            if let message = ErrorRendering.unexpected(error) {
+                FileHandle.standardError.write(Data("fprep: \(message)\n".utf8))
+                Foundation.exit(1)
+            }
+            exit(withError: error)
+        }
+    }
+
+    static func report(_ error: FprepError) {
+        FileHandle.standardError.write(Data("fprep: \(error.message)\n".utf8))
+        if Verbosity.verbose, let detail = error.detail, !detail.isEmpty {
+            FileHandle.standardError.write(Data((detail.hasSuffix("\n") ? detail : detail + "\n").utf8))
+        }
+    }
+}

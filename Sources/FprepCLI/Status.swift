@@ -1,0 +1,35 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the replica's remote, anchor, item counts, sizes and local changes.",
+        discussion: """
+            Counts come from a stat scan of every item (content is read only for materialized files
+            whose stat changed). Logical size is what the files hold at the anchor; bytes on disk is
+            what the replica takes, its tree, .git and .fprep together.
+            """
+    )
+
+    @OptionGroup var replica: ReplicaOptions
+
+    @Flag(help: "Print the report as JSON.")
+    var json = false
+
+    func run() throws {
+        let opened = try replica.open("status", exclusive: false)
+        let report = try opened.status()
+        if json { return try JSONOutput.print(report) }
+        print("""
+            replica:      \(report.root)
+            domain:       \(report.domain)
+            remote:       \(report.remote) (branch \(report.branch))
+            anchor:       \(report.anchor ?? "(empty remote)")
+            items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders
+            logical size: \(humanSize(report.logicalSize))
+            on disk:      \(humanSize(report.bytesOnDisk))
+            """)
+        for change in report.changes { print("  \(change.state.rawValue): \(change.path)") }
+    }
+}

@@ -1,0 +1,133 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+import FprepGit
+
+/// Options of every command that works on a replica.
+struct ReplicaOptions: ParsableArguments {
+    @Option(name: [.customShort("C"), .customLong("replica")],
+            help: ArgumentHelp("Work in the replica at DIR instead of the one holding the current folder.", valueName: "DIR"))
+    var replica: String?
+
+    @Flag(name: .customLong("no-wait"), help: "Fail at once (exit 75) if another fprep command holds the replica, instead of waiting.")
+    var noWait = false
+
+    @Flag(name: .long, help: "Show the detail behind an error.")
+    var verbose = false
+
+    /// Where relative paths start: -C DIR when given, else the current folder.
+    var baseDirectory: String {
+        let current = FileManager.default.currentDirectoryPath
+        guard let replica else { return current }
+        return replica.hasPrefix("/") ? replica : current + "/" + replica
+    }
+
+    func open(_ command: String, exclusive: Bool) throws -> Replica {
+        Verbosity.verbose = verbose
+        return try Replica.open(containing: baseDirectory, access: Replica.Access(
+            command: command, exclusive: exclusive, wait: !noWait, progress: TerminalProgress.make(),
+            onWait: { message in FileHandle.standardError.write(Data("fprep: \(message)\n".utf8)) }))
+    }
+}
+
+/// Whether errors show their detail; set once from `--verbose` before work starts.
+enum Verbosity {
+    nonisolated(unsafe) static var verbose = false
+}
+
+/// Turns errors that are not fprep's own into one line.
+enum ErrorRendering {
+    static func unexpected(_ error: Error) -> String? {
+        switch error {
+        case let error as GitError: return "\(error.message) (in \(error.function))"
+        case let error as GitCommandError: return "git failed: \(error.reason)"
+        case let error as CocoaError: return error.localizedDescription
+        default:
+            // ArgumentParser's own errors (usage, --help) go through its renderer.
+            let typeName = String(reflecting: type(of: error))
+            if typeName.hasPrefix("ArgumentParser.") { return nil }
+            return String(describing: error)
+        }
+    }
+}
+
+/// Prints values as JSON (sorted keys, so output is stable for scripts).
+enum JSONOutput {
+    static func print<T: Encodable>(_ value: T) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let data = try encoder.encode(value)
+        FileHandle.standardOutput.write(data)
+        FileHandle.standardOutput.write(Data("\n".utf8))
+    }
+}
+
+/// Human-readable sizes: 1023 B, 1.5 KiB, 12.0 MiB.
+func humanSize(_ bytes: Int64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    var value = Double(bytes)
+    var unit = 0
+    while value >= 1024 && unit < units.count - 1 {
+        value /= 1024
+        unit += 1
+    }
+    return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+}
+
+/// Paths from the command line plus, with `--paths-from FILE`, one per line
+/// of FILE (`-` is standard input).
+func collectPaths(_ arguments: [String], from file: String?) throws -> [String] {
+    var paths = arguments
+    if let file {
+        let data: Data
+        if file == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let read = FileManager.default.contents(atPath: file) else {
+                throw FprepError(.usage, "cannot read the path list '\(file)'")
+            }
+            data = read
+        }
+        paths += String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init).filter { !$0.isEmpty }
+    }
+    guard !paths.isEmpty else { throw FprepError(.usage, "name at least one path (or use --paths-from FILE)") }
+    return paths
+}
+
+/// A progress line on standard error, redrawn at most ten times a second,
+/// only when standard error is a terminal.
+final class TerminalProgress: ProgressReporter, @unchecked Sendable {
+    private let lock = NSLock()
+    private var lastDraw = Date.distantPast
+    private var drawn = false
+
+    static func make() -> any ProgressReporter {
+        isatty(STDERR_FILENO) == 1 ? TerminalProgress() : SilentProgress()
+    }
+
+    func report(_ phase: String, done: Int, total: Int) {
+        lock.lock()
+        defer { lock.unlock() }
+        let now = Date()
+        guard done >= total || now.timeIntervalSince(lastDraw) >= 0.1 else { return }
+        lastDraw = now
+        let percent = total > 0 ? done * 100 / total : 100
+        FileHandle.standardError.write(Data("\r\u{1B}[K\(phase): \(done)/\(total) (\(percent)%)".utf8))
+        drawn = true
+    }
+
+    func finish() {
+        lock.lock()
+        defer { lock.unlock() }
+        if drawn { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        drawn = false
+    }
+}
+
+/// The path of the running fprep binary, for the hooks to call back.
+func currentExecutablePath() -> String {
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let count = buffer.withUnsafeMutableBytes { readlink("/proc/self/exe", $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) }
+    if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+    return CommandLine.arguments.first ?? "fprep"
+}

@@ -1,0 +1,255 @@
+import Foundation
+import FprepGit
+
+/// `fprep clone`: a blobless, checkout-less clone, then every item laid out
+/// as a placeholder (folders, sparse files with real size and date,
+/// symlinks), and a git index in which every dataless file has the
+/// skip-worktree bit, so `git status` and `git log` work in the replica.
+public enum Cloner {
+    public struct Result: Sendable, Encodable {
+        public let root: String
+        public let url: String
+        public let domain: String
+        public let branch: String
+        public let anchor: String?
+        public let files: Int
+        public let folders: Int
+        public let symlinks: Int
+        /// Submodules are shown as empty folders: fprep does not replicate them.
+        public let unsupportedSubmodules: [String]
+        /// Files whose size the remote did not say (a remote without fprep's
+        /// hook, reached over the network); their placeholders are empty.
+        public let unknownSizes: Int
+        public let logicalSize: Int64
+    }
+
+    public static func clone(url given: String, into directory: String?, branch: String?,
+                             progress: any ProgressReporter, showGitProgress: Bool) throws -> Result {
+        guard !given.isEmpty else { throw FprepError(.usage, "the remote URL is empty") }
+        // A relative path would mean nothing from another folder: keep it absolute.
+        let url = given.contains("://") ? given : (localPath(of: given) ?? given)
+        if let branch, !Remote.isValidBranchName(branch) {
+            throw FprepError(.usage, "'\(branch)' is not a valid branch name")
+        }
+        let root = Remote.absolute(directory ?? defaultDirectory(for: url))
+        let created = try prepareDestination(root, url: url)
+        do {
+            return try cloneInto(root: root, url: url, branch: branch, progress: progress, showGitProgress: showGitProgress)
+        } catch {
+            progress.finish()
+            removeClone(root: root, created: created)
+            throw error
+        }
+    }
+
+    /// The folder name `git clone` would choose: the URL's last part without `.git`.
+    static func defaultDirectory(for url: String) -> String {
+        var name = url
+        while name.hasSuffix("/") { name.removeLast() }
+        name = String(name.split(separator: "/").last ?? "replica")
+        if let colon = name.lastIndex(of: ":") { name = String(name[name.index(after: colon)...]) }
+        if name.hasSuffix(".git") { name.removeLast(4) }
+        return name.isEmpty ? "replica" : name
+    }
+
+    /// Checks that `root` is a new or empty folder, or an unfinished clone of
+    /// the same URL (which is then started over). Returns whether fprep
+    /// creates the folder.
+    private static func prepareDestination(_ root: String, url: String) throws -> Bool {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) else {
+            do {
+                try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+            } catch {
+                throw FprepError("cannot create '\(root)': \(error.localizedDescription)")
+            }
+            return true
+        }
+        guard isDirectory.boolValue else { throw FprepError(.usage, "'\(root)' exists and is not a folder") }
+        let contents = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        if contents.isEmpty { return false }
+        let statePath = root + "/" + Replica.stateFolderName + "/state.db"
+        if FileManager.default.fileExists(atPath: statePath),
+           let store = try? StateStore(path: statePath),
+           let phase = try? store.meta("phase"), phase == "fetching",
+           (try? store.meta("remote_url")) == url {
+            removeClone(root: root, created: false)
+            return false
+        }
+        throw FprepError(.usage, "'\(root)' is not empty (clone into a new or empty folder)")
+    }
+
+    /// Removes what a failed clone wrote.
+    private static func removeClone(root: String, created: Bool) {
+        if created {
+            try? FileManager.default.removeItem(atPath: root)
+            return
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] {
+            try? FileManager.default.removeItem(atPath: root + "/" + name)
+        }
+    }
+
+    private static func cloneInto(root: String, url: String, branch requestedBranch: String?,
+                                  progress: any ProgressReporter, showGitProgress: Bool) throws -> Result {
+        let stateFolder = root + "/" + Replica.stateFolderName
+        try FileManager.default.createDirectory(atPath: stateFolder, withIntermediateDirectories: true)
+        let store = try StateStore(path: stateFolder + "/state.db")
+        try store.setMeta("phase", "fetching")
+        try store.setMeta("remote_url", url)
+
+        // 1. Commits and trees, no blobs, no checkout.
+        let scratch = stateFolder + "/clone-scratch"
+        do {
+            try Transport.blobless(clone: url, gitDirectory: root + "/.git", scratchWorkTree: scratch,
+                                   branch: requestedBranch, showProgress: showGitProgress)
+        } catch let error as GitCommandError {
+            throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
+                             detail: error.standardError)
+        }
+        try? FileManager.default.removeItem(atPath: scratch)
+        let repository = try Repository(openingAt: root)
+        try configureReplicaRepository(repository, gitDirectory: root + "/.git")
+
+        // 2. Which branch and commit; what the remote says of itself.
+        var branch = requestedBranch
+        if branch == nil, let head = try repository.symbolicTarget("HEAD"), head.hasPrefix("refs/heads/") {
+            branch = String(head.dropFirst("refs/heads/".count))
+        }
+        let followed = branch ?? "main"
+        let anchor = try repository.referenceTarget("refs/remotes/origin/" + followed)
+        let info = try RemoteInfo.read(repository, reference: RemoteInfo.trackingReference)
+        let domain = info?.domain ?? RemoteInfo.defaultDomain(forFolder: defaultDirectory(for: url))
+
+        // 3. Sizes and dates: the manifest, then the remote's own object
+        //    headers when the remote is a local folder.
+        var sizes: [ObjectID: BlobInfo] = [:]
+        var manifest: [(ObjectID, BlobInfo)] = []
+        if let tip = try repository.referenceTarget(SizeManifest.trackingReference) {
+            manifest = try SizeManifest.entries(repository, from: tip, stoppingAt: nil)
+            sizes.reserveCapacity(manifest.count)
+            for (id, info) in manifest where sizes[id] == nil { sizes[id] = info }
+            try store.setMeta("manifest_tip", tip.hex)
+        }
+        try store.transaction {
+            try store.recordBlobInfo(manifest)
+            try store.setMeta("branch", followed)
+            try store.setMeta("domain", domain)
+            try store.setMeta("anchor", anchor?.hex ?? "")
+            try store.setMeta("cloned_at", String(Int64(Date().timeIntervalSince1970)))
+            try store.setMeta("phase", "layout")
+        }
+        if let anchor {
+            let commitTime = try repository.commit(anchor).time
+            let plan = try LayoutPlan.scan(repository, tree: repository.commit(anchor).treeID,
+                                           defaultTime: commitTime) { sizes[$0] }
+            let extra = try sizesFromLocalRemote(url: url, missingFrom: plan, time: commitTime)
+            if !extra.isEmpty {
+                for (id, info) in extra { sizes[id] = info }
+                try store.transaction { try store.recordBlobInfo(extra) }
+            }
+        }
+        // 4. Lay out the tree (the same step that recovery repeats).
+        let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress))
+        let plan = try replica.currentPlan()
+        progress.finish()
+        return Result(root: root, url: url, domain: domain, branch: followed, anchor: anchor?.hex,
+                      files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
+                      symlinks: plan.entries.count { $0.kind == .symlink },
+                      unsupportedSubmodules: plan.submodules.map(\.description),
+                      unknownSizes: plan.unknownSizes, logicalSize: plan.logicalSize)
+    }
+
+    /// Settings every replica's git directory gets: no automatic gc (lazy
+    /// fetches would trigger it), fprep's folder ignored, no lazy fetch by
+    /// accident from fprep's own commands (they run with GIT_NO_LAZY_FETCH).
+    static func configureReplicaRepository(_ repository: Repository, gitDirectory: String) throws {
+        let config = try repository.config()
+        try config.set("gc.auto", "0")
+        try config.set("maintenance.auto", "false")
+        try config.set("fetch.writeCommitGraph", "false")
+        let exclude = gitDirectory + "/info/exclude"
+        try FileManager.default.createDirectory(atPath: gitDirectory + "/info", withIntermediateDirectories: true)
+        let existing = (try? String(contentsOfFile: exclude, encoding: .utf8)) ?? ""
+        if !existing.contains("/.fprep/") {
+            try (existing + (existing.isEmpty || existing.hasSuffix("\n") ? "" : "\n") + "/.fprep/\n")
+                .write(toFile: exclude, atomically: true, encoding: .utf8)
+        }
+    }
+
+    /// For a remote that is a folder on this machine, the sizes the manifest
+    /// lacks, read from the remote's object headers (never the content).
+    private static func sizesFromLocalRemote(url: String, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
+        let missing = plan.entries.filter { $0.size < 0 && $0.kind != .submodule }
+        guard !missing.isEmpty, let path = localPath(of: url), let remote = try? Repository(openingAt: path) else { return [] }
+        let odb = try remote.objectDatabase()
+        var result: [(ObjectID, BlobInfo)] = []
+        for entry in missing {
+            if let size = try odb.size(of: entry.id) { result.append((entry.id, BlobInfo(size: Int64(size), mtime: time))) }
+        }
+        return result
+    }
+
+    /// The folder a local URL names (a path or `file://`), else nil.
+    static func localPath(of url: String) -> String? {
+        if url.hasPrefix("file://") { return String(url.dropFirst("file://".count)) }
+        if url.contains("://") { return nil }
+        // scp-like "host:path" is remote; a path with a colon before any '/' is that form.
+        if let colon = url.firstIndex(of: ":"), !url[..<colon].contains("/") { return nil }
+        return Remote.absolute(url)
+    }
+
+    /// Lays out the anchor's tree into `replica`: clone's last step and what
+    /// recovery repeats after a clone was killed mid-layout. It starts from
+    /// an empty tree (nothing of the user's can be there yet: the clone never
+    /// finished) so it is safe to run any number of times.
+    static func finishLayout(_ replica: Replica) throws {
+        for name in try replica.rootFolder.entryNames() where name != Array(".git".utf8) && name != Array(Replica.stateFolderName.utf8) {
+            try? FileManager.default.removeItem(atPath: replica.root + "/" + String(decoding: name, as: UTF8.self))
+        }
+        let index = try replica.repository.index()
+        try index.clear()
+        if let anchor = replica.anchor {
+            let plan = try replica.currentPlan()
+            var targets: [ObjectID: [UInt8]] = [:]
+            let symlinkIDs = Array(Set(plan.entries.filter { $0.kind == .symlink }.map(\.id)))
+            let odb = try replica.repository.objectDatabase()
+            let missing = symlinkIDs.filter { !odb.contains($0) }
+            if !missing.isEmpty {
+                do {
+                    try Transport.fetchObjects(missing, gitDirectory: replica.gitDirectory)
+                } catch let error as GitCommandError {
+                    throw FprepError.remoteUnreachable(replica.remoteURL, error)
+                }
+                try odb.refresh()
+            }
+            for id in symlinkIDs {
+                targets[id] = try replica.repository.blob(id).withContent { Array($0) }
+            }
+            let stats = try PlaceholderLayout(root: replica.rootFolder, progress: replica.progress)
+                .layOut(plan, symlinkTargets: targets)
+            for (entry, stat) in zip(plan.entries, stats) {
+                try index.add(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode, stat: stat,
+                                         skipWorktree: entry.kind != .symlink))
+            }
+            try index.write()
+            try replica.repository.setReference("refs/heads/" + replica.branch, to: anchor, message: "fprep: clone")
+            try replica.store.setMeta("logical_size", String(plan.logicalSize))
+        } else {
+            try index.write()
+        }
+        try replica.repository.setSymbolicReference("HEAD", to: "refs/heads/" + replica.branch)
+        try replica.store.setMeta("phase", "ready")
+        replica.store.checkpoint()
+    }
+}
+
+extension Replica {
+    /// The layout plan of the anchor's tree, with sizes from the store.
+    func currentPlan() throws -> LayoutPlan {
+        guard let anchor else { return LayoutPlan() }
+        let commit = try repository.commit(anchor)
+        let lookup = try store.blobInfoLookup()
+        return try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time, sizes: lookup)
+    }
+}

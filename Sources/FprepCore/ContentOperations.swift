@@ -1,0 +1,333 @@
+import CFprepSys
+import Foundation
+import FprepGit
+
+/// What `materialize` did.
+public struct MaterializeResult: Sendable, Encodable {
+    public var materialized: [String] = []
+    public var alreadyMaterialized = 0
+    /// Items left as they were, with why (local changes, say).
+    public var skipped: [Skipped] = []
+    public var fetchedBlobs = 0
+    public var bytesWritten: Int64 = 0
+}
+
+/// What `evict` did.
+public struct EvictResult: Sendable, Encodable {
+    public var evicted: [String] = []
+    public var alreadyDataless = 0
+    /// Items that keep their content, with why; non-empty means exit status 2.
+    public var refused: [Skipped] = []
+    public var bytesFreed: Int64 = 0
+}
+
+/// An item an operation left alone, and why.
+public struct Skipped: Sendable, Encodable {
+    public let path: String
+    public let reason: String
+}
+
+/// The journal payload of materialize and evict: which paths, the temporary
+/// name token, and the packs fetched for the operation.
+struct ContentJournal: Codable {
+    var token: String
+    var paths: [Data]
+    var packs: [String] = []
+
+    func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
+    static func decode(_ bytes: [UInt8]) -> ContentJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
+}
+
+/// Materialize and evict: content in and out of placeholders, journaled so a
+/// crash at any point is settled by the next command.
+struct ContentOperations {
+    let replica: Replica
+
+    init(_ replica: Replica) { self.replica = replica }
+
+    private var classifier: StateClassifier { StateClassifier(root: replica.rootFolder) }
+
+    /// The file entries named by `items` (folders expanded), each once.
+    private func fileEntries(_ items: [(RepoPath, String)], index: Index) throws -> [IndexEntry] {
+        var seen = Set<[UInt8]>()
+        var result: [IndexEntry] = []
+        for (item, shown) in items {
+            for entry in try replica.indexEntries(under: item, in: index, shown: shown)
+            where FileMode(raw: entry.mode).isFile && seen.insert(entry.path).inserted {
+                result.append(entry)
+            }
+        }
+        return result
+    }
+
+    // MARK: materialize
+
+    func materialize(_ items: [(RepoPath, String)]) throws -> MaterializeResult {
+        let index = try replica.repository.index()
+        var result = MaterializeResult()
+        var wanted: [IndexEntry] = []
+        var alreadyThere: [RepoPath] = []
+        for entry in try fileEntries(items, index: index) {
+            let path = RepoPath(bytes: entry.path)
+            switch classifier.state(of: entry) {
+            case .dataless where entry.skipWorktree: wanted.append(entry)
+            case .materialized, .dataless: alreadyThere.append(path)
+            case .modified:
+                if entry.skipWorktree {
+                    result.skipped.append(Skipped(path: path.description, reason: "a program wrote into its placeholder; that content is kept (run 'fprep sync')"))
+                } else {
+                    alreadyThere.append(path)
+                }
+            case .deleted:
+                result.skipped.append(Skipped(path: path.description, reason: "deleted locally"))
+            }
+        }
+        result.alreadyMaterialized = alreadyThere.count
+        let now = Int64(Date().timeIntervalSince1970)
+        if wanted.isEmpty {
+            try replica.store.touchMaterialized(alreadyThere, at: now)
+            return result
+        }
+
+        var journal = ContentJournal(token: Self.newToken(), paths: wanted.map { Data($0.path) })
+        let operation = try replica.store.beginOperation("materialize", payload: journal.encoded())
+
+        // One request for every missing blob.
+        let odb = try replica.repository.objectDatabase()
+        let missing = Array(Set(wanted.map(\.id))).filter { !odb.contains($0) }
+        replica.progress.report("fetching \(missing.count) blobs", done: 0, total: wanted.count)
+        do {
+            journal.packs = try Transport.fetchObjects(missing, gitDirectory: replica.gitDirectory)
+        } catch let error as GitCommandError {
+            try replica.store.endOperation(operation)
+            throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
+                             detail: error.standardError)
+        }
+        try replica.store.updateOperation(operation, payload: journal.encoded())
+        try odb.refresh()
+        result.fetchedBlobs = missing.count
+
+        // Write every file beside its placeholder, then make them durable
+        // at once (one syncfs, not an fsync per file), then rename.
+        var written: [(IndexEntry, FolderHandle, [UInt8])] = []
+        var folders: [RepoPath: FolderHandle] = [:]
+        for (done, entry) in wanted.enumerated() {
+            let path = RepoPath(bytes: entry.path)
+            let folder: FolderHandle
+            if let open = folders[path.parent] { folder = open } else {
+                folder = try replica.rootFolder.folder(path.parent)
+                folders[path.parent] = folder
+            }
+            let temporary = Self.temporaryName(for: path.name, token: journal.token)
+            result.bytesWritten += try writeContent(of: entry, path: path, into: folder, name: temporary)
+            written.append((entry, folder, temporary))
+            if done % 64 == 0 { replica.progress.report("writing files", done: done, total: wanted.count) }
+        }
+        guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+
+        var materialized: [(RepoPath, ObjectID)] = []
+        for (entry, folder, temporary) in written {
+            let path = RepoPath(bytes: entry.path)
+            // A program may have written into the placeholder meanwhile: its bytes win.
+            guard classifier.state(of: entry) == .dataless else {
+                unlinkat(folder.fd, cPath(temporary), 0)
+                result.skipped.append(Skipped(path: path.description, reason: "changed while it was being materialized; the change is kept"))
+                continue
+            }
+            guard renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) == 0 else {
+                throw SystemError("rename", path.description)
+            }
+            guard let stat = folder.stat(name: path.name) else { throw SystemError("stat", path.description) }
+            var updated = entry
+            updated.skipWorktree = false
+            updated.stat = StatData(stat)
+            try index.add(updated)
+            materialized.append((path, entry.id))
+        }
+        guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        try index.write()
+        try replica.store.transaction {
+            try replica.store.recordMaterialized(materialized, at: now)
+            try replica.store.touchMaterialized(alreadyThere, at: now)
+            try replica.store.endOperation(operation)
+        }
+        // The content is in the files now; keeping the blobs too would cost
+        // every materialized file its size twice.
+        Self.removePacks(journal.packs)
+        replica.progress.finish()
+        result.materialized = materialized.map { $0.0.description }
+        return result
+    }
+
+    /// Writes the blob of `entry` into a new file `name` in `folder`, checked
+    /// against its id, with the entry's mode and the placeholder's date.
+    private func writeContent(of entry: IndexEntry, path: RepoPath, into folder: FolderHandle, name: [UInt8]) throws -> Int64 {
+        let blob: Blob
+        do {
+            blob = try replica.repository.blob(entry.id)
+        } catch {
+            throw FprepError("the remote did not send the content of '\(path)' (\(entry.id)); the placeholder is unchanged")
+        }
+        return try blob.withContent { bytes -> Int64 in
+            guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
+                throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id); nothing was written")
+            }
+            let mode: mode_t = entry.mode == 0o100755 ? 0o777 : 0o666
+            let fd = openat(folder.fd, cPath(name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            guard fd >= 0 else { throw SystemError("create", path.description) }
+            defer { close(fd) }
+            try writeAll(fd, bytes, shown: path.description)
+            _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
+            return Int64(bytes.count)
+        }
+    }
+
+    // MARK: evict
+
+    func evict(_ items: [(RepoPath, String)]) throws -> EvictResult {
+        let index = try replica.repository.index()
+        var result = EvictResult()
+        var candidates: [IndexEntry] = []
+        for entry in try fileEntries(items, index: index) {
+            let path = RepoPath(bytes: entry.path)
+            switch classifier.state(of: entry) {
+            case .dataless: result.alreadyDataless += 1
+            case .materialized: candidates.append(entry)
+            case .modified:
+                result.refused.append(Skipped(path: path.description, reason: "it has local changes (run 'fprep sync' first)"))
+            case .deleted:
+                result.refused.append(Skipped(path: path.description, reason: "it was deleted locally (run 'fprep sync' first)"))
+            }
+        }
+        guard !candidates.isEmpty else { return result }
+        let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
+        let operation = try replica.store.beginOperation("evict", payload: journal.encoded())
+        var evicted: [RepoPath] = []
+        for (done, entry) in candidates.enumerated() {
+            let path = RepoPath(bytes: entry.path)
+            if let reason = try punch(entry, path: path, index: index, freed: &result.bytesFreed) {
+                result.refused.append(Skipped(path: path.description, reason: reason))
+            } else {
+                evicted.append(path)
+            }
+            if done % 64 == 0 { replica.progress.report("evicting", done: done, total: candidates.count) }
+        }
+        try index.write()
+        try replica.store.transaction {
+            try replica.store.forgetMaterialized(evicted)
+            try replica.store.endOperation(operation)
+        }
+        replica.progress.finish()
+        result.evicted = evicted.map(\.description)
+        return result
+    }
+
+    /// Frees the blocks of one unmodified materialized file in place; returns
+    /// why it was refused instead, if it was.
+    private func punch(_ entry: IndexEntry, path: RepoPath, index: Index, freed: inout Int64) throws -> String? {
+        let fd = replica.rootFolder.openFile(path, flags: O_RDWR)
+        guard fd >= 0 else { return "cannot open it: \(String(cString: strerror(errno)))" }
+        defer { close(fd) }
+        var before = fprep_stat()
+        guard fprep_fstat(fd, &before) == 0 else { throw SystemError("stat", path.description) }
+        // Checked again on the open file: nothing written since the scan may be lost.
+        if StatData(FileStat(before)) != entry.stat {
+            let bytes = try readAll(fd, shown: path.description)
+            guard try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == entry.id else {
+                return "it has local changes (run 'fprep sync' first)"
+            }
+        }
+        var after = stat()
+        let id = entry.id.bytes
+        guard fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
+                                         Int(entry.stat.mtimeNanoseconds), &after) == 0 else {
+            throw SystemError("free the blocks of", path.description)
+        }
+        var flat = fprep_stat()
+        fprep_stat_flatten(&after, &flat)
+        freed += (before.blocks - flat.blocks) * 512
+        var updated = entry
+        updated.skipWorktree = true
+        updated.stat = StatData(FileStat(flat))
+        try index.add(updated)
+        return nil
+    }
+
+    // MARK: recovery
+
+    /// Settles an operation a crash interrupted: each path ends as what its
+    /// bytes on disk say (materialized content, a placeholder, or the user's
+    /// change), temporary files go, and the index and store agree with it.
+    func settle(_ record: StateStore.JournalRecord) throws {
+        guard let journal = ContentJournal.decode(record.payload) else {
+            try replica.store.endOperation(record.id)
+            return
+        }
+        let index = try replica.repository.index()
+        var materialized: [(RepoPath, ObjectID)] = []
+        var dataless: [RepoPath] = []
+        for raw in journal.paths {
+            let path = RepoPath(bytes: Array(raw))
+            if let folder = try? replica.rootFolder.folder(path.parent) {
+                unlinkat(folder.fd, cPath(Self.temporaryName(for: path.name, token: journal.token)), 0)
+            }
+            guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
+            if stat.blocks == 0, entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size),
+               Self.isMarkedDataless(replica.rootFolder, path) {
+                entry.skipWorktree = true
+                entry.stat = StatData(stat)
+                try index.add(entry)
+                dataless.append(path)
+            } else if let bytes = try? replica.rootFolder.readFile(path),
+                      try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == entry.id {
+                entry.skipWorktree = false
+                entry.stat = StatData(stat)
+                try index.add(entry)
+                materialized.append((path, entry.id))
+            }
+        }
+        try index.write()
+        try replica.store.transaction {
+            try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
+            try replica.store.forgetMaterialized(dataless)
+            try replica.store.endOperation(record.id)
+        }
+        Self.removePacks(journal.packs)
+    }
+
+    static func isMarkedDataless(_ root: FolderHandle, _ path: RepoPath) -> Bool {
+        var buffer = [CChar](repeating: 0, count: 32)
+        let count = fprep_get_xattr_at(root.fd, cPath(path.bytes), "user.fprep.state", &buffer, buffer.count)
+        return count == 8 && String(decoding: buffer[0..<8].map { UInt8(bitPattern: $0) }, as: UTF8.self) == "dataless"
+    }
+
+    static func temporaryName(for name: [UInt8], token: String) -> [UInt8] {
+        Array(".".utf8) + name + Array(".fprep-\(token)".utf8)
+    }
+
+    static func newToken() -> String {
+        String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    }
+
+    static func removePacks(_ packs: [String]) {
+        for pack in packs where pack.hasSuffix(".pack") || pack.hasSuffix(".idx") || pack.hasSuffix(".promisor") || pack.hasSuffix(".rev") {
+            unlink(pack)
+        }
+    }
+}
+
+extension Replica {
+    /// Brings the content of the named files (folders: every file below)
+    /// into the replica. `paths` are as the user typed them.
+    public func materialize(_ paths: [String], relativeTo directory: String) throws -> MaterializeResult {
+        let items = try paths.map { (try itemPath(for: $0, relativeTo: directory), $0) }
+        return try ContentOperations(self).materialize(items)
+    }
+
+    /// Turns the named materialized files back into placeholders; files with
+    /// local changes are refused and listed.
+    public func evict(_ paths: [String], relativeTo directory: String) throws -> EvictResult {
+        let items = try paths.map { (try itemPath(for: $0, relativeTo: directory), $0) }
+        return try ContentOperations(self).evict(items)
+    }
+}

@@ -1,0 +1,153 @@
+import CSQLite
+import Foundation
+
+/// An SQLite error with SQLite's own message.
+struct DatabaseError: Error, CustomStringConvertible {
+    let code: Int32
+    let message: String
+    let sql: String?
+
+    var description: String { sql.map { "\(message) (in: \($0))" } ?? message }
+}
+
+/// One SQLite connection; owns a `sqlite3` handle (closed with `sqlite3_close_v2`).
+/// Used from one thread at a time.
+final class Database {
+    private let handle: OpaquePointer
+    let path: String
+
+    init(path: String) throws {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(db)
+            throw DatabaseError(code: rc, message: message, sql: nil)
+        }
+        handle = db
+        self.path = path
+        sqlite3_busy_timeout(db, 10_000)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    func check(_ rc: Int32, _ sql: String? = nil) throws {
+        guard rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE else {
+            throw DatabaseError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+        }
+    }
+
+    /// Runs one or more statements that return no rows.
+    func execute(_ sql: String) throws {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if rc != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(errorMessage)
+            throw DatabaseError(code: rc, message: message, sql: sql)
+        }
+    }
+
+    func prepare(_ sql: String) throws -> Statement {
+        var statement: OpaquePointer?
+        try check(sqlite3_prepare_v2(handle, sql, -1, &statement, nil), sql)
+        guard let statement else { throw DatabaseError(code: SQLITE_MISUSE, message: "empty statement", sql: sql) }
+        return Statement(statement, database: self, sql: sql)
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction: all of it or none of it.
+    func transaction<R>(_ body: () throws -> R) throws -> R {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    var userVersion: Int {
+        get throws {
+            let statement = try prepare("PRAGMA user_version")
+            return try statement.step() ? Int(statement.int(0)) : 0
+        }
+    }
+}
+
+/// A prepared statement; owns a `sqlite3_stmt` (finalized in deinit).
+final class Statement {
+    private let handle: OpaquePointer
+    private let database: Database
+    private let sql: String
+
+    init(_ handle: OpaquePointer, database: Database, sql: String) {
+        self.handle = handle
+        self.database = database
+        self.sql = sql
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    /// Binds values to `?1`, `?2`, … after resetting the statement.
+    @discardableResult
+    func bind(_ values: SQLValue...) throws -> Statement {
+        try bind(values)
+    }
+
+    @discardableResult
+    func bind(_ values: [SQLValue]) throws -> Statement {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let rc: Int32
+            switch value {
+            case .null: rc = sqlite3_bind_null(handle, index)
+            case .int(let v): rc = sqlite3_bind_int64(handle, index, v)
+            case .text(let v): rc = sqlite3_bind_text(handle, index, v, -1, fprep_sqlite_transient())
+            case .blob(let v):
+                rc = v.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count), fprep_sqlite_transient()) }
+            }
+            try database.check(rc, sql)
+        }
+        return self
+    }
+
+    /// Advances; true while there is a row to read.
+    func step() throws -> Bool {
+        let rc = sqlite3_step(handle)
+        if rc == SQLITE_ROW { return true }
+        try database.check(rc, sql)
+        return false
+    }
+
+    /// Runs the statement to its end.
+    func run() throws {
+        while try step() {}
+    }
+
+    func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+
+    func text(_ column: Int32) -> String {
+        guard let raw = sqlite3_column_text(handle, column) else { return "" }
+        return String(cString: raw)
+    }
+
+    func blob(_ column: Int32) -> [UInt8] {
+        let count = Int(sqlite3_column_bytes(handle, column))
+        guard count > 0, let raw = sqlite3_column_blob(handle, column) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: raw, count: count))
+    }
+}
+
+/// A value bound to a statement parameter.
+enum SQLValue {
+    case null
+    case int(Int64)
+    case text(String)
+    case blob([UInt8])
+}

@@ -1,0 +1,187 @@
+import CFprepSys
+import Foundation
+
+/// The part of `lstat` fprep looks at.
+struct FileStat: Equatable {
+    var device: Int64
+    var inode: Int64
+    var mode: Int64
+    var uid: Int64
+    var gid: Int64
+    var size: Int64
+    var blocks: Int64
+    var mtime: (Int64, Int64)
+    var ctime: (Int64, Int64)
+    var atime: (Int64, Int64)
+
+    init(_ raw: fprep_stat) {
+        device = raw.dev
+        inode = raw.ino
+        mode = raw.mode
+        uid = raw.uid
+        gid = raw.gid
+        size = raw.size
+        blocks = raw.blocks
+        mtime = (raw.mtime_sec, raw.mtime_nsec)
+        ctime = (raw.ctime_sec, raw.ctime_nsec)
+        atime = (raw.atime_sec, raw.atime_nsec)
+    }
+
+    var isRegular: Bool { Int32(mode) & S_IFMT == S_IFREG }
+    var isDirectory: Bool { Int32(mode) & S_IFMT == S_IFDIR }
+    var isSymlink: Bool { Int32(mode) & S_IFMT == S_IFLNK }
+    var isExecutable: Bool { mode & 0o100 != 0 }
+
+    static func == (lhs: FileStat, rhs: FileStat) -> Bool {
+        lhs.device == rhs.device && lhs.inode == rhs.inode && lhs.mode == rhs.mode && lhs.size == rhs.size
+            && lhs.blocks == rhs.blocks && lhs.mtime == rhs.mtime && lhs.ctime == rhs.ctime
+    }
+}
+
+/// A C string of a path's bytes, for the calls below.
+func cPath(_ bytes: [UInt8]) -> [CChar] {
+    var result = bytes.map { CChar(bitPattern: $0) }
+    result.append(0)
+    return result
+}
+
+/// An open folder; owns its file descriptor (closed in deinit). Every open
+/// below it goes through `fprep_open_beneath`, so nothing fprep writes ever
+/// goes through a symlink or leaves the replica.
+/// Immutable after init and used only through thread-safe system calls.
+final class FolderHandle: @unchecked Sendable {
+    let fd: Int32
+    let shownPath: String
+
+    init(fd: Int32, shownPath: String) {
+        self.fd = fd
+        self.shownPath = shownPath
+    }
+
+    /// Opens the replica root itself.
+    convenience init(root: String) throws {
+        let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SystemError("open", root) }
+        self.init(fd: fd, shownPath: root)
+    }
+
+    deinit { close(fd) }
+
+    /// Opens the folder at `path` below this one, never through a symlink.
+    func folder(_ path: RepoPath) throws -> FolderHandle {
+        if path.isRoot { return FolderHandle(fd: dup(fd), shownPath: shownPath) }
+        let fd = fprep_open_beneath(self.fd, cPath(path.bytes), O_RDONLY | O_DIRECTORY, 0)
+        guard fd >= 0 else { throw SystemError("open folder", path.description) }
+        return FolderHandle(fd: fd, shownPath: path.description)
+    }
+
+    /// `lstat` of `path` below this folder; nil when nothing is there.
+    func stat(_ path: RepoPath) -> FileStat? {
+        var raw = fprep_stat()
+        guard fprep_lstat_at(fd, cPath(path.bytes), &raw) == 0 else { return nil }
+        return FileStat(raw)
+    }
+
+    /// `lstat` of the entry `name` directly in this folder.
+    func stat(name: [UInt8]) -> FileStat? {
+        var raw = fprep_stat()
+        guard fprep_lstat_at(fd, cPath(name), &raw) == 0 else { return nil }
+        return FileStat(raw)
+    }
+
+    /// Opens a file below this folder, never through a symlink.
+    func openFile(_ path: RepoPath, flags: Int32, mode: mode_t = 0) -> Int32 {
+        fprep_open_beneath(fd, cPath(path.bytes), flags | O_NOFOLLOW, mode)
+    }
+
+    /// Reads the whole file at `path` (not following a symlink at the end).
+    func readFile(_ path: RepoPath) throws -> [UInt8] {
+        let fd = openFile(path, flags: O_RDONLY)
+        guard fd >= 0 else { throw SystemError("open", path.description) }
+        defer { close(fd) }
+        return try readAll(fd, shown: path.description)
+    }
+
+    /// The target of the symlink at `path`.
+    func readLink(_ path: RepoPath) throws -> [UInt8] {
+        let parent = try folder(path.parent)
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = buffer.withUnsafeMutableBytes { raw in
+            readlinkat(parent.fd, cPath(path.name), raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count)
+        }
+        guard count >= 0 else { throw SystemError("readlink", path.description) }
+        return Array(buffer[0..<count])
+    }
+
+    /// Names of the entries of this folder, as bytes.
+    func entryNames() throws -> [[UInt8]] {
+        let copy = dup(fd)
+        guard copy >= 0, let dir = fdopendir(copy) else { throw SystemError("opendir", shownPath) }
+        defer { closedir(dir) }
+        var names: [[UInt8]] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }
+            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
+            names.append(name)
+        }
+        return names
+    }
+}
+
+func readAll(_ fd: Int32, shown: String) throws -> [UInt8] {
+    var result: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count < 0 {
+            if errno == EINTR { continue }
+            throw SystemError("read", shown)
+        }
+        if count == 0 { break }
+        result.append(contentsOf: chunk[0..<count])
+    }
+    return result
+}
+
+func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, shown: String) throws {
+    var offset = 0
+    while offset < bytes.count {
+        let count = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+        if count < 0 {
+            if errno == EINTR { continue }
+            throw SystemError("write", shown)
+        }
+        offset += count
+    }
+}
+
+/// Space a folder takes on disk, as `du` counts it (allocated blocks, each
+/// inode once, symlinks not followed).
+func diskUsage(of path: String) -> Int64 {
+    var total: Int64 = 0
+    var seen = Set<Int64>()
+    func walk(_ fd: Int32) {
+        guard let dir = fdopendir(fd) else { close(fd); return }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }
+            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
+            var raw = fprep_stat()
+            guard fprep_lstat_at(dirfd(dir), cPath(name), &raw) == 0 else { continue }
+            if raw.nlink > 1 {
+                if seen.contains(raw.ino) { continue }
+                seen.insert(raw.ino)
+            }
+            total += raw.blocks * 512
+            if Int32(raw.mode) & S_IFMT == S_IFDIR {
+                let child = openat(dirfd(dir), cPath(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                if child >= 0 { walk(child) }
+            }
+        }
+    }
+    var raw = fprep_stat()
+    if fprep_lstat_at(AT_FDCWD, path, &raw) == 0 { total += raw.blocks * 512 }
+    let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    if fd >= 0 { walk(fd) }
+    return total
+}

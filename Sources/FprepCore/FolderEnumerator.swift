@@ -1,0 +1,115 @@
+import Foundation
+import FprepGit
+
+/// One item as an enumerator reports it (File Provider's `NSFileProviderItem`).
+public struct Item: Sendable, Encodable {
+    public let identifier: String
+    public let parent: String
+    public let filename: String
+    /// `file`, `folder` or `symlink`.
+    public let kind: String
+    /// Bytes; nil for folders and for files whose size the remote did not say.
+    public let size: Int64?
+    /// The blob id (files, symlinks) or tree id (folders) of the anchor.
+    public let contentVersion: String
+    public let state: ItemState
+    /// Content modification date, ISO 8601.
+    public let modified: String
+    public let executable: Bool?
+    /// Set for a submodule, which fprep shows as an empty folder.
+    public let unsupported: String?
+}
+
+/// One page of a folder's items, and the token of the next page (nil on the last).
+public struct ItemPage: Sendable, Encodable {
+    public let container: String
+    public let items: [Item]
+    public let nextPage: String?
+}
+
+extension Replica {
+    /// Enumerates the folder (or the single file) at `userPath`, `pageSize`
+    /// items from the page `token` names (nil: the first page). Items come in
+    /// git's order; a token is the last name of the previous page, so paging
+    /// stays correct if the folder changes in between.
+    public func enumerate(_ userPath: String?, relativeTo directory: String, pageSize: Int, token: String?) throws -> ItemPage {
+        guard pageSize > 0 else { throw FprepError(.usage, "the page size must be at least 1") }
+        let folder = try userPath.map { try itemPath(for: $0, relativeTo: directory) } ?? .root
+        let shown = userPath ?? "."
+        let after = try token.map(Self.decodePageToken)
+        guard let anchor else {
+            guard folder.isRoot else { throw FprepError.notInReplica(shown) }
+            return ItemPage(container: ContainerIdentifier.root, items: [], nextPage: nil)
+        }
+        let index = try repository.index()
+        let sizes = try store.blobInfoLookup()
+        var tree = try repository.tree(repository.commit(anchor).treeID)
+        for component in folder.components {
+            guard let entry = tree.entry(named: component) else { throw FprepError.notInReplica(shown) }
+            if entry.mode != .tree {
+                let item = try makeItem(entry, path: folder, index: index, sizes: sizes)
+                return ItemPage(container: ContainerIdentifier.of(folder.parent), items: [item], nextPage: nil)
+            }
+            tree = try repository.tree(entry.id)
+        }
+        var entries = tree.entries
+        if let after {
+            if let position = entries.firstIndex(where: { $0.name == after }) {
+                entries.removeFirst(position + 1)
+            } else {
+                entries.removeAll { !after.lexicographicallyPrecedes($0.name) }
+            }
+        }
+        let page = Array(entries.prefix(pageSize))
+        let items = try page.map { try makeItem($0, path: folder.appending($0.name), index: index, sizes: sizes) }
+        let next = entries.count > pageSize ? page.last.map { Self.encodePageToken($0.name) } : nil
+        return ItemPage(container: ContainerIdentifier.of(folder), items: items, nextPage: next)
+    }
+
+    private func makeItem(_ entry: TreeEntry, path: RepoPath, index: Index,
+                          sizes: (ObjectID) throws -> BlobInfo?) throws -> Item {
+        let stat = rootFolder.stat(path)
+        let parent = ContainerIdentifier.of(path.parent)
+        let filename = String(decoding: path.name, as: UTF8.self)
+        switch entry.mode {
+        case .tree, .submodule:
+            return Item(identifier: path.description, parent: parent, filename: filename, kind: "folder", size: nil,
+                        contentVersion: entry.id.hex, state: entry.mode == .tree ? .materialized : .dataless,
+                        modified: Self.isoDate(stat?.mtime.0 ?? 0), executable: nil,
+                        unsupported: entry.mode == .submodule ? "submodule" : nil)
+        default:
+            let info = try sizes(entry.id)
+            let state = index.entry(path: path.bytes).map { StateClassifier(root: rootFolder).state(of: $0) } ?? .modified
+            let size = state == .modified ? stat?.size : info?.size
+            let date = state == .modified ? stat?.mtime.0 : (info?.mtime ?? stat?.mtime.0)
+            return Item(identifier: path.description, parent: parent, filename: filename,
+                        kind: entry.mode == .symlink ? "symlink" : "file", size: size, contentVersion: entry.id.hex,
+                        state: state, modified: Self.isoDate(date ?? 0),
+                        executable: entry.mode == .symlink ? nil : entry.mode == .executable, unsupported: nil)
+        }
+    }
+
+    static func encodePageToken(_ name: [UInt8]) -> String {
+        "p1." + Data(name).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func decodePageToken(_ token: String) throws -> [UInt8] {
+        guard token.hasPrefix("p1.") else {
+            throw FprepError(.usage, "'\(token)' is not a page token (pass the token the previous page printed)")
+        }
+        var base64 = String(token.dropFirst(3)).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64), !data.isEmpty else {
+            throw FprepError(.usage, "'\(token)' is not a page token (pass the token the previous page printed)")
+        }
+        return Array(data)
+    }
+
+    static func isoDate(_ seconds: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: Date(timeIntervalSince1970: TimeInterval(seconds)))
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import FprepGit
+
+/// An error a user sees as one line: what failed, where, and what to do.
+/// `exitCode` is the process exit status the CLI uses for it.
+public struct FprepError: Error, CustomStringConvertible, Sendable {
+    public enum Kind: Sendable {
+        case failure, usage, partial, busy, expiredAnchor
+    }
+
+    public let kind: Kind
+    public let message: String
+    /// Lower-level detail shown with `--verbose`.
+    public let detail: String?
+
+    public init(_ kind: Kind, _ message: String, detail: String? = nil) {
+        self.kind = kind
+        self.message = message
+        self.detail = detail
+    }
+
+    /// A plain failure (exit status 1).
+    public init(_ message: String, detail: String? = nil) {
+        self.init(.failure, message, detail: detail)
+    }
+
+    public var description: String { message }
+
+    /// Documented exit codes: 1 failure, 2 partly done (some items refused),
+    /// 64 usage, 65 sync anchor expired, 75 replica busy (`--no-wait`).
+    public var exitCode: Int32 {
+        switch kind {
+        case .failure: 1
+        case .partial: 2
+        case .usage: 64
+        case .expiredAnchor: 65
+        case .busy: 75
+        }
+    }
+}
+
+extension FprepError {
+    static func notAReplica(_ path: String) -> FprepError {
+        FprepError(.usage, "'\(path)' is not inside an fprep replica (run 'fprep clone URL DIR' first, or pass -C DIR)")
+    }
+
+    static func outsideReplica(_ path: String, root: String) -> FprepError {
+        FprepError(.usage, "'\(path)' is outside the replica at '\(root)'")
+    }
+
+    static func notInReplica(_ path: String) -> FprepError {
+        FprepError(.usage, "'\(path)' is not an item of this replica (see 'fprep ls')")
+    }
+
+    static func insideState(_ path: String) -> FprepError {
+        FprepError(.usage, "'\(path)' is inside fprep's or git's own state, not a replica item")
+    }
+
+    static func remoteUnreachable(_ url: String, _ error: GitCommandError) -> FprepError {
+        FprepError("cannot reach remote '\(url)': \(error.reason) (check the URL and that the remote is up)",
+                   detail: error.standardError)
+    }
+
+    static func unsafeEntry(_ path: String, _ reason: String) -> FprepError {
+        FprepError("refusing remote tree entry '\(path)': \(reason); nothing was written (fix the remote's tree)")
+    }
+
+    /// Wraps an error from the state database.
+    static func state(_ what: String, _ error: Error) -> FprepError {
+        if let error = error as? FprepError { return error }
+        return FprepError("\(what): \(error)")
+    }
+
+    /// Wraps a libgit2 error met while working on `what`.
+    static func git(_ what: String, _ error: Error) -> FprepError {
+        if let error = error as? FprepError { return error }
+        if let error = error as? GitError { return FprepError("\(what): \(error.message)", detail: error.description) }
+        if let error = error as? GitCommandError { return FprepError("\(what): \(error.reason)", detail: error.standardError) }
+        return FprepError("\(what): \(error)")
+    }
+}
+
+/// A failed system call, as one line: the call, the path, and errno's text.
+struct SystemError: Error, CustomStringConvertible {
+    let call: String
+    let path: String
+    let code: Int32
+
+    init(_ call: String, _ path: String, _ code: Int32 = errno) {
+        self.call = call
+        self.path = path
+        self.code = code
+    }
+
+    var description: String { "\(call) '\(path)': \(String(cString: strerror(code)))" }
+}

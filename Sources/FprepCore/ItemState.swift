@@ -1,0 +1,66 @@
+import FprepGit
+
+/// Where an item's content is. A file starts **dataless** (a placeholder),
+/// becomes **materialized** when its content is fetched, and **modified**
+/// when a program changes it (writing into a placeholder included); evict
+/// takes a materialized file back to dataless; a modified file waits for
+/// sync. **deleted** is a file the index has and the disk no longer does.
+///
+/// ```
+///   clone ──▶ dataless ──materialize──▶ materialized ──evict──▶ dataless
+///                │                          │
+///                └──── a program writes ────┴──▶ modified ──sync──▶ materialized
+/// ```
+public enum ItemState: String, Sendable, Codable {
+    case dataless, materialized, modified, deleted
+}
+
+/// Decides an index entry's state from a fresh `lstat`, the way git's index
+/// does: unchanged stat data means unchanged content, and only a file whose
+/// stat changed is read.
+struct StateClassifier {
+    let root: FolderHandle
+
+    func state(of entry: IndexEntry) -> ItemState {
+        let path = RepoPath(bytes: entry.path)
+        guard let stat = root.stat(path) else { return .deleted }
+        return state(of: entry, stat: stat)
+    }
+
+    func state(of entry: IndexEntry, stat: FileStat) -> ItemState {
+        let mode = FileMode(raw: entry.mode)
+        if mode == .submodule { return stat.isDirectory ? .dataless : .modified }
+        if mode == .symlink {
+            guard stat.isSymlink else { return .modified }
+            if matches(entry.stat, stat) { return .materialized }
+            let path = RepoPath(bytes: entry.path)
+            guard let target = try? root.readLink(path),
+                  let id = try? target.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) else { return .modified }
+            return id == entry.id ? .materialized : .modified
+        }
+        guard stat.isRegular else { return .modified }
+        if entry.skipWorktree {
+            // A placeholder is unchanged while it holds no data and keeps its
+            // size; a touch or chmod alone does not make content.
+            if matches(entry.stat, stat) { return .dataless }
+            return stat.blocks == 0 && UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize ? .dataless : .modified
+        }
+        if matches(entry.stat, stat) && stat.isExecutable == (mode == .executable) { return .materialized }
+        guard stat.isExecutable == (mode == .executable),
+              let bytes = try? root.readFile(RepoPath(bytes: entry.path)),
+              let id = try? bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) else { return .modified }
+        return id == entry.id ? .materialized : .modified
+    }
+
+    /// Whether the index's stat data still describes the file.
+    func matches(_ recorded: StatData, _ stat: FileStat) -> Bool {
+        recorded == StatData(stat)
+    }
+}
+
+extension StatData {
+    init(_ stat: FileStat) {
+        self.init(ctime: stat.ctime, mtime: stat.mtime, device: stat.device, inode: stat.inode,
+                  uid: stat.uid, gid: stat.gid, size: stat.size)
+    }
+}

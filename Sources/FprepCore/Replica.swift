@@ -1,0 +1,159 @@
+import Foundation
+import FprepGit
+
+/// An open replica: the user's tree, its git directory and fprep's state,
+/// with the replica's lock held for as long as the object lives.
+public final class Replica {
+    /// The replica's root folder (an absolute, physical path).
+    public let root: String
+    let rootFolder: FolderHandle
+    let store: StateStore
+    let repository: Repository
+    private var lock: ReplicaLock?
+    let progress: any ProgressReporter
+
+    public let remoteURL: String
+    public let branch: String
+    public let domain: String
+    /// The commit the replica's tree was laid out from; nil for an empty remote.
+    public internal(set) var anchor: ObjectID?
+
+    static let stateFolderName = ".fprep"
+    var stateFolder: String { root + "/" + Self.stateFolderName }
+    var gitDirectory: String { root + "/.git" }
+
+    /// How a command opens the replica.
+    public struct Access: Sendable {
+        /// The command's name, shown to another command that waits for the lock.
+        public var command: String
+        /// Commands that change the replica take the lock alone; readers share it.
+        public var exclusive: Bool
+        /// Wait for a busy lock (saying who holds it) instead of failing.
+        public var wait: Bool
+        public var progress: any ProgressReporter
+        public var onWait: @Sendable (String) -> Void
+
+        public init(command: String, exclusive: Bool, wait: Bool = true,
+                    progress: any ProgressReporter = SilentProgress(),
+                    onWait: @escaping @Sendable (String) -> Void = { _ in }) {
+            self.command = command
+            self.exclusive = exclusive
+            self.wait = wait
+            self.progress = progress
+            self.onWait = onWait
+        }
+    }
+
+    /// The root of the replica that holds `path` (walking up), or nil.
+    public static func findRoot(from path: String) -> String? {
+        var current = URL(fileURLWithPath: Remote.absolute(path)).resolvingSymlinksInPath().path
+        while true {
+            if FileManager.default.fileExists(atPath: current + "/" + stateFolderName + "/state.db") { return current }
+            let parent = (current as NSString).deletingLastPathComponent
+            if parent == current || parent.isEmpty { return nil }
+            current = parent
+        }
+    }
+
+    /// Opens the replica that holds `path`, takes its lock, and finishes or
+    /// undoes whatever an interrupted command left in its journal.
+    public static func open(containing path: String, access: Access) throws -> Replica {
+        guard let root = findRoot(from: path) else { throw FprepError.notAReplica(path) }
+        var replica = try Replica(root: root, access: access, exclusive: access.exclusive)
+        if try !access.exclusive && replica.needsRecovery() {
+            replica = try Replica(root: root, access: access, exclusive: true)
+        }
+        try replica.recover()
+        return replica
+    }
+
+    private init(root: String, access: Access, exclusive: Bool) throws {
+        let stateFolder = root + "/" + Self.stateFolderName
+        lock = try ReplicaLock(path: stateFolder + "/lock", mode: exclusive ? .exclusive : .shared,
+                               command: access.command, wait: access.wait, onWait: access.onWait)
+        self.root = root
+        progress = access.progress
+        store = try StateStore(path: stateFolder + "/state.db")
+        let phase = try store.meta("phase")
+        let url = try store.meta("remote_url") ?? ""
+        guard phase != "fetching", let branch = try store.meta("branch") else {
+            throw FprepError("the clone into '\(root)' did not finish; run 'fprep clone \(url) \(root)' again to finish it")
+        }
+        do {
+            repository = try Repository(openingAt: root)
+        } catch {
+            throw FprepError.git("cannot open the git directory of the replica '\(root)'", error)
+        }
+        rootFolder = try FolderHandle(root: root)
+        remoteURL = url
+        self.branch = branch
+        domain = try store.meta("domain") ?? ""
+        anchor = try store.meta("anchor").flatMap(ObjectID.init(hex:))
+    }
+
+    func needsRecovery() throws -> Bool {
+        try store.meta("phase") != "ready" || !store.pendingOperations().isEmpty
+    }
+
+    /// Finishes an interrupted layout and settles journaled operations.
+    func recover() throws {
+        if try store.meta("phase") == "layout" {
+            try Cloner.finishLayout(self)
+        }
+        for record in try store.pendingOperations() {
+            try ContentOperations(self).settle(record)
+        }
+    }
+
+    // MARK: paths
+
+    /// The item a user's path names: relative paths start at `directory`;
+    /// the path is taken as written (symlinks are not resolved), and must
+    /// lie inside the replica but outside `.git` and `.fprep`.
+    public func itemPath(for userPath: String, relativeTo directory: String) throws -> RepoPath {
+        let base = userPath.hasPrefix("/") ? "" : directory
+        var parts: [Substring] = []
+        for part in (base + "/" + userPath).split(separator: "/") {
+            switch part {
+            case ".": continue
+            case "..": if !parts.isEmpty { parts.removeLast() }
+            default: parts.append(part)
+            }
+        }
+        let absolutePath = "/" + parts.joined(separator: "/")
+        let rootPath = root == "/" ? "" : root
+        let physicalRoot = URL(fileURLWithPath: rootPath).resolvingSymlinksInPath().path
+        var relative: String?
+        for candidate in [rootPath, physicalRoot] {
+            if absolutePath == candidate { relative = ""; break }
+            if absolutePath.hasPrefix(candidate + "/") { relative = String(absolutePath.dropFirst(candidate.count + 1)); break }
+        }
+        guard let relative else { throw FprepError.outsideReplica(userPath, root: root) }
+        let item = RepoPath(relative)
+        if let first = item.components.first, first == Array(".git".utf8) || first == Array(Self.stateFolderName.utf8) {
+            throw FprepError.insideState(userPath)
+        }
+        return item
+    }
+
+    /// The index entries at or below `item`: the file itself, or every file
+    /// of a folder. Throws when `item` names nothing in the replica.
+    func indexEntries(under item: RepoPath, in index: Index, shown: String) throws -> [IndexEntry] {
+        if item.isRoot {
+            return (0..<index.count).compactMap { index.entry(at: $0) }
+        }
+        if let exact = index.entry(path: item.bytes) { return [exact] }
+        let prefix = item.bytes + [0x2F]
+        guard var position = index.firstPosition(withPrefix: prefix) else { throw FprepError.notInReplica(shown) }
+        var result: [IndexEntry] = []
+        while let entry = index.entry(at: position), entry.path.starts(with: prefix) {
+            result.append(entry)
+            position += 1
+        }
+        if result.isEmpty { throw FprepError.notInReplica(shown) }
+        return result
+    }
+
+    /// The item's size and date as the remote knows them.
+    func blobInfo(_ id: ObjectID) throws -> BlobInfo? { try store.blobInfo(id) }
+}

@@ -1,0 +1,49 @@
+import Foundation
+
+/// The replica's lock (`.fprep/lock`, flock): one command that writes at a
+/// time. A second one waits for it, saying who holds it, or with
+/// `wait: false` stops with a clear error. The lock dies with its process,
+/// so a killed command never leaves the replica locked.
+final class ReplicaLock {
+    private let fd: Int32
+
+    enum Mode { case shared, exclusive }
+
+    init(path: String, mode: Mode, command: String, wait: Bool, onWait: (String) -> Void) throws {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw FprepError("cannot open the replica lock '\(path)': \(String(cString: strerror(errno)))") }
+        let operation = mode == .exclusive ? LOCK_EX : LOCK_SH
+        if flock(fd, operation | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK else {
+                close(fd)
+                throw FprepError("cannot lock the replica ('\(path)'): \(String(cString: strerror(errno)))")
+            }
+            let holder = Self.holder(fd)
+            guard wait else {
+                close(fd)
+                throw FprepError(.busy, "the replica is busy: \(holder) holds its lock (try again when it is done)")
+            }
+            onWait("waiting for \(holder) to finish with this replica…")
+            while flock(fd, operation) != 0 {
+                guard errno == EINTR else {
+                    close(fd)
+                    throw FprepError("cannot lock the replica ('\(path)'): \(String(cString: strerror(errno)))")
+                }
+            }
+        }
+        if mode == .exclusive {
+            let note = "pid \(getpid()) (fprep \(command))\n"
+            _ = ftruncate(fd, 0)
+            _ = note.withCString { pwrite(fd, $0, strlen($0), 0) }
+        }
+    }
+
+    deinit { close(fd) }  // closing the descriptor releases the flock
+
+    private static func holder(_ fd: Int32) -> String {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        let text = count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
+        return text.isEmpty ? "another fprep command" : text
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+
+/// An item identifier: the item's path relative to the replica root, as
+/// bytes, '/'-separated, no leading '/'; the root is the empty path. Bytes,
+/// not `String`: git names need not be UTF-8, and two names that Swift finds
+/// equal (Unicode normalization) can be two different items.
+public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init(bytes: [UInt8]) { self.bytes = bytes }
+
+    public init(_ string: String) { bytes = Array(string.utf8) }
+
+    public static let root = RepoPath(bytes: [])
+
+    public var isRoot: Bool { bytes.isEmpty }
+
+    /// The last component (the file name); empty for the root.
+    public var name: [UInt8] {
+        guard let slash = bytes.lastIndex(of: 0x2F) else { return bytes }
+        return Array(bytes[(slash + 1)...])
+    }
+
+    /// The containing folder; the root's parent is the root.
+    public var parent: RepoPath {
+        guard let slash = bytes.lastIndex(of: 0x2F) else { return .root }
+        return RepoPath(bytes: Array(bytes[..<slash]))
+    }
+
+    public var components: [[UInt8]] {
+        bytes.split(separator: 0x2F, omittingEmptySubsequences: true).map(Array.init)
+    }
+
+    public func appending(_ name: [UInt8]) -> RepoPath {
+        isRoot ? RepoPath(bytes: name) : RepoPath(bytes: bytes + [0x2F] + name)
+    }
+
+    /// Whether `self` is `other` or lies below it.
+    public func isWithin(_ other: RepoPath) -> Bool {
+        if other.isRoot || self == other { return true }
+        return bytes.count > other.bytes.count && bytes.starts(with: other.bytes) && bytes[other.bytes.count] == 0x2F
+    }
+
+    /// The path as text; bytes that are not UTF-8 show as U+FFFD.
+    public var description: String { String(decoding: bytes, as: UTF8.self) }
+
+    public static func < (lhs: RepoPath, rhs: RepoPath) -> Bool {
+        lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
+    }
+}
+
+/// The identifiers File Provider uses for its special containers; fprep uses
+/// the same literal strings so payloads interoperate with Apple clients.
+public enum ContainerIdentifier {
+    public static let root = "NSFileProviderRootContainerItemIdentifier"
+    public static let workingSet = "NSFileProviderWorkingSetContainerItemIdentifier"
+    public static let trash = "NSFileProviderTrashContainerItemIdentifier"
+
+    /// The identifier of a folder: its path, or the root's literal.
+    public static func of(_ path: RepoPath) -> String {
+        path.isRoot ? root : path.description
+    }
+}
+
+/// Checks the names in a remote tree before anything is written: a name that
+/// could escape the replica, or write into git's or fprep's own state, or
+/// that a checkout on another system would read as `.git`, is refused, as
+/// git's `verify_path` does (CVE-2014-9390, CVE-2021-21300).
+public enum EntryNameCheck {
+    /// Why `name` is refused, or nil when it is a safe name.
+    public static func problem(with name: [UInt8]) -> String? {
+        if name.isEmpty { return "an empty name" }
+        if name == [0x2E] || name == [0x2E, 0x2E] { return "a name that points outside its folder" }
+        if name.contains(0x2F) { return "a name containing '/'" }
+        if name.contains(0) { return "a name containing NUL" }
+        let folded = foldedForComparison(name)
+        for reserved in ["git", "fprep"] {
+            let dotted = Array(("." + reserved).utf8)
+            if folded == dotted { return "a name reserved for \(reserved)'s own state" }
+        }
+        // NTFS 8.3 short name of ".git".
+        if folded == Array("git~1".utf8) { return "a name reserved for git's own state" }
+        return nil
+    }
+
+    /// Lowercases ASCII, drops trailing dots and spaces (NTFS) and the
+    /// zero-width code points HFS+ ignores, so every spelling of `.git` that
+    /// some file system would treat as `.git` compares equal to it.
+    static func foldedForComparison(_ name: [UInt8]) -> [UInt8] {
+        var text = String(decoding: name, as: UTF8.self).unicodeScalars.filter { scalar in
+            !ignorableScalars.contains(scalar.value)
+        }.map { Character($0) }
+        while let last = text.last, last == "." || last == " " { text.removeLast() }
+        return Array(String(text).lowercased().utf8)
+    }
+
+    static let ignorableScalars: Set<UInt32> = [
+        0x200C, 0x200D, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
+        0x206A, 0x206B, 0x206C, 0x206D, 0x206E, 0x206F, 0xFEFF,
+    ]
+}

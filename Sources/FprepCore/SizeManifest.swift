@@ -1,0 +1,105 @@
+import Foundation
+import FprepGit
+
+/// The size manifest: blob id → size and date, kept by the remote so that a
+/// blobless clone, which knows no sizes, learns them without fetching blobs.
+///
+/// It is a chain of commits on `refs/fprep/sizes`, each with the empty tree
+/// and a message listing the blobs one push added (`<id> <size> <time>` a
+/// line). Commits travel with a `blob:none` fetch, so the manifest arrives
+/// with the trees; a device reads only the commits it has not read yet.
+public enum SizeManifest {
+    public static let reference = "refs/fprep/sizes"
+    /// Where a replica's fetch puts the remote's manifest.
+    public static let trackingReference = "refs/remotes/origin-fprep/sizes"
+    static let header = "fprep sizes v1"
+
+    /// Appends one manifest commit listing the blobs that appear between the
+    /// trees `old` and `new` (every blob of `new` when `old` is nil). Sizes
+    /// come from the object headers of `repository`, which must hold the
+    /// blobs (the remote). Returns how many blobs it listed.
+    @discardableResult
+    public static func extend(_ repository: Repository, from old: ObjectID?, to new: ObjectID,
+                              time: Int64) throws -> Int {
+        let odb = try repository.objectDatabase()
+        var seen = Set<ObjectID>()
+        var lines = header + "\n\n"
+        for delta in try TreeDiff(repository).deltas(from: old, to: new) {
+            guard let entry = delta.new, entry.mode != .submodule, !seen.contains(entry.id) else { continue }
+            seen.insert(entry.id)
+            guard let size = try odb.size(of: entry.id) else { continue }
+            lines += "\(entry.id.hex) \(size) \(time)\n"
+        }
+        guard !seen.isEmpty else { return 0 }
+        let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)
+        // Two pushes may extend the manifest at once: retry on a moved tip.
+        for attempt in 1...5 {
+            let tip = try repository.referenceTarget(reference)
+            let commit = try repository.writeCommit(tree: ObjectID.emptyTree, parents: tip.map { [$0] } ?? [],
+                                                    message: lines, author: signature, committer: signature)
+            do {
+                try repository.updateReference(reference, to: commit, expecting: tip, message: "fprep: size manifest")
+                return seen.count
+            } catch where attempt < 5 {
+                continue
+            }
+        }
+        return seen.count
+    }
+
+    /// Reads the manifest commits from `tip` back to (not including) `stop`,
+    /// oldest last; the first date recorded for a blob wins when read in
+    /// order, so callers insert with "ignore if present" from oldest to newest.
+    static func entries(_ repository: Repository, from tip: ObjectID, stoppingAt stop: ObjectID?) throws -> [(ObjectID, BlobInfo)] {
+        var chain: [Commit] = []
+        var next: ObjectID? = tip
+        while let id = next, id != stop {
+            let commit = try repository.commit(id)
+            chain.append(commit)
+            next = commit.parentIDs.first
+        }
+        var result: [(ObjectID, BlobInfo)] = []
+        for commit in chain.reversed() {
+            commit.withMessageBytes { parse($0, into: &result) }
+        }
+        return result
+    }
+
+    /// Parses `<40 hex> <size> <time>` lines; anything else is skipped.
+    static func parse(_ bytes: UnsafeRawBufferPointer, into result: inout [(ObjectID, BlobInfo)]) {
+        var lineStart = 0
+        let count = bytes.count
+        while lineStart < count {
+            var lineEnd = lineStart
+            while lineEnd < count && bytes[lineEnd] != 0x0A { lineEnd += 1 }
+            if lineEnd - lineStart > 44, bytes[lineStart + 40] == 0x20 {
+                let line = UnsafeRawBufferPointer(rebasing: bytes[lineStart..<lineEnd])
+                if let parsed = parseLine(line) { result.append(parsed) }
+            }
+            lineStart = lineEnd + 1
+        }
+    }
+
+    private static func parseLine(_ line: UnsafeRawBufferPointer) -> (ObjectID, BlobInfo)? {
+        let hex = String(decoding: line[0..<40], as: UTF8.self)
+        guard let id = ObjectID(hex: hex) else { return nil }
+        var numbers: [Int64] = []
+        var current: Int64 = 0
+        var inNumber = false
+        for byte in line[41...] {
+            if byte >= 0x30 && byte <= 0x39 {
+                current = current &* 10 &+ Int64(byte - 0x30)
+                inNumber = true
+            } else if byte == 0x20 && inNumber {
+                numbers.append(current)
+                current = 0
+                inNumber = false
+            } else {
+                return nil
+            }
+        }
+        if inNumber { numbers.append(current) }
+        guard numbers.count == 2 else { return nil }
+        return (id, BlobInfo(size: numbers[0], mtime: numbers[1]))
+    }
+}

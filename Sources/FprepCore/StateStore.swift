@@ -1,0 +1,171 @@
+import CSQLite
+import Foundation
+import FprepGit
+
+/// The replica's own state in `.fprep/state.db` (SQLite, WAL,
+/// `synchronous=FULL`): the anchor and settings, the size manifest as far as
+/// it was read, the materialized set and the journal of operations under way.
+final class StateStore {
+    let database: Database
+
+    /// One record of the journal: an operation that started and has not
+    /// finished; the next command finishes or undoes it.
+    struct JournalRecord {
+        let id: Int64
+        let operation: String
+        let payload: [UInt8]
+    }
+
+    /// A materialized item as the store remembers it.
+    struct MaterializedRecord {
+        let path: RepoPath
+        let blob: ObjectID
+        let materializedAt: Int64
+        let lastUsedAt: Int64
+    }
+
+    static let schemaVersion = 1
+
+    init(path: String) throws {
+        do {
+            database = try Database(path: path)
+            try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
+            try migrate()
+        } catch let error as DatabaseError where [SQLITE_CORRUPT, SQLITE_NOTADB].contains(error.code) {
+            throw FprepError("the state database '\(path)' is corrupt (\(error.message)); move it aside and run 'fprep repair'")
+        } catch let error as DatabaseError {
+            throw FprepError("cannot open the state database '\(path)': \(error.message)")
+        }
+    }
+
+    private func migrate() throws {
+        let version = try database.userVersion
+        if version > Self.schemaVersion {
+            throw FprepError("the state database was written by a newer fprep (schema \(version)); upgrade fprep")
+        }
+        guard version < 1 else { return }
+        try database.transaction {
+            try database.execute("""
+                CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE blob_info(oid BLOB PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE materialized(path BLOB PRIMARY KEY, oid BLOB NOT NULL,
+                    materialized_at INTEGER NOT NULL, last_used_at INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE journal(id INTEGER PRIMARY KEY, operation TEXT NOT NULL,
+                    payload BLOB NOT NULL, started_at INTEGER NOT NULL);
+                PRAGMA user_version = 1;
+                """)
+        }
+    }
+
+    func transaction<R>(_ body: () throws -> R) throws -> R { try database.transaction(body) }
+
+    // MARK: meta
+
+    func meta(_ key: String) throws -> String? {
+        let statement = try database.prepare("SELECT value FROM meta WHERE key = ?1").bind(.text(key))
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    func setMeta(_ key: String, _ value: String) throws {
+        try database.prepare("INSERT INTO meta(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            .bind(.text(key), .text(value)).run()
+    }
+
+    // MARK: blob sizes and dates
+
+    /// Records sizes and dates of blobs; a blob already known keeps its first date.
+    func recordBlobInfo(_ entries: [(ObjectID, BlobInfo)]) throws {
+        let statement = try database.prepare("INSERT OR IGNORE INTO blob_info(oid, size, mtime) VALUES(?1, ?2, ?3)")
+        for (id, info) in entries {
+            try statement.bind(.blob(id.bytes), .int(info.size), .int(info.mtime)).run()
+        }
+    }
+
+    func blobInfo(_ id: ObjectID) throws -> BlobInfo? {
+        let statement = try database.prepare("SELECT size, mtime FROM blob_info WHERE oid = ?1").bind(.blob(id.bytes))
+        return try statement.step() ? BlobInfo(size: statement.int(0), mtime: statement.int(1)) : nil
+    }
+
+    /// A reusable lookup for many blobs in a row.
+    func blobInfoLookup() throws -> (ObjectID) throws -> BlobInfo? {
+        let statement = try database.prepare("SELECT size, mtime FROM blob_info WHERE oid = ?1")
+        return { id in
+            try statement.bind(.blob(id.bytes))
+            return try statement.step() ? BlobInfo(size: statement.int(0), mtime: statement.int(1)) : nil
+        }
+    }
+
+    // MARK: materialized set
+
+    func recordMaterialized(_ items: [(RepoPath, ObjectID)], at time: Int64) throws {
+        let statement = try database.prepare("""
+            INSERT INTO materialized(path, oid, materialized_at, last_used_at) VALUES(?1, ?2, ?3, ?3)
+            ON CONFLICT(path) DO UPDATE SET oid = excluded.oid, last_used_at = excluded.last_used_at
+            """)
+        for (path, id) in items {
+            try statement.bind(.blob(path.bytes), .blob(id.bytes), .int(time)).run()
+        }
+    }
+
+    func forgetMaterialized(_ paths: [RepoPath]) throws {
+        let statement = try database.prepare("DELETE FROM materialized WHERE path = ?1")
+        for path in paths { try statement.bind(.blob(path.bytes)).run() }
+    }
+
+    func materializedRecords() throws -> [MaterializedRecord] {
+        let statement = try database.prepare("SELECT path, oid, materialized_at, last_used_at FROM materialized ORDER BY path")
+        var result: [MaterializedRecord] = []
+        while try statement.step() {
+            guard let id = ObjectID(bytes: statement.blob(1)) else { continue }
+            result.append(MaterializedRecord(path: RepoPath(bytes: statement.blob(0)), blob: id,
+                                             materializedAt: statement.int(2), lastUsedAt: statement.int(3)))
+        }
+        return result
+    }
+
+    // MARK: journal
+
+    /// Notes that an operation starts; the record stays until `endOperation`.
+    func beginOperation(_ operation: String, payload: [UInt8]) throws -> Int64 {
+        try database.prepare("INSERT INTO journal(operation, payload, started_at) VALUES(?1, ?2, ?3)")
+            .bind(.text(operation), .blob(payload), .int(Int64(Date().timeIntervalSince1970))).run()
+        let statement = try database.prepare("SELECT last_insert_rowid()")
+        _ = try statement.step()
+        return statement.int(0)
+    }
+
+    func updateOperation(_ id: Int64, payload: [UInt8]) throws {
+        try database.prepare("UPDATE journal SET payload = ?2 WHERE id = ?1").bind(.int(id), .blob(payload)).run()
+    }
+
+    func touchMaterialized(_ paths: [RepoPath], at time: Int64) throws {
+        let statement = try database.prepare("UPDATE materialized SET last_used_at = ?2 WHERE path = ?1")
+        for path in paths { try statement.bind(.blob(path.bytes), .int(time)).run() }
+    }
+
+    func endOperation(_ id: Int64) throws {
+        try database.prepare("DELETE FROM journal WHERE id = ?1").bind(.int(id)).run()
+    }
+
+    func pendingOperations() throws -> [JournalRecord] {
+        let statement = try database.prepare("SELECT id, operation, payload FROM journal ORDER BY id")
+        var result: [JournalRecord] = []
+        while try statement.step() {
+            result.append(JournalRecord(id: statement.int(0), operation: statement.text(1), payload: statement.blob(2)))
+        }
+        return result
+    }
+
+    /// Folds the WAL back into the database file so `.fprep` does not keep
+    /// the space a large write took.
+    func checkpoint() {
+        try? database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+}
+
+/// The size and date of a blob, from the size manifest or the remote's
+/// object headers. `mtime` is when that content reached the remote.
+public struct BlobInfo: Sendable, Equatable {
+    public var size: Int64
+    public var mtime: Int64
+}

@@ -1,0 +1,67 @@
+import CLibGit2
+
+/// A git object id (SHA-1, 20 bytes); wraps `git_oid`.
+public struct ObjectID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    var raw: git_oid
+
+    init(_ raw: git_oid) { self.raw = raw }
+
+    /// Parses 40 hex digits; nil for anything else.
+    public init?(hex: String) {
+        guard hex.utf8.count == 40, hex.utf8.allSatisfy({ $0.isHexDigit }) else { return nil }
+        var oid = git_oid()
+        guard git_oid_fromstrn(&oid, hex, 40) == 0 else { return nil }
+        raw = oid
+    }
+
+    /// The 20 raw bytes.
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 20 else { return nil }
+        var oid = git_oid()
+        _ = bytes.withUnsafeBufferPointer { git_oid_fromraw(&oid, $0.baseAddress) }
+        raw = oid
+    }
+
+    /// The all-zero id git uses for "no object" in hook input.
+    public static let zero = ObjectID(git_oid())
+
+    public var isZero: Bool { bytes.allSatisfy { $0 == 0 } }
+
+    /// The id of the empty tree, which exists in every repository.
+    public static let emptyTree = ObjectID(hex: "4b825dc642cb6eb9a060e54bf8d69288fbee4904")!
+
+    public var bytes: [UInt8] {
+        withUnsafeBytes(of: raw.id) { Array($0) }
+    }
+
+    public var hex: String {
+        var buffer = [UInt8](repeating: 0, count: 40)
+        var copy = raw
+        buffer.withUnsafeMutableBufferPointer { out in
+            out.baseAddress!.withMemoryRebound(to: CChar.self, capacity: 40) { _ = git_oid_fmt($0, &copy) }
+        }
+        return String(decoding: buffer, as: UTF8.self)
+    }
+
+    public var description: String { hex }
+
+    public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
+        var l = lhs.raw, r = rhs.raw
+        return git_oid_cmp(&l, &r) == 0
+    }
+
+    public static func < (lhs: ObjectID, rhs: ObjectID) -> Bool {
+        var l = lhs.raw, r = rhs.raw
+        return git_oid_cmp(&l, &r) < 0
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        withUnsafeBytes(of: raw.id) { hasher.combine(bytes: $0) }
+    }
+}
+
+extension UInt8 {
+    var isHexDigit: Bool {
+        (0x30...0x39).contains(self) || (0x61...0x66).contains(self) || (0x41...0x46).contains(self)
+    }
+}

@@ -1,0 +1,237 @@
+import CLibGit2
+import Glibc
+
+/// The kind of a tree entry, from its file mode.
+public enum FileMode: Equatable, Sendable {
+    case tree, blob, executable, symlink, submodule
+    /// A mode git would not write; such an entry is refused.
+    case unknown(UInt32)
+
+    public init(raw: UInt32) {
+        switch raw {
+        case 0o040000: self = .tree
+        case 0o100644, 0o100664: self = .blob
+        case 0o100755: self = .executable
+        case 0o120000: self = .symlink
+        case 0o160000: self = .submodule
+        default: self = .unknown(raw)
+        }
+    }
+
+    /// The mode as git stores it.
+    public var raw: UInt32 {
+        switch self {
+        case .tree: 0o040000
+        case .blob: 0o100644
+        case .executable: 0o100755
+        case .symlink: 0o120000
+        case .submodule: 0o160000
+        case .unknown(let raw): raw
+        }
+    }
+
+    public var isFile: Bool { self == .blob || self == .executable }
+}
+
+/// One entry of a tree, copied out of libgit2 (whose `git_tree_entry` pointers
+/// live only as long as their tree). The name is bytes: git names need not
+/// be UTF-8, and two names equal as Swift `String`s may be different entries.
+public struct TreeEntry: Sendable {
+    public let name: [UInt8]
+    public let id: ObjectID
+    public let mode: FileMode
+}
+
+/// A tree object; owns a `git_tree` (freed with `git_tree_free`).
+public final class Tree {
+    let pointer: OpaquePointer
+    public let id: ObjectID
+
+    init(taking pointer: OpaquePointer, id: ObjectID) {
+        self.pointer = pointer
+        self.id = id
+    }
+
+    deinit { git_tree_free(pointer) }
+
+    public var count: Int { git_tree_entrycount(pointer) }
+
+    /// The entries in git's order; wraps `git_tree_entry_byindex`.
+    public var entries: [TreeEntry] {
+        let n = count
+        var result: [TreeEntry] = []
+        result.reserveCapacity(n)
+        for i in 0..<n {
+            // "the returned entry is owned by the tree": copy it out now.
+            guard let entry = git_tree_entry_byindex(pointer, i) else { continue }
+            result.append(Self.copy(entry))
+        }
+        return result
+    }
+
+    /// The entry named `name`, if any; wraps `git_tree_entry_byname`.
+    public func entry(named name: [UInt8]) -> TreeEntry? {
+        var cName = name.map { CChar(bitPattern: $0) }
+        cName.append(0)
+        guard let entry = git_tree_entry_byname(pointer, cName) else { return nil }
+        return Self.copy(entry)
+    }
+
+    static func copy(_ entry: OpaquePointer) -> TreeEntry {
+        let namePointer = git_tree_entry_name(entry)!
+        let length = strlen(namePointer)
+        let name = namePointer.withMemoryRebound(to: UInt8.self, capacity: length) {
+            Array(UnsafeBufferPointer(start: $0, count: length))
+        }
+        let id = ObjectID(git_tree_entry_id(entry)!.pointee)
+        let mode = FileMode(raw: git_tree_entry_filemode_raw(entry).rawValue)
+        return TreeEntry(name: name, id: id, mode: mode)
+    }
+}
+
+/// A blob object; owns a `git_blob` (freed with `git_blob_free`).
+public final class Blob {
+    let pointer: OpaquePointer
+
+    init(taking pointer: OpaquePointer) { self.pointer = pointer }
+    deinit { git_blob_free(pointer) }
+
+    public var size: Int { Int(git_blob_rawsize(pointer)) }
+
+    /// Calls `body` with the blob's bytes, which live only as long as the blob.
+    public func withContent<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeRawBufferPointer(start: git_blob_rawcontent(pointer), count: size))
+    }
+}
+
+/// A commit object; owns a `git_commit` (freed with `git_commit_free`).
+public final class Commit {
+    let pointer: OpaquePointer
+
+    init(taking pointer: OpaquePointer) { self.pointer = pointer }
+    deinit { git_commit_free(pointer) }
+
+    public var id: ObjectID { ObjectID(git_commit_id(pointer)!.pointee) }
+    public var treeID: ObjectID { ObjectID(git_commit_tree_id(pointer)!.pointee) }
+    /// Committer time, seconds since the epoch.
+    public var time: Int64 { Int64(git_commit_time(pointer)) }
+
+    /// The full message, as written.
+    public var message: String {
+        guard let raw = git_commit_message_raw(pointer) else { return "" }
+        return String(cString: raw)
+    }
+
+    /// Calls `body` with the raw message bytes, without copying them.
+    public func withMessageBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        guard let raw = git_commit_message_raw(pointer) else { return try body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+        return try body(UnsafeRawBufferPointer(start: raw, count: strlen(raw)))
+    }
+
+    public var parentIDs: [ObjectID] {
+        (0..<git_commit_parentcount(pointer)).compactMap { i in
+            git_commit_parent_id(pointer, i).map { ObjectID($0.pointee) }
+        }
+    }
+}
+
+/// Builds one tree level; owns a `git_treebuilder` (freed with `git_treebuilder_free`).
+public final class TreeBuilder {
+    let pointer: OpaquePointer
+
+    init(taking pointer: OpaquePointer) { self.pointer = pointer }
+    deinit { git_treebuilder_free(pointer) }
+
+    /// Adds or replaces an entry; wraps `git_treebuilder_insert`.
+    public func insert(name: [UInt8], id: ObjectID, mode: FileMode) throws {
+        var cName = name.map { CChar(bitPattern: $0) }
+        cName.append(0)
+        var raw = id.raw
+        try check(git_treebuilder_insert(nil, pointer, cName, &raw, git_filemode_t(mode.raw)),
+                  "git_treebuilder_insert")
+    }
+
+    /// Writes the tree; wraps `git_treebuilder_write`.
+    public func write() throws -> ObjectID {
+        var oid = git_oid()
+        try check(git_treebuilder_write(&oid, pointer), "git_treebuilder_write")
+        return ObjectID(oid)
+    }
+}
+
+/// A repository's object database; owns a `git_odb` (freed with `git_odb_free`).
+public final class ObjectDatabase {
+    let pointer: OpaquePointer
+
+    init(taking pointer: OpaquePointer) { self.pointer = pointer }
+    deinit { git_odb_free(pointer) }
+
+    /// Whether the object is here (a partial clone's missing blob is not);
+    /// wraps `git_odb_exists`.
+    public func contains(_ id: ObjectID) -> Bool {
+        var raw = id.raw
+        return git_odb_exists(pointer, &raw) == 1
+    }
+
+    /// The size of an object from its header, without reading its content;
+    /// nil when the object is not here. Wraps `git_odb_read_header`.
+    public func size(of id: ObjectID) throws -> Int? {
+        var raw = id.raw
+        var length = 0
+        var type = GIT_OBJECT_ANY
+        do {
+            try check(git_odb_read_header(&length, &type, pointer, &raw), "git_odb_read_header")
+        } catch GitError.notFound {
+            return nil
+        }
+        return length
+    }
+
+    /// Rescans the pack folder so objects a `git fetch` just wrote are seen;
+    /// wraps `git_odb_refresh`.
+    public func refresh() throws {
+        try check(git_odb_refresh(pointer), "git_odb_refresh")
+    }
+
+    /// The blob id of `bytes`; wraps `git_odb_hash`.
+    public static func blobID(of bytes: UnsafeRawBufferPointer) throws -> ObjectID {
+        LibGit2.ensure()
+        var oid = git_oid()
+        try check(git_odb_hash(&oid, bytes.baseAddress, bytes.count, GIT_OBJECT_BLOB), "git_odb_hash")
+        return ObjectID(oid)
+    }
+
+    /// The blob id of the file at `path`, read as it is (no filters); wraps `git_odb_hashfile`.
+    public static func blobID(ofFile path: String) throws -> ObjectID {
+        LibGit2.ensure()
+        var oid = git_oid()
+        try check(git_odb_hashfile(&oid, path, GIT_OBJECT_BLOB), "git_odb_hashfile")
+        return ObjectID(oid)
+    }
+}
+
+/// A repository configuration; owns a `git_config` (freed with `git_config_free`).
+public final class Config {
+    let pointer: OpaquePointer
+
+    init(taking pointer: OpaquePointer) { self.pointer = pointer }
+    deinit { git_config_free(pointer) }
+
+    /// The value of `name`, or nil when it is not set; wraps `git_config_get_string_buf`.
+    public func string(_ name: String) throws -> String? {
+        var buffer = git_buf()
+        defer { git_buf_dispose(&buffer) }
+        do {
+            try check(git_config_get_string_buf(&buffer, pointer, name), "git_config_get_string_buf")
+        } catch GitError.notFound {
+            return nil
+        }
+        guard let ptr = buffer.ptr else { return "" }
+        return String(cString: ptr)
+    }
+
+    /// Sets `name` in the repository's own config file; wraps `git_config_set_string`.
+    public func set(_ name: String, _ value: String) throws {
+        try check(git_config_set_string(pointer, name, value), "git_config_set_string")
+    }
+}

@@ -1,0 +1,54 @@
+import Foundation
+
+/// The network side of a partial clone, done with the `git` command.
+public enum Transport {
+    /// The refs of fprep's own that every fetch brings along (size manifest,
+    /// remote info), mapped under `refs/remotes/origin-fprep/`.
+    public static let fprepRefspec = "+refs/fprep/*:refs/remotes/origin-fprep/*"
+
+    /// Clones `url` without blobs and without a checkout: commits and trees
+    /// only. The git directory is `gitDirectory`; `scratchWorkTree` is an
+    /// empty folder git needs for the clone and that the caller removes.
+    public static func blobless(clone url: String, gitDirectory: String, scratchWorkTree: String,
+                                branch: String?, showProgress: Bool) throws {
+        var arguments = ["clone", "--filter=blob:none", "--no-checkout", "--no-tags",
+                         "--separate-git-dir=\(gitDirectory)",
+                         "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                         "-c", "remote.origin.fetch=\(fprepRefspec)"]
+        arguments.append(showProgress ? "--progress" : "--quiet")
+        if let branch { arguments += ["--branch", branch] }
+        arguments += ["--", transportURL(url), scratchWorkTree]
+        try GitCommand.run(arguments, showProgress: showProgress)
+    }
+
+    /// The URL handed to git: a plain local path becomes `file://`, because
+    /// git's local clone copies every object and ignores `--filter`.
+    public static func transportURL(_ url: String) -> String {
+        if url.contains("://") { return url }
+        if let colon = url.firstIndex(of: ":"), !url[..<colon].contains("/") { return url }  // host:path (ssh)
+        let absolute = url.hasPrefix("/") ? url : FileManager.default.currentDirectoryPath + "/" + url
+        return "file://" + URL(fileURLWithPath: absolute).standardizedFileURL.path
+    }
+
+    /// Fetches the named objects (blob ids) from `origin` in one request,
+    /// the way git's own promisor fetch does, but batched: one round trip
+    /// for all of them. Returns the pack files the fetch added, so a caller
+    /// that only needs the content once can drop them afterwards.
+    @discardableResult
+    public static func fetchObjects(_ ids: [ObjectID], gitDirectory: String) throws -> [String] {
+        guard !ids.isEmpty else { return [] }
+        let packDirectory = gitDirectory + "/objects/pack"
+        let before = Set((try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? [])
+        var input = Data()
+        input.reserveCapacity(ids.count * 41)
+        for id in ids { input.append(contentsOf: Array((id.hex + "\n").utf8)) }
+        try GitCommand.run(["--git-dir=\(gitDirectory)",
+                            "-c", "fetch.negotiationAlgorithm=noop", "-c", "gc.auto=0",
+                            "-c", "maintenance.auto=false",
+                            "fetch", "--quiet", "origin", "--no-tags", "--no-write-fetch-head",
+                            "--recurse-submodules=no", "--filter=blob:none", "--stdin"],
+                           input: input)
+        let after = (try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? []
+        return after.filter { !before.contains($0) }.sorted().map { packDirectory + "/" + $0 }
+    }
+}

@@ -1,0 +1,167 @@
+import ArgumentParser
+import Foundation
+import Glibc
+
+/// How the replica and the git floor reach the remote.
+enum Transport: String, ExpressibleByArgument, CaseIterable {
+    case daemon
+    case file
+}
+
+/// fprep-bench: fprep's clone / materialize / evict beside the git floors,
+/// measured in the same run on a generated remote.
+@main
+struct Bench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fprep-bench",
+        abstract: "Time fprep clone/materialize/evict against git floors on a generated remote.",
+        discussion: """
+        Generates (or reuses) a deterministic bare remote WORK/remote-N.git, made an \
+        fprep remote with `fprep init-remote` and its post-receive manifest step, \
+        serves it, then per run: `fprep clone`, `fprep materialize` of a seeded sample, \
+        `fprep evict` of it, and the floors: `git clone --filter=blob:none --no-checkout` \
+        plus N sparse files with one xattr (clone), one `git fetch` of the sample's \
+        blob ids plus `git checkout` (materialize), and fallocate PUNCH_HOLE of the \
+        sample (evict, for scale). Before each timed step the previous clones are \
+        removed, `sync` runs and, as root, caches are dropped. Clones are left in \
+        WORK (replica, gitclone, floor) for inspection and removed by the next run.
+        """)
+
+    @Option(help: "Number of files in the generated tree.")
+    var files: Int = 100_000
+
+    @Option(help: ArgumentHelp("Total blob bytes, e.g. 500M, 1.5G, 123456 (default: 500M per 100,000 files, proportional).",
+                               valueName: "size"))
+    var totalSize: String?
+
+    @Option(help: "Seed of the generated tree and of the sample: same arguments, same commit id.")
+    var seed: UInt64 = 1
+
+    @Option(help: ArgumentHelp("Working folder: remote cache, clones, logs.", valueName: "dir"))
+    var work: String = "/tmp/fprep-bench"
+
+    @Option(help: ArgumentHelp("fprep binary (default: the fprep next to this executable, else fprep on PATH).",
+                               valueName: "path"))
+    var fprep: String?
+
+    @Option(help: "How clones reach the remote: daemon (git daemon on 127.0.0.1, git:// URL) or file (file:// URL).")
+    var transport: Transport = .daemon
+
+    @Option(help: "Number of scattered files to materialize and evict.")
+    var sample: Int = 1000
+
+    @Option(help: "Clone/materialize/evict cycles (and floors) to run; the report shows medians.")
+    var runs: Int = 1
+
+    @Flag(help: "Print one JSON object instead of the table.")
+    var json = false
+
+    @Flag(help: "Run only generation and the git/filesystem floors (no fprep commands; the remote is a plain bare repo configured like an fprep remote).")
+    var skipFprep = false
+
+    @Flag(help: "Regenerate the remote even when the cached one matches.")
+    var regenerate = false
+
+    @Flag(help: "Print each step on stderr as it starts.")
+    var verbose = false
+
+    func validate() throws {
+        guard files > 0 else { throw ValidationError("--files must be positive") }
+        guard sample > 0 else { throw ValidationError("--sample must be positive") }
+        guard runs > 0 else { throw ValidationError("--runs must be positive") }
+        if let totalSize, parseSize(totalSize) == nil {
+            throw ValidationError("--total-size \(totalSize): expected a byte count with an optional K, M or G suffix")
+        }
+        guard work.hasPrefix("/") else { throw ValidationError("--work must be an absolute path") }
+    }
+
+    func run() throws {
+        do {
+            try bench()
+        } catch let error as BenchError {
+            // One line naming what failed; `defer`s have already stopped the daemon.
+            FileHandle.standardError.write(Data("fprep-bench: \(error)\n".utf8))
+            throw ExitCode.failure
+        }
+    }
+
+    private func bench() throws {
+        // A child that dies mid-stream must surface as EPIPE, not kill us.
+        signal(SIGPIPE, SIG_IGN)
+        let libc = try LibC.load()
+        let subprocess = Subprocess(libc: libc)
+        let note: (String) -> Void = { FileHandle.standardError.write(Data("fprep-bench: \($0)\n".utf8)) }
+        let step: (String) -> Void = { [verbose] text in if verbose { note(text) } }
+        let work = (self.work as NSString).standardizingPath
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let fprepPath = skipFprep ? nil : try resolveFprep()
+
+        let generator = Generator(work: work, files: files, totalSize: requestedTotalSize(), seed: seed,
+                                  fprep: fprepPath, subprocess: subprocess)
+        let (facts, reused) = try generator.ensureRemote(regenerate: regenerate, log: note)
+        if reused { note("reusing cached remote \(generator.remotePath) (commit \(facts.commit))") }
+        else { note("generated \(generator.remotePath) in \(secs(facts.generateSeconds)) (commit \(facts.commit))") }
+
+        let tree = try listTree(remote: generator.remotePath, subprocess: subprocess)
+        let chosen = try sampleFiles(tree, count: sample, seed: seed)
+        let listPath = "\(work)/sample-paths.txt"
+        try Data(chosen.map { $0.path + "\n" }.joined().utf8).write(to: URL(fileURLWithPath: listPath))
+        let blobs = Array(chosen.map { $0.oid + "\n" }.joined().utf8)
+
+        let daemon = transport == .daemon ? try GitDaemon(work: work, subprocess: subprocess) : nil
+        defer { daemon?.stop() }
+        let remoteName = "remote-\(files).git"
+        let url = daemon?.url(for: remoteName) ?? "file://\(generator.remotePath)"
+
+        let dropCaches = geteuid() == 0
+        if !dropCaches { note("not root: caches cannot be dropped, times are warm-cache times") }
+        let cycle = Cycle(work: work, url: url, fprep: fprepPath, tree: tree, sample: chosen,
+                          sampleListPath: listPath, sampleBlobs: blobs, subprocess: subprocess,
+                          floors: FilesystemFloors(libc: libc), dropCaches: dropCaches)
+        var results: [CycleResult] = []
+        for i in 0..<runs {
+            if runs > 1 { note("run \(i + 1)/\(runs)") }
+            results.append(try cycle.run(log: step))
+        }
+
+        let report = Report(generation: facts, remoteReused: reused, remote: generator.remotePath,
+                            transport: transport.rawValue, url: url, fprep: fprepPath, sampleFiles: chosen.count,
+                            cachesDropped: dropCaches, results: results)
+        print(json ? try report.json() : report.table())
+    }
+
+    /// --total-size in bytes; by default 500 MiB per 100,000 files.
+    private func requestedTotalSize() -> Int {
+        if let totalSize, let bytes = parseSize(totalSize) { return bytes }
+        return Int((Double(500 << 20) * Double(files) / 100_000).rounded())
+    }
+
+    /// The fprep to benchmark: --fprep, else the one built beside us, else PATH.
+    private func resolveFprep() throws -> String {
+        if let fprep {
+            guard access(fprep, X_OK) == 0 else { throw BenchError.message("--fprep \(fprep) is not an executable file") }
+            return fprep.hasPrefix("/") ? fprep : FileManager.default.currentDirectoryPath + "/" + fprep
+        }
+        if let own = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            let sibling = (own as NSString).deletingLastPathComponent + "/fprep"
+            if access(sibling, X_OK) == 0 { return sibling }
+        }
+        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = "\(dir)/fprep"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        throw BenchError.message("no fprep binary: not beside this executable, not on PATH; pass --fprep PATH or --skip-fprep")
+    }
+}
+
+/// "500M" → 524288000; K/M/G are binary multiples, decimals allowed ("1.5G").
+func parseSize(_ text: String) -> Int? {
+    var s = text.trimmingCharacters(in: .whitespaces).uppercased()
+    var multiplier = 1.0
+    for (suffix, m) in [("K", 1024.0), ("M", 1024.0 * 1024), ("G", 1024.0 * 1024 * 1024)] where s.hasSuffix(suffix) {
+        multiplier = m
+        s.removeLast()
+    }
+    guard let value = Double(s), value >= 0, value.isFinite else { return nil }
+    return Int(value * multiplier)
+}

@@ -1,0 +1,109 @@
+import Foundation
+import Glibc
+
+/// Times of one clone → materialize → evict cycle, fprep and floors side by side.
+struct CycleResult: Codable {
+    var fprepClone: Double?
+    var fprepMaterialize: Double?
+    var fprepEvict: Double?
+    /// Floor A: `git clone --filter=blob:none --no-checkout`.
+    var gitClone: Double
+    /// Floor B: N sparse files with one xattr each.
+    var createPlaceholders: Double
+    var gitFetchBlobs: Double
+    var gitCheckout: Double
+    /// For scale only: fallocate(PUNCH_HOLE) of the sample in the git checkout.
+    var punchHoles: Double
+    var bytesAfterClone: Int64?
+    var bytesAfterMaterialize: Int64?
+    var bytesAfterEvict: Int64?
+
+    var cloneFloor: Double { gitClone + createPlaceholders }
+    var materializeFloor: Double { gitFetchBlobs + gitCheckout }
+}
+
+/// Runs the measured steps. Every timed step starts from the same state: the
+/// previous clones removed, dirty data written back and (as root) the page,
+/// dentry and inode caches dropped, so no step inherits another's warm cache.
+struct Cycle {
+    let work: String
+    let url: String
+    /// nil with `--skip-fprep`.
+    let fprep: String?
+    let tree: [TreeEntry]
+    let sample: [TreeEntry]
+    let sampleListPath: String
+    let sampleBlobs: [UInt8]
+    let subprocess: Subprocess
+    let floors: FilesystemFloors
+    let dropCaches: Bool
+
+    var replica: String { "\(work)/replica" }
+    var gitClone: String { "\(work)/gitclone" }
+    var floorRoot: String { "\(work)/floor" }
+
+    func run(log: (String) -> Void) throws -> CycleResult {
+        // Removal first, then the cache drop: creating many files right after
+        // deleting many is 10–15× slower on this disk until caches are dropped.
+        for dir in [replica, gitClone, floorRoot] {
+            try subprocess.run(Command(["rm", "-rf", dir]))
+        }
+
+        var fprepClone: Double?, fprepMaterialize: Double?, fprepEvict: Double?
+        var afterClone: Int64?, afterMaterialize: Int64?, afterEvict: Int64?
+        if let fprep {
+            log("fprep clone")
+            fprepClone = try timed(Command([fprep, "clone", url, replica]))
+            afterClone = try diskUsage(replica)
+            log("fprep materialize")
+            fprepMaterialize = try timed(Command([fprep, "-C", replica, "materialize", "--paths-from", sampleListPath]))
+            afterMaterialize = try diskUsage(replica)
+            log("fprep evict")
+            fprepEvict = try timed(Command([fprep, "-C", replica, "evict", "--paths-from", sampleListPath]))
+            afterEvict = try diskUsage(replica)
+        }
+
+        log("git clone --filter=blob:none --no-checkout")
+        let clone = try timed(Command(["git", "-c", "gc.auto=0", "clone", "-q", "--filter=blob:none",
+                                       "--no-checkout", url, gitClone]))
+        log("create \(tree.count) placeholders")
+        quiesce()
+        let create = try floors.createPlaceholders(root: floorRoot, entries: tree)
+
+        log("git fetch of \(sample.count) blobs + checkout")
+        // One request for every wanted blob, then a checkout that must not lazily
+        // fetch anything more (GIT_NO_LAZY_FETCH, honoured by git ≥ 2.44).
+        let fetch = try timed(Command(["git", "-C", gitClone, "-c", "gc.auto=0", "-c", "fetch.negotiationAlgorithm=noop",
+                                       "fetch", "-q", "origin", "--no-tags", "--no-write-fetch-head",
+                                       "--recurse-submodules=no", "--filter=blob:none", "--stdin"],
+                                      input: .bytes(sampleBlobs)))
+        let checkout = try subprocess.run(Command(["git", "-C", gitClone, "-c", "gc.auto=0", "checkout", "HEAD",
+                                                   "--pathspec-from-file=\(sampleListPath)"],
+                                                  environment: ["GIT_NO_LAZY_FETCH": "1"])).seconds
+
+        log("punch \(sample.count) files back to holes")
+        quiesce()
+        let punch = try floors.punchHoles(root: gitClone, entries: sample)
+
+        return CycleResult(fprepClone: fprepClone, fprepMaterialize: fprepMaterialize, fprepEvict: fprepEvict,
+                           gitClone: clone, createPlaceholders: create, gitFetchBlobs: fetch, gitCheckout: checkout,
+                           punchHoles: punch, bytesAfterClone: afterClone, bytesAfterMaterialize: afterMaterialize,
+                           bytesAfterEvict: afterEvict)
+    }
+
+    /// Seconds a command takes from a quiet, cold start.
+    private func timed(_ command: Command) throws -> Double {
+        quiesce()
+        return try subprocess.run(command).seconds
+    }
+
+    /// sync, then (as root) drop the page, dentry and inode caches.
+    private func quiesce() {
+        sync()
+        guard dropCaches else { return }
+        let fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = write(fd, "3", 1)
+        close(fd)
+    }
+}

@@ -1,0 +1,3 @@
+import FprepCLI
+
+Fprep.runMain()
