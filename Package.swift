@@ -44,7 +44,7 @@ let package = Package(
         ),
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
-        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit"]),
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"]),
     ],
     swiftLanguageModes: [.v6]
 )

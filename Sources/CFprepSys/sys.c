@@ -116,7 +116,7 @@ int fprep_create_placeholder(int dirfd, const char *name, mode_t mode, off_t siz
     int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) return -1;
     if ((size > 0 && ftruncate(fd, size) != 0) || mark_placeholder(fd, blob_id, blob_len) != 0 ||
-        fprep_set_mtime(fd, mtime_sec, mtime_nsec) != 0 || fstat(fd, out) != 0) {
+        fprep_set_mtime(fd, mtime_sec, mtime_nsec) != 0 || (out && fstat(fd, out) != 0)) {
         int saved = errno;
         close(fd);
         unlinkat(dirfd, name, 0);

@@ -30,7 +30,7 @@ struct PostReceiveHook: ParsableCommand {
             let line = "\(ISO8601DateFormatter().string(from: Date())) post-receive: \(error)\n"
             FileHandle.standardError.write(Data("fprep hook: \(error)\n".utf8))
             if let log = FileHandle(forWritingAtPath: directory + "/fprep-hook.log") ?? {
-                FileManager.default.createFile(atPath: directory + "/fprep-hook.log", contents: nil)
+                _ = FileManager.default.createFile(atPath: directory + "/fprep-hook.log", contents: nil)
                 return FileHandle(forWritingAtPath: directory + "/fprep-hook.log")
             }() {
                 log.seekToEndOfFile()

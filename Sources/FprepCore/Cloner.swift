@@ -25,6 +25,7 @@ public enum Cloner {
 
     public static func clone(url given: String, into directory: String?, branch: String?,
                              progress: any ProgressReporter, showGitProgress: Bool) throws -> Result {
+        Trace.start()
         guard !given.isEmpty else { throw FprepError(.usage, "the remote URL is empty") }
         // A relative path would mean nothing from another folder: keep it absolute.
         let url = given.contains("://") ? given : (localPath(of: given) ?? given)
@@ -98,6 +99,7 @@ public enum Cloner {
         try store.setMeta("phase", "fetching")
         try store.setMeta("remote_url", url)
 
+        Trace.mark("prepare")
         // 1. Commits and trees, no blobs, no checkout.
         let scratch = stateFolder + "/clone-scratch"
         do {
@@ -107,9 +109,11 @@ public enum Cloner {
             throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
                              detail: error.standardError)
         }
+        Trace.mark("git clone")
         try? FileManager.default.removeItem(atPath: scratch)
         let repository = try Repository(openingAt: root)
         try configureReplicaRepository(repository, gitDirectory: root + "/.git")
+        Trace.mark("configure")
 
         // 2. Which branch and commit; what the remote says of itself.
         var branch = requestedBranch
@@ -125,33 +129,47 @@ public enum Cloner {
         //    headers when the remote is a local folder.
         var sizes: [ObjectID: BlobInfo] = [:]
         var manifest: [(ObjectID, BlobInfo)] = []
-        if let tip = try repository.referenceTarget(SizeManifest.trackingReference) {
-            manifest = try SizeManifest.entries(repository, from: tip, stoppingAt: nil)
+        let manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
+        if let manifestTip {
+            manifest = try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil)
             sizes.reserveCapacity(manifest.count)
             for (id, info) in manifest where sizes[id] == nil { sizes[id] = info }
-            try store.setMeta("manifest_tip", tip.hex)
+        }
+        Trace.mark("read manifest")
+        var plan = LayoutPlan()
+        if let anchor {
+            let commit = try repository.commit(anchor)
+            plan = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { sizes[$0] }
+            let extra = try sizesFromLocalRemote(url: url, missingFrom: plan, time: commit.time)
+            if !extra.isEmpty {
+                let known = Dictionary(extra, uniquingKeysWith: { first, _ in first })
+                for i in plan.entries.indices where plan.entries[i].size < 0 {
+                    if let info = known[plan.entries[i].id] { plan.entries[i].size = info.size }
+                }
+                manifest += extra
+            }
+            Trace.mark("scan tree")
         }
         try store.transaction {
-            try store.recordBlobInfo(manifest)
             try store.setMeta("branch", followed)
             try store.setMeta("domain", domain)
             try store.setMeta("anchor", anchor?.hex ?? "")
             try store.setMeta("cloned_at", String(Int64(Date().timeIntervalSince1970)))
             try store.setMeta("phase", "layout")
         }
-        if let anchor {
-            let commitTime = try repository.commit(anchor).time
-            let plan = try LayoutPlan.scan(repository, tree: repository.commit(anchor).treeID,
-                                           defaultTime: commitTime) { sizes[$0] }
-            let extra = try sizesFromLocalRemote(url: url, missingFrom: plan, time: commitTime)
-            if !extra.isEmpty {
-                for (id, info) in extra { sizes[id] = info }
-                try store.transaction { try store.recordBlobInfo(extra) }
+        // The sizes go into the store while the placeholders are made: the
+        // two do not depend on each other, and the layout is kernel-bound.
+        let recorder = BackgroundWork {
+            try store.transaction {
+                try store.recordBlobInfo(manifest)
+                if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
             }
         }
+
         // 4. Lay out the tree (the same step that recovery repeats).
-        let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress))
-        let plan = try replica.currentPlan()
+        let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress),
+                                       layoutPlan: plan, beforeReady: { try recorder.wait() })
+        _ = replica
         progress.finish()
         return Result(root: root, url: url, domain: domain, branch: followed, anchor: anchor?.hex,
                       files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
@@ -202,46 +220,92 @@ public enum Cloner {
     /// Lays out the anchor's tree into `replica`: clone's last step and what
     /// recovery repeats after a clone was killed mid-layout. It starts from
     /// an empty tree (nothing of the user's can be there yet: the clone never
-    /// finished) so it is safe to run any number of times.
-    static func finishLayout(_ replica: Replica) throws {
+    /// finished) so it is safe to run any number of times. `plan` is the
+    /// clone's own scan; recovery scans again with sizes from the store.
+    static func finishLayout(_ replica: Replica, plan given: LayoutPlan?, beforeReady: () throws -> Void) throws {
         for name in try replica.rootFolder.entryNames() where name != Array(".git".utf8) && name != Array(Replica.stateFolderName.utf8) {
             try? FileManager.default.removeItem(atPath: replica.root + "/" + String(decoding: name, as: UTF8.self))
         }
         let index = try replica.repository.index()
         try index.clear()
         if let anchor = replica.anchor {
-            let plan = try replica.currentPlan()
-            var targets: [ObjectID: [UInt8]] = [:]
-            let symlinkIDs = Array(Set(plan.entries.filter { $0.kind == .symlink }.map(\.id)))
+            let plan = try given ?? replica.currentPlan()
+            // Symlink targets are the only blobs a clone holds: fetch them in
+            // one request while the placeholders are made.
             let odb = try replica.repository.objectDatabase()
+            let symlinkIDs = Array(Set(plan.entries.filter { $0.kind == .symlink }.map(\.id)))
             let missing = symlinkIDs.filter { !odb.contains($0) }
-            if !missing.isEmpty {
+            let gitDirectory = replica.gitDirectory
+            let fetch = BackgroundWork { try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
+            // The index entries of placeholders and submodules depend on the
+            // plan only: build them while the files are made.
+            let entries = plan.entries
+            let indexing = BackgroundWork {
+                for entry in entries where entry.kind != .symlink {
+                    try index.add(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode,
+                                             stat: PlaceholderLayout.recordedStat(of: entry), skipWorktree: true))
+                }
+            }
+            let stats = try PlaceholderLayout(root: replica.rootFolder, progress: replica.progress).layOut(plan) {
                 do {
-                    try Transport.fetchObjects(missing, gitDirectory: replica.gitDirectory)
+                    try fetch.wait()
                 } catch let error as GitCommandError {
                     throw FprepError.remoteUnreachable(replica.remoteURL, error)
                 }
                 try odb.refresh()
+                var targets: [ObjectID: [UInt8]] = [:]
+                for id in symlinkIDs { targets[id] = try replica.repository.blob(id).withContent { Array($0) } }
+                return targets
             }
-            for id in symlinkIDs {
-                targets[id] = try replica.repository.blob(id).withContent { Array($0) }
-            }
-            let stats = try PlaceholderLayout(root: replica.rootFolder, progress: replica.progress)
-                .layOut(plan, symlinkTargets: targets)
-            for (entry, stat) in zip(plan.entries, stats) {
+            Trace.mark("placeholders")
+            try indexing.wait()
+            for (entry, stat) in zip(plan.entries, stats) where entry.kind == .symlink {
                 try index.add(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode, stat: stat,
-                                         skipWorktree: entry.kind != .symlink))
+                                         skipWorktree: false))
             }
             try index.write()
+            Trace.mark("index")
             try replica.repository.setReference("refs/heads/" + replica.branch, to: anchor, message: "fprep: clone")
             try replica.store.setMeta("logical_size", String(plan.logicalSize))
         } else {
             try index.write()
         }
         try replica.repository.setSymbolicReference("HEAD", to: "refs/heads/" + replica.branch)
+        try beforeReady()
         try replica.store.setMeta("phase", "ready")
         replica.store.checkpoint()
+        Trace.mark("finish")
     }
+}
+
+/// Work on another thread whose result (or error) a caller waits for.
+final class BackgroundWork: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var error: Error?
+    private var waited = false
+
+    init(_ work: @escaping () throws -> Void) {
+        let unchecked = UncheckedClosure(work)
+        Thread.detachNewThread { [self] in
+            do { try unchecked.body() } catch { self.error = error }
+            done.signal()
+        }
+    }
+
+    /// Blocks until the work is over; rethrows its error.
+    func wait() throws {
+        if !waited {
+            done.wait()
+            waited = true
+        }
+        if let error { throw error }
+    }
+}
+
+/// A closure handed to one other thread and used only there.
+private struct UncheckedClosure: @unchecked Sendable {
+    let body: () throws -> Void
+    init(_ body: @escaping () throws -> Void) { self.body = body }
 }
 
 extension Replica {

@@ -17,8 +17,8 @@ struct LayoutPlan {
         let kind: Kind
         let id: ObjectID
         /// -1 when no size is known (a remote without fprep's manifest).
-        let size: Int64
-        let mtime: Int64
+        var size: Int64
+        var mtime: Int64
 
         var gitMode: UInt32 {
             switch kind {

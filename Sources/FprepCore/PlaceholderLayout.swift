@@ -11,14 +11,16 @@ struct PlaceholderLayout {
     let root: FolderHandle
     let progress: any ProgressReporter
 
-    /// Lays out `plan`; returns, per plan entry, the stat data of what was
-    /// written, for the index.
-    func layOut(_ plan: LayoutPlan, symlinkTargets: [ObjectID: [UInt8]]) throws -> [StatData] {
+    /// Lays out `plan`; returns, per plan entry, the stat data the index
+    /// keeps for it. Files and folders first; symlinks last, once
+    /// `symlinkTargets` (which may still be fetching them) gives their targets.
+    func layOut(_ plan: LayoutPlan, symlinkTargets: () throws -> [ObjectID: [UInt8]]) throws -> [StatData] {
         try makeFolders(plan.folders)
         let results = StatResults(count: plan.entries.count)
-        let counter = ProgressCounter(total: plan.entries.count, progress: progress)
+        let fileCount = plan.fileCount
+        let counter = ProgressCounter(total: fileCount, progress: progress)
         let failures = FirstFailure()
-        let workers = plan.entries.count > 2000 ? 2 : 1
+        let workers = fileCount > 2000 ? 2 : 1
         let entries = plan.entries
         let folders = plan.folders
         let root = self.root
@@ -28,13 +30,15 @@ struct PlaceholderLayout {
             let end = min(entries.count, start + chunk)
             guard start < end else { return }
             do {
-                try Self.layOut(entries, range: start..<end, folders: folders, root: root,
-                                symlinkTargets: symlinkTargets, results: results, counter: counter)
+                try Self.layOutFiles(entries, range: start..<end, folders: folders, root: root,
+                                     results: results, counter: counter)
             } catch {
                 failures.record(error)
             }
         }
         if let error = failures.first { throw error }
+        try layOutSymlinks(plan, targets: plan.entries.contains { $0.kind == .symlink } ? symlinkTargets() : [:],
+                           results: results)
         return results.values
     }
 
@@ -50,43 +54,28 @@ struct PlaceholderLayout {
         }
     }
 
-    private static func layOut(_ entries: [LayoutPlan.Entry], range: Range<Int>, folders: [RepoPath],
-                               root: FolderHandle, symlinkTargets: [ObjectID: [UInt8]],
-                               results: StatResults, counter: ProgressCounter) throws {
+    /// The placeholders of `range`. No fstat per file: the index keeps a
+    /// placeholder's size and date only, and a placeholder is unchanged
+    /// while it has no data blocks and that size (see `StateClassifier`).
+    private static func layOutFiles(_ entries: [LayoutPlan.Entry], range: Range<Int>, folders: [RepoPath],
+                                    root: FolderHandle, results: StatResults, counter: ProgressCounter) throws {
         var currentFolder: Int32 = -2
         var handle: FolderHandle = root
         var sinceReport = 0
         for i in range {
             let entry = entries[i]
+            guard case .file(let executable) = entry.kind else { continue }
             if entry.folder != currentFolder {
                 handle = entry.folder < 0 ? root : try root.folder(folders[Int(entry.folder)])
                 currentFolder = entry.folder
             }
-            let name = cPath(entry.name)
-            var written = stat()
-            switch entry.kind {
-            case .file(let executable):
-                let mode: mode_t = executable ? 0o777 : 0o666
-                let id = entry.id.bytes
-                if fprep_create_placeholder(handle.fd, name, mode, off_t(max(entry.size, 0)), id, id.count,
-                                            entry.mtime, 0, &written) != 0 {
-                    throw SystemError("create placeholder", entry.path.description)
-                }
-            case .symlink:
-                guard let target = symlinkTargets[entry.id] else {
-                    throw FprepError("the target of symlink '\(entry.path)' was not fetched; run the command again")
-                }
-                if symlinkat(cPath(target), handle.fd, name) != 0 || fstatat(handle.fd, name, &written, AT_SYMLINK_NOFOLLOW) != 0 {
-                    throw SystemError("symlink", entry.path.description)
-                }
-            case .submodule:
-                if fstatat(handle.fd, name, &written, AT_SYMLINK_NOFOLLOW) != 0 {
-                    throw SystemError("stat", entry.path.description)
-                }
+            let size = max(entry.size, 0)
+            let created = entry.id.bytes.withUnsafeBufferPointer { id in
+                fprep_create_placeholder(handle.fd, cPath(entry.name), executable ? 0o777 : 0o666, off_t(size),
+                                         id.baseAddress, id.count, entry.mtime, 0, nil)
             }
-            var flat = fprep_stat()
-            fprep_stat_flatten(&written, &flat)
-            results.set(i, StatData(FileStat(flat)))
+            guard created == 0 else { throw SystemError("create placeholder", entry.path.description) }
+            results.set(i, recordedStat(of: entry))
             sinceReport += 1
             if sinceReport == 512 {
                 counter.add(sinceReport)
@@ -95,9 +84,31 @@ struct PlaceholderLayout {
         }
         counter.add(sinceReport)
     }
+
+    /// What the index keeps of a placeholder: its size and date.
+    static func recordedStat(of entry: LayoutPlan.Entry) -> StatData {
+        var recorded = StatData()
+        if case .file = entry.kind {
+            recorded.fileSize = UInt32(truncatingIfNeeded: max(entry.size, 0))
+            recorded.mtimeSeconds = Int32(truncatingIfNeeded: entry.mtime)
+        }
+        return recorded
+    }
+
+    private func layOutSymlinks(_ plan: LayoutPlan, targets: [ObjectID: [UInt8]], results: StatResults) throws {
+        for (i, entry) in plan.entries.enumerated() where entry.kind == .symlink {
+            guard let target = targets[entry.id] else {
+                throw FprepError("the target of symlink '\(entry.path)' was not fetched; run the command again")
+            }
+            let folder = try root.folder(entry.path.parent)
+            guard symlinkat(cPath(target), folder.fd, cPath(entry.name)) == 0, let stat = folder.stat(name: entry.name) else {
+                throw SystemError("symlink", entry.path.description)
+            }
+            results.set(i, StatData(stat))
+        }
+    }
 }
 
-/// Per-entry results that worker threads fill at disjoint indices.
 /// A fixed buffer, not an Array: writes at disjoint indices from several
 /// threads are safe only without copy-on-write.
 final class StatResults: @unchecked Sendable {

@@ -41,8 +41,8 @@ public enum Remote {
                 throw FprepError(.usage, "'\(rawPath)' is already the fprep remote of domain '\(domain)', not '\(requestedDomain)'")
             }
             let hooks = try installHooks(gitDirectory: path, fprepBinary: fprepBinary)
-            let existingBranch = (try? repository.config().string("fprep.branch")) ?? branch
-            return Setup(path: path, domain: domain, branch: existingBranch ?? branch, created: false, hooks: hooks)
+            let existingBranch = ((try? repository.config().string("fprep.branch")) ?? nil) ?? branch
+            return Setup(path: path, domain: domain, branch: existingBranch, created: false, hooks: hooks)
         }
         let domain = requestedDomain ?? RemoteInfo.defaultDomain(forFolder: path)
         do {

@@ -58,12 +58,17 @@ public final class Replica {
     /// Opens the replica that holds `path`, takes its lock, and finishes or
     /// undoes whatever an interrupted command left in its journal.
     public static func open(containing path: String, access: Access) throws -> Replica {
+        try open(containing: path, access: access, layoutPlan: nil, beforeReady: {})
+    }
+
+    static func open(containing path: String, access: Access, layoutPlan: LayoutPlan?,
+                     beforeReady: () throws -> Void) throws -> Replica {
         guard let root = findRoot(from: path) else { throw FprepError.notAReplica(path) }
         var replica = try Replica(root: root, access: access, exclusive: access.exclusive)
         if try !access.exclusive && replica.needsRecovery() {
             replica = try Replica(root: root, access: access, exclusive: true)
         }
-        try replica.recover()
+        try replica.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
         return replica
     }
 
@@ -96,9 +101,9 @@ public final class Replica {
     }
 
     /// Finishes an interrupted layout and settles journaled operations.
-    func recover() throws {
+    func recover(layoutPlan: LayoutPlan? = nil, beforeReady: () throws -> Void = {}) throws {
         if try store.meta("phase") == "layout" {
-            try Cloner.finishLayout(self)
+            try Cloner.finishLayout(self, plan: layoutPlan, beforeReady: beforeReady)
         }
         for record in try store.pendingOperations() {
             try ContentOperations(self).settle(record)

@@ -81,8 +81,7 @@ public enum SizeManifest {
     }
 
     private static func parseLine(_ line: UnsafeRawBufferPointer) -> (ObjectID, BlobInfo)? {
-        let hex = String(decoding: line[0..<40], as: UTF8.self)
-        guard let id = ObjectID(hex: hex) else { return nil }
+        guard let id = ObjectID(hexBytes: UnsafeRawBufferPointer(rebasing: line[0..<40])) else { return nil }
         var numbers: [Int64] = []
         var current: Int64 = 0
         var inNumber = false

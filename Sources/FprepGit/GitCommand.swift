@@ -6,15 +6,16 @@ public struct GitCommandError: Error, CustomStringConvertible, Sendable {
     public let status: Int32
     public let standardError: String
 
-    /// The line that says why: git's last `fatal:` or `error:` line, without
-    /// the prefix, or the last line it printed.
+    /// The line that says why: git's first `fatal:` or `error:` line (with
+    /// the next line when it ends in ':', as "unable to connect to …:" does),
+    /// without the prefix; else the last line it printed.
     public var reason: String {
         let lines = standardError.split(whereSeparator: \.isNewline).map(String.init)
-        let marked = lines.last { $0.hasPrefix("fatal: ") || $0.hasPrefix("error: ") }
-        let line = marked ?? lines.last ?? "exit status \(status)"
-        for prefix in ["fatal: ", "error: "] where line.hasPrefix(prefix) {
-            return String(line.dropFirst(prefix.count))
+        guard let first = lines.firstIndex(where: { $0.hasPrefix("fatal: ") || $0.hasPrefix("error: ") }) else {
+            return lines.last ?? "exit status \(status)"
         }
+        var line = String(lines[first].drop { $0 != " " }.dropFirst())
+        if line.hasSuffix(":"), first + 1 < lines.count { line += " " + lines[first + 1] }
         return line
     }
 

@@ -23,8 +23,9 @@ struct Bench: ParsableCommand {
         plus N sparse files with one xattr (clone), one `git fetch` of the sample's \
         blob ids plus `git checkout` (materialize), and fallocate PUNCH_HOLE of the \
         sample (evict, for scale). Before each timed step the previous clones are \
-        removed, `sync` runs and, as root, caches are dropped. Clones are left in \
-        WORK (replica, gitclone, floor) for inspection and removed by the next run.
+        removed, `sync` runs and, as root, caches are dropped. The floors run first, \
+        then fprep, each phase in a WORK emptied of clones; the replica (or, with \
+        --skip-fprep, the git clone) is left in WORK for inspection until the next run.
         """)
 
     @Option(help: "Number of files in the generated tree.")

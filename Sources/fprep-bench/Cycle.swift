@@ -42,26 +42,14 @@ struct Cycle {
     var gitClone: String { "\(work)/gitclone" }
     var floorRoot: String { "\(work)/floor" }
 
+    /// Floors first, then fprep, each phase starting with WORK emptied of
+    /// clones. On this disk a tree created while another large tree sits beside
+    /// it was measurably slower with cold caches (10^4 placeholders: ~2 s instead
+    /// of ~0.2 s, with several times more disk reads — ext4 placement near the
+    /// parent folder is the likely cause), so each side gets the same starting
+    /// state. fprep goes last so its replica stays in WORK for inspection.
     func run(log: (String) -> Void) throws -> CycleResult {
-        // Removal first, then the cache drop: creating many files right after
-        // deleting many is 10–15× slower on this disk until caches are dropped.
-        for dir in [replica, gitClone, floorRoot] {
-            try subprocess.run(Command(["rm", "-rf", dir]))
-        }
-
-        var fprepClone: Double?, fprepMaterialize: Double?, fprepEvict: Double?
-        var afterClone: Int64?, afterMaterialize: Int64?, afterEvict: Int64?
-        if let fprep {
-            log("fprep clone")
-            fprepClone = try timed(Command([fprep, "clone", url, replica]))
-            afterClone = try diskUsage(replica)
-            log("fprep materialize")
-            fprepMaterialize = try timed(Command([fprep, "-C", replica, "materialize", "--paths-from", sampleListPath]))
-            afterMaterialize = try diskUsage(replica)
-            log("fprep evict")
-            fprepEvict = try timed(Command([fprep, "-C", replica, "evict", "--paths-from", sampleListPath]))
-            afterEvict = try diskUsage(replica)
-        }
+        try remove([replica, gitClone, floorRoot])
 
         log("git clone --filter=blob:none --no-checkout")
         let clone = try timed(Command(["git", "-c", "gc.auto=0", "clone", "-q", "--filter=blob:none",
@@ -69,6 +57,7 @@ struct Cycle {
         log("create \(tree.count) placeholders")
         quiesce()
         let create = try floors.createPlaceholders(root: floorRoot, entries: tree)
+        try remove([floorRoot])
 
         log("git fetch of \(sample.count) blobs + checkout")
         // One request for every wanted blob, then a checkout that must not lazily
@@ -80,15 +69,38 @@ struct Cycle {
         let checkout = try subprocess.run(Command(["git", "-C", gitClone, "-c", "gc.auto=0", "checkout", "HEAD",
                                                    "--pathspec-from-file=\(sampleListPath)"],
                                                   environment: ["GIT_NO_LAZY_FETCH": "1"])).seconds
-
         log("punch \(sample.count) files back to holes")
         quiesce()
         let punch = try floors.punchHoles(root: gitClone, entries: sample)
+
+        var fprepClone: Double?, fprepMaterialize: Double?, fprepEvict: Double?
+        var afterClone: Int64?, afterMaterialize: Int64?, afterEvict: Int64?
+        if let fprep {
+            // -C comes after the subcommand: fprep's -C is a per-command option
+            // (`fprep -C DIR materialize` is rejected as an unknown option).
+            try remove([gitClone])
+            log("fprep clone")
+            fprepClone = try timed(Command([fprep, "clone", url, replica]))
+            afterClone = try diskUsage(replica)
+            log("fprep materialize")
+            fprepMaterialize = try timed(Command([fprep, "materialize", "-C", replica, "--paths-from", sampleListPath]))
+            afterMaterialize = try diskUsage(replica)
+            log("fprep evict")
+            fprepEvict = try timed(Command([fprep, "evict", "-C", replica, "--paths-from", sampleListPath]))
+            afterEvict = try diskUsage(replica)
+        }
 
         return CycleResult(fprepClone: fprepClone, fprepMaterialize: fprepMaterialize, fprepEvict: fprepEvict,
                            gitClone: clone, createPlaceholders: create, gitFetchBlobs: fetch, gitCheckout: checkout,
                            punchHoles: punch, bytesAfterClone: afterClone, bytesAfterMaterialize: afterMaterialize,
                            bytesAfterEvict: afterEvict)
+    }
+
+    /// Deletes trees; every timed step after it syncs and drops caches first,
+    /// because creating many files right after deleting many is 10–15× slower
+    /// on this disk until caches are dropped.
+    private func remove(_ dirs: [String]) throws {
+        try subprocess.run(Command(["rm", "-rf"] + dirs))
     }
 
     /// Seconds a command takes from a quiet, cold start.

@@ -13,7 +13,7 @@ int fprep_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
 /* Creates a placeholder: a new regular file (O_EXCL, never through a symlink) of
  * `size` bytes with no data blocks, the xattrs `user.fprep.state`=`dataless` and
  * `user.fprep.blob`=the blob id's raw bytes, and the given mtime. Fills `out` with
- * the final stat. Returns 0 or -1 with errno set.
+ * the final stat unless it is NULL. Returns 0 or -1 with errno set.
  * The id is stored raw (20 bytes), not as 40 hex digits: both attributes then fit
  * inside an ext4 inode, so a placeholder takes no block at all. */
 int fprep_create_placeholder(int dirfd, const char *name, mode_t mode, off_t size,

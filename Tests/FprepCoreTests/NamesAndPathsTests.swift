@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+@testable import FprepCore
+
+@Suite struct NamesAndPathsTests {
+    @Test(arguments: ["..", ".", ".git", ".GIT", ".Git.", ".git ", "git~1", ".fprep", ".FPREP", "a/b", "",
+                      ".g\u{200C}it"])
+    func refusesNamesThatCouldEscapeOrReachState(name: String) {
+        #expect(EntryNameCheck.problem(with: Array(name.utf8)) != nil)
+    }
+
+    @Test(arguments: ["a", "...", ".gitignore", ".gitmodules", "git", "fprep", "x.git", "..a", "über"])
+    func acceptsOrdinaryNames(name: String) {
+        #expect(EntryNameCheck.problem(with: Array(name.utf8)) == nil)
+    }
+
+    @Test func pathsAreBytesNotStrings() {
+        let composed = RepoPath("caf\u{E9}")
+        let decomposed = RepoPath("cafe\u{301}")
+        // Equal as Swift Strings, two different items to git.
+        #expect(composed.description == decomposed.description)
+        #expect(composed != decomposed)
+        let latin1 = RepoPath(bytes: [0x61, 0xE9])
+        #expect(latin1 != RepoPath("a\u{FFFD}"))
+    }
+
+    @Test func pathParts() {
+        let path = RepoPath("docs/sub/a.txt")
+        #expect(path.parent == RepoPath("docs/sub"))
+        #expect(path.name == Array("a.txt".utf8))
+        #expect(RepoPath("top").parent.isRoot)
+        #expect(path.isWithin(RepoPath("docs")))
+        #expect(!RepoPath("docsx/a").isWithin(RepoPath("docs")))
+        #expect(RepoPath.root.appending(Array("a".utf8)) == RepoPath("a"))
+        #expect(ContainerIdentifier.of(.root) == "NSFileProviderRootContainerItemIdentifier")
+    }
+
+    @Test func pageTokensRoundTripAnyName() throws {
+        let name: [UInt8] = [0x66, 0xFF, 0x2F, 0x00, 0x7E]
+        let token = Replica.encodePageToken(name)
+        #expect(try Replica.decodePageToken(token) == name)
+        #expect(throws: FprepError.self) { try Replica.decodePageToken("garbage") }
+    }
+
+    @Test func domainsAndBranches() {
+        #expect(RemoteInfo.isValidDomain("photos-2.main_x"))
+        #expect(!RemoteInfo.isValidDomain("a b"))
+        #expect(!RemoteInfo.isValidDomain(""))
+        #expect(RemoteInfo.defaultDomain(forFolder: "/srv/My Photos.git") == "My-Photos")
+        #expect(Remote.isValidBranchName("main"))
+        #expect(Remote.isValidBranchName("feature/x"))
+        #expect(!Remote.isValidBranchName("a..b"))
+        #expect(!Remote.isValidBranchName("-x"))
+    }
+
+    @Test func hookScriptsMatchTheHooksFolder() throws {
+        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        for (name, script) in HookScripts.all {
+            let onDisk = try String(contentsOf: packageRoot.appendingPathComponent("Hooks/" + name), encoding: .utf8)
+            #expect(onDisk == script, "Hooks/\(name) differs from HookScripts.\(name)")
+        }
+    }
+}

@@ -1,0 +1,41 @@
+import Foundation
+import Testing
+import FprepGit
+@testable import FprepCore
+
+@Suite struct SizeManifestTests {
+    @Test func extendListsOnlyNewBlobsAndReadsBackInOrder() throws {
+        let folder = NSTemporaryDirectory() + "fprep-manifest-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let repository = try Repository(creatingBareAt: folder, initialBranch: "main")
+        func blob(_ text: String) throws -> ObjectID { try Array(text.utf8).withUnsafeBytes { try repository.writeBlob($0) } }
+        func tree(_ entries: [(String, ObjectID)]) throws -> ObjectID {
+            let builder = try repository.treeBuilder()
+            for (name, id) in entries { try builder.insert(name: Array(name.utf8), id: id, mode: .blob) }
+            return try builder.write()
+        }
+        let a = try blob("aaaa"), b = try blob("bbbbbbbb"), c = try blob("c")
+        let first = try tree([("a", a), ("b", b)])
+        let second = try tree([("a", a), ("b", b), ("c", c)])
+        #expect(try SizeManifest.extend(repository, from: nil, to: first, time: 100) == 2)
+        #expect(try SizeManifest.extend(repository, from: first, to: second, time: 200) == 1)
+        #expect(try SizeManifest.extend(repository, from: second, to: second, time: 300) == 0)
+        let tip = try #require(try repository.referenceTarget(SizeManifest.reference))
+        let entries = try SizeManifest.entries(repository, from: tip, stoppingAt: nil)
+        let byID = Dictionary(entries, uniquingKeysWith: { first, _ in first })
+        #expect(byID[a] == BlobInfo(size: 4, mtime: 100))
+        #expect(byID[b] == BlobInfo(size: 8, mtime: 100))
+        #expect(byID[c] == BlobInfo(size: 1, mtime: 200))
+        // Reading from the newest commit down to the one already read gives only the new part.
+        let firstManifest = try #require(try repository.commit(tip).parentIDs.first)
+        #expect(try SizeManifest.entries(repository, from: tip, stoppingAt: firstManifest).map(\.0) == [c])
+    }
+
+    @Test func parseSkipsMalformedLines() {
+        let text = "fprep sizes v1\n\nnot a line\n\(String(repeating: "a", count: 40)) 12 34\n\(String(repeating: "b", count: 40)) x 1\n"
+        var result: [(ObjectID, BlobInfo)] = []
+        Array(text.utf8).withUnsafeBytes { SizeManifest.parse($0, into: &result) }
+        #expect(result.count == 1)
+        #expect(result.first?.1 == BlobInfo(size: 12, mtime: 34))
+    }
+}

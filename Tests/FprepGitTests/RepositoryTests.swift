@@ -1,0 +1,106 @@
+import Foundation
+import Testing
+@testable import FprepGit
+
+@Suite struct RepositoryTests {
+    @Test func openingAMissingRepositoryCarriesLibgit2sMessage() throws {
+        let scratch = try Scratch()
+        do {
+            _ = try Repository(openingAt: scratch.path + "/nowhere")
+            Issue.record("opening a missing repository succeeded")
+        } catch GitError.notFound {
+            // expected: matchable by code
+        }
+        do {
+            _ = try Repository(openingAt: scratch.path + "/nowhere")
+        } catch let error as GitError {
+            #expect(error.function == "git_repository_open_ext")
+            #expect(error.message.contains("nowhere"))
+        }
+    }
+
+    @Test func objectIDRoundTripsAndRejectsBadHex() throws {
+        let hex = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+        let id = try #require(ObjectID(hex: hex))
+        #expect(id.hex == hex)
+        #expect(id == ObjectID.emptyTree)
+        #expect(ObjectID(bytes: id.bytes) == id)
+        #expect(ObjectID(hex: "xyz") == nil)
+        #expect(ObjectID(hex: String(repeating: "g", count: 40)) == nil)
+        #expect(ObjectID.zero.isZero)
+    }
+
+    @Test func treeBuilderWritesWhatGitReads() throws {
+        let scratch = try Scratch()
+        let repository = try Repository(creatingBareAt: scratch.path + "/r.git", initialBranch: "main")
+        let blob = try Array("hello\n".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        let builder = try repository.treeBuilder()
+        try builder.insert(name: Array("a.txt".utf8), id: blob, mode: .blob)
+        try builder.insert(name: Array("run".utf8), id: blob, mode: .executable)
+        let tree = try builder.write()
+        let listing = try scratch.git(["--git-dir=r.git", "ls-tree", tree.hex])
+        #expect(listing == "100644 blob \(blob.hex)\ta.txt\n100755 blob \(blob.hex)\trun")
+        let entries = try repository.tree(tree).entries
+        #expect(entries.map { String(decoding: $0.name, as: UTF8.self) } == ["a.txt", "run"])
+        #expect(entries.map(\.mode) == [.blob, .executable])
+        #expect(try repository.blob(blob).withContent { Array($0) } == Array("hello\n".utf8))
+        #expect(try repository.objectDatabase().size(of: blob) == 6)
+    }
+
+    @Test func treeDiffReportsLeafChangesOnly() throws {
+        let scratch = try Scratch()
+        let repository = try Repository(creatingBareAt: scratch.path + "/r.git", initialBranch: "main")
+        func blob(_ text: String) throws -> ObjectID { try Array(text.utf8).withUnsafeBytes { try repository.writeBlob($0) } }
+        func tree(_ entries: [(String, ObjectID, FileMode)]) throws -> ObjectID {
+            let builder = try repository.treeBuilder()
+            for (name, id, mode) in entries { try builder.insert(name: Array(name.utf8), id: id, mode: mode) }
+            return try builder.write()
+        }
+        let same = try tree([("keep.txt", blob("keep"), .blob)])
+        let oldSub = try tree([("x", blob("1"), .blob), ("gone", blob("2"), .blob)])
+        let newSub = try tree([("x", blob("1 changed"), .blob), ("new", blob("3"), .blob)])
+        let old = try tree([("same", same, .tree), ("sub", oldSub, .tree), ("f", blob("f"), .blob)])
+        let new = try tree([("same", same, .tree), ("sub", newSub, .tree), ("f", blob("f"), .executable)])
+        let deltas = try TreeDiff(repository).deltas(from: old, to: new)
+        let summary = deltas.map { delta -> String in
+            let kind = delta.old == nil ? "A" : delta.new == nil ? "D" : "M"
+            return kind + " " + String(decoding: delta.path, as: UTF8.self)
+        }
+        #expect(summary == ["M f", "D sub/gone", "A sub/new", "M sub/x"])
+        #expect(try TreeDiff(repository).deltas(from: old, to: old).isEmpty)
+        #expect(try TreeDiff(repository).deltas(from: nil, to: same).count == 1)
+    }
+
+    @Test func indexKeepsSkipWorktreeForBlobsTheCloneLacks() throws {
+        let scratch = try Scratch()
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        let repository = try Repository(openingAt: scratch.path + "/work")
+        let missing = try #require(ObjectID(hex: "ce013625030ba8dba906f756967f9e9ca394464a"))
+        let index = try repository.index()
+        try index.add(IndexEntry(path: Array("a/b.txt".utf8), id: missing, mode: 0o100644, skipWorktree: true))
+        try index.write()
+        let listing = try scratch.git(["ls-files", "-s", "-v"], in: scratch.path + "/work")
+        #expect(listing == "S 100644 \(missing.hex) 0\ta/b.txt")
+        let reread = try repository.index()
+        let entry = try #require(reread.entry(path: Array("a/b.txt".utf8)))
+        #expect(entry.skipWorktree)
+        #expect(reread.firstPosition(withPrefix: Array("a/".utf8)) == 0)
+        #expect(reread.firstPosition(withPrefix: Array("z/".utf8)) == nil)
+    }
+
+    @Test func gitCommandErrorsSayWhy() throws {
+        do {
+            try GitCommand.run(["ls-remote", "/definitely/not/here"])
+            Issue.record("ls-remote of a missing path succeeded")
+        } catch let error as GitCommandError {
+            #expect(error.reason.contains("/definitely/not/here"))
+            #expect(error.status != 0)
+        }
+    }
+
+    @Test func localPathsTravelAsFileURLs() {
+        #expect(Transport.transportURL("/srv/r.git") == "file:///srv/r.git")
+        #expect(Transport.transportURL("git://127.0.0.1/r.git") == "git://127.0.0.1/r.git")
+        #expect(Transport.transportURL("host:r.git") == "host:r.git")
+    }
+}
