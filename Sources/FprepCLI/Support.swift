@@ -24,6 +24,7 @@ struct ReplicaOptions: ParsableArguments {
 
     func open(_ command: String, exclusive: Bool) throws -> Replica {
         Verbosity.verbose = verbose
+        Trace.start()
         return try Replica.open(containing: baseDirectory, access: Replica.Access(
             command: command, exclusive: exclusive, wait: !noWait, progress: TerminalProgress.make(),
             onWait: { message in FileHandle.standardError.write(Data("fprep: \(message)\n".utf8)) }))

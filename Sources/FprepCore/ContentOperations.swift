@@ -38,6 +38,11 @@ struct ContentJournal: Codable {
     static func decode(_ bytes: [UInt8]) -> ContentJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
 }
 
+/// The packs a background fetch added.
+final class FetchResult: @unchecked Sendable {
+    var packs: [String] = []
+}
+
 /// Materialize and evict: content in and out of placeholders, journaled so a
 /// crash at any point is settled by the next command.
 struct ContentOperations {
@@ -63,11 +68,28 @@ struct ContentOperations {
     // MARK: materialize
 
     func materialize(_ items: [(RepoPath, String)]) throws -> MaterializeResult {
+        Trace.mark("open")
         let index = try replica.repository.index()
+        let entries = try fileEntries(items, index: index)
+        Trace.mark("read index")
         var result = MaterializeResult()
+        let now = Int64(Date().timeIntervalSince1970)
+
+        // Fetch the blobs of every placeholder at once, and look at the files
+        // while the remote answers: a placeholder a program wrote into gets
+        // its blob fetched for nothing, which costs less than waiting.
+        let odb = try replica.repository.objectDatabase()
+        let missing = Array(Set(entries.filter(\.skipWorktree).map(\.id))).filter { !odb.contains($0) }
+        var journal = ContentJournal(token: Self.newToken(), paths: entries.filter(\.skipWorktree).map { Data($0.path) })
+        let operation = journal.paths.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
+        replica.progress.report("fetching \(missing.count) blobs", done: 0, total: entries.count)
+        let gitDirectory = replica.gitDirectory
+        let fetched = FetchResult()
+        let fetch = BackgroundWork { fetched.packs = try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
+
         var wanted: [IndexEntry] = []
         var alreadyThere: [RepoPath] = []
-        for entry in try fileEntries(items, index: index) {
+        for entry in entries {
             let path = RepoPath(bytes: entry.path)
             switch classifier.state(of: entry) {
             case .dataless where entry.skipWorktree: wanted.append(entry)
@@ -83,25 +105,21 @@ struct ContentOperations {
             }
         }
         result.alreadyMaterialized = alreadyThere.count
-        let now = Int64(Date().timeIntervalSince1970)
-        if wanted.isEmpty {
-            try replica.store.touchMaterialized(alreadyThere, at: now)
-            return result
-        }
-
-        var journal = ContentJournal(token: Self.newToken(), paths: wanted.map { Data($0.path) })
-        let operation = try replica.store.beginOperation("materialize", payload: journal.encoded())
-
-        // One request for every missing blob.
-        let odb = try replica.repository.objectDatabase()
-        let missing = Array(Set(wanted.map(\.id))).filter { !odb.contains($0) }
-        replica.progress.report("fetching \(missing.count) blobs", done: 0, total: wanted.count)
+        Trace.mark("classify")
         do {
-            journal.packs = try Transport.fetchObjects(missing, gitDirectory: replica.gitDirectory)
+            try fetch.wait()
         } catch let error as GitCommandError {
-            try replica.store.endOperation(operation)
+            if let operation { try replica.store.endOperation(operation) }
             throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
                              detail: error.standardError)
+        }
+        journal.packs = fetched.packs
+        Trace.mark("fetch")
+        guard let operation, !wanted.isEmpty else {
+            if let operation { try replica.store.endOperation(operation) }
+            Self.removePacks(journal.packs)
+            try replica.store.touchMaterialized(alreadyThere, at: now)
+            return result
         }
         try replica.store.updateOperation(operation, payload: journal.encoded())
         try odb.refresh()
@@ -123,7 +141,9 @@ struct ContentOperations {
             written.append((entry, folder, temporary))
             if done % 64 == 0 { replica.progress.report("writing files", done: done, total: wanted.count) }
         }
+        Trace.mark("write files")
         guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        Trace.mark("syncfs")
 
         var materialized: [(RepoPath, ObjectID)] = []
         for (entry, folder, temporary) in written {
@@ -144,8 +164,11 @@ struct ContentOperations {
             try index.add(updated)
             materialized.append((path, entry.id))
         }
+        Trace.mark("rename")
         guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        Trace.mark("syncfs")
         try index.write()
+        Trace.mark("index write")
         try replica.store.transaction {
             try replica.store.recordMaterialized(materialized, at: now)
             try replica.store.touchMaterialized(alreadyThere, at: now)
@@ -154,6 +177,7 @@ struct ContentOperations {
         // The content is in the files now; keeping the blobs too would cost
         // every materialized file its size twice.
         Self.removePacks(journal.packs)
+        Trace.mark("store")
         replica.progress.finish()
         result.materialized = materialized.map { $0.0.description }
         return result
