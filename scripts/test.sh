@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets the machine up and runs the whole test suite (what CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+swift build --build-tests
+swift test
