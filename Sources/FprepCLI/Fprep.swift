@@ -44,7 +44,12 @@ public struct Fprep: ParsableCommand {
                 FileHandle.standardError.write(Data("fprep: \(message)\n".utf8))
                 Foundation.exit(1)
             }
-            exit(withError: error)
+            // --help and --version print and exit 0; a usage mistake is one line.
+            let code = exitCode(for: error)
+            guard code != .success else { exit(withError: error) }
+            let message = self.message(for: error).split(separator: "\n").first.map(String.init) ?? "bad usage"
+            FileHandle.standardError.write(Data("fprep: \(message.replacingOccurrences(of: "Error: ", with: "")) (see 'fprep --help')\n".utf8))
+            Foundation.exit(code.rawValue)
         }
     }
 

@@ -122,6 +122,15 @@ public enum Cloner {
         }
         let followed = branch ?? "main"
         let anchor = try repository.referenceTarget("refs/remotes/origin/" + followed)
+        if anchor == nil {
+            // An empty remote gives an empty replica; a HEAD that names a
+            // missing branch of a remote that has others is a mistake to say.
+            let listing = try GitCommand.run(["--git-dir=\(root)/.git", "for-each-ref", "--format=%(refname:lstrip=3)", "refs/remotes/origin"])
+            let branches = String(decoding: listing, as: UTF8.self).split(separator: "\n").filter { $0 != "HEAD" }
+            if !branches.isEmpty {
+                throw FprepError(.usage, "the remote has no branch '\(followed)' (it has: \(branches.joined(separator: ", "))); pass --branch")
+            }
+        }
         let info = try RemoteInfo.read(repository, reference: RemoteInfo.trackingReference)
         let domain = info?.domain ?? RemoteInfo.defaultDomain(forFolder: defaultDirectory(for: url))
 
