@@ -6,10 +6,12 @@ import Foundation
 /// so a killed command never leaves the replica locked.
 final class ReplicaLock {
     private let fd: Int32
+    private let exclusive: Bool
 
     enum Mode { case shared, exclusive }
 
     init(path: String, mode: Mode, command: String, wait: Bool, onWait: (String) -> Void) throws {
+        exclusive = mode == .exclusive
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw FprepError("cannot open the replica lock '\(path)': \(String(cString: strerror(errno)))") }
         let operation = mode == .exclusive ? LOCK_EX : LOCK_SH
@@ -38,12 +40,19 @@ final class ReplicaLock {
         }
     }
 
-    deinit { close(fd) }  // closing the descriptor releases the flock
+    deinit {
+        if exclusive { _ = ftruncate(fd, 0) }  // no stale "held by" note
+        close(fd)  // closing the descriptor releases the flock
+    }
 
     private static func holder(_ fd: Int32) -> String {
         var buffer = [UInt8](repeating: 0, count: 256)
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         let text = count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
-        return text.isEmpty ? "another fprep command" : text
+        // A note left by a killed command names a process that is gone.
+        if let pid = text.split(separator: " ").dropFirst().first.flatMap({ Int32($0) }), kill(pid, 0) == 0 {
+            return text
+        }
+        return "another process"
     }
 }
