@@ -21,7 +21,7 @@ public struct Fprep: ParsableCommand {
         version: "0.1.0",
         subcommands: [
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
-            Status.self, Hook.self,
+            Status.self, RepairCommand.self, Hook.self,
         ]
     )
 

@@ -48,7 +48,9 @@ public final class Replica {
     public static func findRoot(from path: String) -> String? {
         var current = URL(fileURLWithPath: Remote.absolute(path)).resolvingSymlinksInPath().path
         while true {
-            if FileManager.default.fileExists(atPath: current + "/" + stateFolderName + "/state.db") { return current }
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: current + "/" + stateFolderName, isDirectory: &isDirectory),
+               isDirectory.boolValue, FileManager.default.fileExists(atPath: current + "/.git") { return current }
             let parent = (current as NSString).deletingLastPathComponent
             if parent == current || parent.isEmpty { return nil }
             current = parent
@@ -78,6 +80,9 @@ public final class Replica {
                                command: access.command, wait: access.wait, onWait: access.onWait)
         self.root = root
         progress = access.progress
+        guard FileManager.default.fileExists(atPath: stateFolder + "/state.db") else {
+            throw FprepError("the state database of the replica '\(root)' is missing; run 'fprep repair \(root)' to rebuild it from git")
+        }
         store = try StateStore(path: stateFolder + "/state.db")
         let phase = try store.meta("phase")
         let url = try store.meta("remote_url") ?? ""

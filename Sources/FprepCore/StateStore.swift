@@ -32,7 +32,7 @@ final class StateStore {
             try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
             try migrate()
         } catch let error as DatabaseError where [SQLITE_CORRUPT, SQLITE_NOTADB].contains(error.code) {
-            throw FprepError("the state database '\(path)' is corrupt (\(error.message)); move it aside and run 'fprep repair'")
+            throw FprepError("the state database '\(path)' is corrupt (\(error.message)); run 'fprep repair' to rebuild it from git")
         } catch let error as DatabaseError {
             throw FprepError("cannot open the state database '\(path)': \(error.message)")
         }

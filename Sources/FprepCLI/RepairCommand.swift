@@ -1,0 +1,29 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+
+struct RepairCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "repair",
+        abstract: "Rebuild a replica's state database from its git directory.",
+        discussion: """
+            For a replica whose .fprep/state.db is lost or corrupt: the database is moved aside and
+            rebuilt from the git config and refs (remote, branch, anchor, domain), the fetched size
+            manifest and the index (which files are materialized). The files are not touched.
+            Interrupted commands need no repair: the next command finishes them on its own.
+            """
+    )
+
+    @Argument(help: "The replica's folder (default: the current folder).")
+    var directory = "."
+
+    @Flag(help: "Print the result as JSON.")
+    var json = false
+
+    func run() throws {
+        let result = try Repair.rebuildState(of: directory)
+        if json { return try JSONOutput.print(result) }
+        if let aside = result.movedAside { print("moved the old state database to \(aside)") }
+        print("rebuilt the state of \(result.root): anchor \(result.anchor ?? "(none)"), \(result.materialized) materialized files, \(result.sizes) known sizes")
+    }
+}

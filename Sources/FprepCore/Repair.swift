@@ -1,0 +1,75 @@
+import Foundation
+import FprepGit
+
+/// Rebuilds a replica's state database from what git holds, for when the
+/// database is lost or corrupt: the settings from the git config and refs,
+/// the sizes from the fetched size manifest, the materialized set from the
+/// index. The tree on disk is not touched.
+public enum Repair {
+    public struct Result: Sendable, Encodable {
+        public let root: String
+        /// Where the unreadable database was moved, if there was one.
+        public let movedAside: String?
+        public let anchor: String?
+        public let materialized: Int
+        public let sizes: Int
+    }
+
+    public static func rebuildState(of path: String) throws -> Result {
+        let root = Remote.absolute(path)
+        let gitDirectory = root + "/.git"
+        let stateFolder = root + "/" + Replica.stateFolderName
+        guard let repository = try? Repository(openingAt: root), FileManager.default.fileExists(atPath: gitDirectory) else {
+            throw FprepError(.usage, "'\(path)' is not a replica (no .git folder to rebuild from)")
+        }
+        try FileManager.default.createDirectory(atPath: stateFolder, withIntermediateDirectories: true)
+        let lock = try ReplicaLock(path: stateFolder + "/lock", mode: .exclusive, command: "repair", wait: true, onWait: { _ in })
+        defer { withExtendedLifetime(lock) {} }
+
+        let database = stateFolder + "/state.db"
+        var movedAside: String?
+        if FileManager.default.fileExists(atPath: database) {
+            let aside = database + ".broken-\(Int(Date().timeIntervalSince1970))"
+            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: database + suffix) {
+                try FileManager.default.moveItem(atPath: database + suffix, toPath: aside + suffix)
+            }
+            movedAside = aside
+        }
+        let store = try StateStore(path: database)
+        let config = try repository.config()
+        let url = try config.string("remote.origin.url") ?? ""
+        let head = try repository.symbolicTarget("HEAD") ?? "refs/heads/main"
+        let branch = head.hasPrefix("refs/heads/") ? String(head.dropFirst("refs/heads/".count)) : "main"
+        let anchor = try repository.referenceTarget(head)
+        let info = try RemoteInfo.read(repository, reference: RemoteInfo.trackingReference)
+        var sizes: [(ObjectID, BlobInfo)] = []
+        let manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
+        if let manifestTip { sizes = try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil) }
+        let index = try repository.index()
+        var materialized: [(RepoPath, ObjectID)] = []
+        for position in 0..<index.count {
+            guard let entry = index.entry(at: position), !entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
+            materialized.append((RepoPath(bytes: entry.path), entry.id))
+        }
+        let logicalSize: Int64
+        if let anchor {
+            let lookup = Dictionary(sizes, uniquingKeysWith: { first, _ in first })
+            let commit = try repository.commit(anchor)
+            logicalSize = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { lookup[$0] }.logicalSize
+        } else {
+            logicalSize = 0
+        }
+        try store.transaction {
+            try store.setMeta("remote_url", url.hasPrefix("file://") ? String(url.dropFirst("file://".count)) : url)
+            try store.setMeta("branch", branch)
+            try store.setMeta("domain", info?.domain ?? RemoteInfo.defaultDomain(forFolder: Cloner.defaultDirectory(for: url)))
+            try store.setMeta("anchor", anchor?.hex ?? "")
+            if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
+            try store.setMeta("logical_size", String(logicalSize))
+            try store.recordBlobInfo(sizes)
+            try store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
+            try store.setMeta("phase", "ready")
+        }
+        return Result(root: root, movedAside: movedAside, anchor: anchor?.hex, materialized: materialized.count, sizes: sizes.count)
+    }
+}
