@@ -38,7 +38,7 @@ struct Clone: ParsableCommand {
         if json { return try JSONOutput.print(result) }
         print("cloned \(result.url) into \(result.root)")
         print("  domain \(result.domain), branch \(result.branch), anchor \(result.anchor ?? "(empty remote)")")
-        print("  \(result.files) files (\(humanSize(result.logicalSize)), all dataless), \(result.folders) folders, \(result.symlinks) symlinks")
+        print("  \(count(result.files, "file")) (\(humanSize(result.logicalSize)), all dataless), \(count(result.folders, "folder")), \(count(result.symlinks, "symlink"))")
         if result.unknownSizes > 0 {
             print("  \(result.unknownSizes) files have no known size: the remote has no fprep size manifest (run 'fprep init-remote' on it)")
         }

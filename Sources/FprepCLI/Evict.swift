@@ -32,7 +32,7 @@ struct Evict: ParsableCommand {
         if json {
             try JSONOutput.print(result)
         } else {
-            print("evicted \(result.evicted.count) files (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
+            print("evicted \(count(result.evicted.count, "file")) (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
             for refused in result.refused {
                 FileHandle.standardError.write(Data("fprep: cannot evict '\(refused.path)': \(refused.reason)\n".utf8))
             }

@@ -31,7 +31,7 @@ struct ImportTree: ParsableCommand {
     func run() throws {
         let result = try TreeImporter.importFolder(folder, into: remote, message: message)
         if json { return try JSONOutput.print(result) }
-        print("imported \(result.files) files and \(result.symlinks) symlinks (\(humanSize(result.bytes))) as \(result.commit.prefix(12)) on \(result.branch)")
+        print("imported \(count(result.files, "file")) and \(count(result.symlinks, "symlink")) (\(humanSize(result.bytes))) as \(result.commit.prefix(12)) on \(result.branch)")
         for skipped in result.skipped { print("  skipped \(skipped)") }
     }
 }

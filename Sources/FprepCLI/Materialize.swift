@@ -33,7 +33,7 @@ struct Materialize: ParsableCommand {
         if json {
             try JSONOutput.print(result)
         } else {
-            print("materialized \(result.materialized.count) files (\(humanSize(result.bytesWritten)), \(result.fetchedBlobs) fetched); \(result.alreadyMaterialized) already materialized")
+            print("materialized \(count(result.materialized.count, "file")) (\(humanSize(result.bytesWritten)), \(result.fetchedBlobs) fetched); \(result.alreadyMaterialized) already materialized")
             for skipped in result.skipped { print("  left as is: \(skipped.path): \(skipped.reason)") }
         }
     }
