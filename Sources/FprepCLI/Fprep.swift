@@ -21,7 +21,8 @@ public struct Fprep: ParsableCommand {
         version: "0.1.0",
         subcommands: [
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
-            Status.self, RepairCommand.self, Hook.self,
+            Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
+            Favorite.self, Unfavorite.self, Open.self, Signals.self, RepairCommand.self, Hook.self,
         ]
     )
 
@@ -31,7 +32,7 @@ public struct Fprep: ParsableCommand {
     /// into one line on standard error and the documented exit status.
     public static func runMain() -> Never {
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(Self.movingReplicaOption(Array(CommandLine.arguments.dropFirst())))
             try command.run()
             Foundation.exit(0)
         } catch let error as FprepError {
@@ -51,6 +52,15 @@ public struct Fprep: ParsableCommand {
             FileHandle.standardError.write(Data("fprep: \(message.replacingOccurrences(of: "Error: ", with: "")) (see 'fprep --help')\n".utf8))
             Foundation.exit(code.rawValue)
         }
+    }
+
+    /// `fprep -C DIR COMMAND …` as git takes it: the option moves behind the
+    /// command name, where the command's own options parse it.
+    static func movingReplicaOption(_ arguments: [String]) -> [String] {
+        guard arguments.count >= 3, ["-C", "--replica"].contains(arguments[0]) else { return arguments }
+        var rest = Array(arguments.dropFirst(2))
+        let command = rest.removeFirst()
+        return [command, arguments[0], arguments[1]] + rest
     }
 
     static func report(_ error: FprepError) {

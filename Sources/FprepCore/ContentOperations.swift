@@ -69,21 +69,38 @@ struct ContentOperations {
 
     func materialize(_ items: [(RepoPath, String)]) throws -> MaterializeResult {
         Trace.mark("open")
+        // Files named one by one carry their blob id on the placeholder: ask
+        // the remote for those at once, and read the index while it answers.
+        let odb = try replica.repository.objectDatabase()
+        let early = Array(Set(items.compactMap { item -> ObjectID? in
+            guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular, stat.blocks == 0 else { return nil }
+            return Self.placeholderBlob(replica.rootFolder, item.0)
+        })).filter { !odb.contains($0) }
+        let gitDirectory = replica.gitDirectory
+        let earlyFetched = FetchResult()
+        let earlyFetch = BackgroundWork { earlyFetched.packs = try Transport.fetchObjects(early, gitDirectory: gitDirectory) }
+
         let index = try replica.repository.index()
-        let entries = try fileEntries(items, index: index)
+        let entries: [IndexEntry]
+        do {
+            entries = try fileEntries(items, index: index)
+        } catch {
+            try? earlyFetch.wait()
+            Self.removePacks(earlyFetched.packs)
+            throw error
+        }
         Trace.mark("read index")
         var result = MaterializeResult()
         let now = Int64(Date().timeIntervalSince1970)
 
-        // Fetch the blobs of every placeholder at once, and look at the files
+        // Then every other blob a placeholder needs, and a look at the files
         // while the remote answers: a placeholder a program wrote into gets
         // its blob fetched for nothing, which costs less than waiting.
-        let odb = try replica.repository.objectDatabase()
-        let missing = Array(Set(entries.filter(\.skipWorktree).map(\.id))).filter { !odb.contains($0) }
+        let asked = Set(early)
+        let missing = Array(Set(entries.filter(\.skipWorktree).map(\.id))).filter { !asked.contains($0) && !odb.contains($0) }
         var journal = ContentJournal(token: Self.newToken(), paths: entries.filter(\.skipWorktree).map { Data($0.path) })
         let operation = journal.paths.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
-        replica.progress.report("fetching \(missing.count) blobs", done: 0, total: entries.count)
-        let gitDirectory = replica.gitDirectory
+        replica.progress.report("fetching \(early.count + missing.count) blobs", done: 0, total: entries.count)
         let fetched = FetchResult()
         let fetch = BackgroundWork { fetched.packs = try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
 
@@ -107,23 +124,26 @@ struct ContentOperations {
         result.alreadyMaterialized = alreadyThere.count
         Trace.mark("classify")
         do {
+            try earlyFetch.wait()
             try fetch.wait()
         } catch let error as GitCommandError {
+            Self.removePacks(earlyFetched.packs + fetched.packs)
             if let operation { try replica.store.endOperation(operation) }
             throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
                              detail: error.standardError)
         }
-        journal.packs = fetched.packs
+        journal.packs = earlyFetched.packs + fetched.packs
         Trace.mark("fetch")
         guard let operation, !wanted.isEmpty else {
             if let operation { try replica.store.endOperation(operation) }
             Self.removePacks(journal.packs)
             try replica.store.touchMaterialized(alreadyThere, at: now)
+            try replica.store.recordRecent(Self.foldersUsed(items.map(\.0), entries: entries), at: now)
             return result
         }
         try replica.store.updateOperation(operation, payload: journal.encoded())
         try odb.refresh()
-        result.fetchedBlobs = missing.count
+        result.fetchedBlobs = early.count + missing.count
 
         // Write every file beside its placeholder, then make them durable
         // at once (one syncfs, not an fsync per file), then rename.
@@ -172,6 +192,7 @@ struct ContentOperations {
         try replica.store.transaction {
             try replica.store.recordMaterialized(materialized, at: now)
             try replica.store.touchMaterialized(alreadyThere, at: now)
+            try replica.store.recordRecent(Self.foldersUsed(items.map(\.0), entries: entries), at: now)
             try replica.store.endOperation(operation)
         }
         // The content is in the files now; keeping the blobs too would cost
@@ -283,6 +304,11 @@ struct ContentOperations {
     /// bytes on disk say (materialized content, a placeholder, or the user's
     /// change), temporary files go, and the index and store agree with it.
     func settle(_ record: StateStore.JournalRecord) throws {
+        if record.operation == "sync" {
+            guard let journal = SyncJournal.decode(record.payload) else { return try replica.store.endOperation(record.id) }
+            _ = try replica.applySync(journal, operation: record.id)
+            return
+        }
         guard let journal = ContentJournal.decode(record.payload) else {
             try replica.store.endOperation(record.id)
             return
@@ -317,6 +343,29 @@ struct ContentOperations {
             try replica.store.endOperation(record.id)
         }
         Self.removePacks(journal.packs)
+    }
+
+    /// The folders a materialize of `items` makes used: each named folder and
+    /// every folder below it, so the working set takes in a materialized
+    /// folder's whole subtree.
+    static func foldersUsed(_ items: [RepoPath], entries: [IndexEntry]) -> [RepoPath] {
+        var folders = Set<RepoPath>()
+        for entry in entries {
+            var parent = RepoPath(bytes: entry.path).parent
+            while !parent.isRoot, items.contains(where: { parent.isWithin($0) && parent != $0 || parent == $0 }) {
+                guard folders.insert(parent).inserted else { break }
+                parent = parent.parent
+            }
+        }
+        return folders.sorted()
+    }
+
+    /// The blob id a placeholder's `user.fprep.blob` names, if it has one.
+    static func placeholderBlob(_ root: FolderHandle, _ path: RepoPath) -> ObjectID? {
+        var buffer = [CChar](repeating: 0, count: 32)
+        let count = fprep_get_xattr_at(root.fd, cPath(path.bytes), "user.fprep.blob", &buffer, buffer.count)
+        guard count == 20 else { return nil }
+        return ObjectID(bytes: buffer[0..<20].map { UInt8(bitPattern: $0) })
     }
 
     static func isMarkedDataless(_ root: FolderHandle, _ path: RepoPath) -> Bool {

@@ -66,7 +66,7 @@ extension Replica {
         return ItemPage(container: ContainerIdentifier.of(folder), items: items, nextPage: next)
     }
 
-    private func makeItem(_ entry: TreeEntry, path: RepoPath, index: Index,
+    func makeItem(_ entry: TreeEntry, path: RepoPath, index: Index,
                           sizes: (ObjectID) throws -> BlobInfo?) throws -> Item {
         let stat = rootFolder.stat(path)
         let parent = ContainerIdentifier.of(path.parent)

@@ -24,7 +24,7 @@ final class StateStore {
         let lastUsedAt: Int64
     }
 
-    static let schemaVersion = 1
+    static let schemaVersion = 2
 
     init(path: String) throws {
         do {
@@ -43,7 +43,11 @@ final class StateStore {
         if version > Self.schemaVersion {
             throw FprepError("the state database was written by a newer fprep (schema \(version)); upgrade fprep")
         }
-        guard version < 1 else { return }
+        if version < 1 { try createVersion1() }
+        if version < 2 { try createVersion2() }
+    }
+
+    private func createVersion1() throws {
         try database.transaction {
             try database.execute("""
                 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -53,6 +57,23 @@ final class StateStore {
                 CREATE TABLE journal(id INTEGER PRIMARY KEY, operation TEXT NOT NULL,
                     payload BLOB NOT NULL, started_at INTEGER NOT NULL);
                 PRAGMA user_version = 1;
+                """)
+        }
+    }
+
+    /// The working set's own parts and the signal log.
+    private func createVersion2() throws {
+        try database.transaction {
+            try database.execute("""
+                CREATE TABLE recents(path BLOB PRIMARY KEY, last_used_at INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE tags(path BLOB NOT NULL, name TEXT NOT NULL, created_at INTEGER NOT NULL,
+                    PRIMARY KEY(path, name)) WITHOUT ROWID;
+                CREATE TABLE favorites(path BLOB PRIMARY KEY, created_at INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE trash(path BLOB PRIMARY KEY, oid BLOB NOT NULL, mode INTEGER NOT NULL,
+                    deleted_at INTEGER NOT NULL, anchor TEXT NOT NULL) WITHOUT ROWID;
+                CREATE TABLE signals(seq INTEGER PRIMARY KEY AUTOINCREMENT, container TEXT NOT NULL,
+                    domain TEXT NOT NULL, anchor TEXT NOT NULL, reason TEXT NOT NULL, created_at INTEGER NOT NULL);
+                PRAGMA user_version = 2;
                 """)
         }
     }

@@ -23,9 +23,10 @@ public struct GitCommandError: Error, CustomStringConvertible, Sendable {
 }
 
 /// Runs the `git` command: the transport for what libgit2 lacks (filtered
-/// fetch, fetching blobs by id). Every run has `GIT_NO_LAZY_FETCH=1` unless
-/// the caller says otherwise, so no command fetches missing blobs one by one,
-/// and `GIT_TERMINAL_PROMPT=0`, so no command waits for a password.
+/// fetch, fetching blobs by id). fprep runs no git command that reads blob
+/// content, so none fetches a missing blob one by one; every run also has
+/// `GIT_NO_LAZY_FETCH=1` (honoured from git 2.44 on) as a second guard, and
+/// `GIT_TERMINAL_PROMPT=0`, so no command waits for a password.
 public enum GitCommand {
     /// Runs `git args…` in `directory` and returns its standard output.
     /// Standard error is captured for the error, or passed to ours when

@@ -40,6 +40,12 @@ public struct TreeEntry: Sendable {
     public let name: [UInt8]
     public let id: ObjectID
     public let mode: FileMode
+
+    public init(name: [UInt8], id: ObjectID, mode: FileMode) {
+        self.name = name
+        self.id = id
+        self.mode = mode
+    }
 }
 
 /// A tree object; owns a `git_tree` (freed with `git_tree_free`).

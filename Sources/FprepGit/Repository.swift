@@ -124,6 +124,13 @@ public final class Repository {
         return TreeBuilder(taking: builder)
     }
 
+    /// Whether `commit` is `ancestor` or descends from it; wraps `git_graph_descendant_of`.
+    public func isAncestor(_ ancestor: ObjectID, of commit: ObjectID) throws -> Bool {
+        if ancestor == commit { return true }
+        var a = commit.raw, b = ancestor.raw
+        return try check(git_graph_descendant_of(pointer, &a, &b), "git_graph_descendant_of") == 1
+    }
+
     // MARK: references
 
     /// The object a reference points at, peeled to a commit when it is a

@@ -21,6 +21,13 @@ public enum Transport {
         try GitCommand.run(arguments, showProgress: showProgress)
     }
 
+    /// Fetches the followed branches and fprep's refs from `origin`: commits
+    /// and trees only. Refs of branches the remote deleted are pruned.
+    public static func fetchTrees(gitDirectory: String) throws {
+        try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                            "fetch", "--quiet", "--no-tags", "--prune", "--filter=blob:none", "origin"])
+    }
+
     /// The URL handed to git: a plain local path becomes `file://`, because
     /// git's local clone copies every object and ignores `--filter`.
     public static func transportURL(_ url: String) -> String {

@@ -8,6 +8,26 @@ public struct TreeDelta: Sendable {
     public let new: TreeEntry?
 }
 
+/// A whole folder that is only in the old tree or only in the new one.
+public struct FolderDelta: Sendable {
+    public let path: [UInt8]
+    public let id: ObjectID
+}
+
+/// The result of a tree diff: leaf deltas, and the folders that appear or
+/// disappear as a whole (so a renamed folder can be seen as one move).
+public struct TreeDiffResult: Sendable {
+    public var deltas: [TreeDelta] = []
+    public var addedFolders: [FolderDelta] = []
+    public var deletedFolders: [FolderDelta] = []
+}
+
+/// A tree that names two entries alike: git never writes one, and laying it
+/// out would let one entry (a symlink) stand where the other (a folder) goes.
+public struct DuplicateTreeEntry: Error, Sendable {
+    public let path: [UInt8]
+}
+
 /// Diffs two trees the way git's `diff-tree -r` does: subtrees with the same
 /// id are skipped without being read, so the cost follows the size of the
 /// change, not the size of the tree.
@@ -18,9 +38,14 @@ public struct TreeDiff {
 
     /// The leaf deltas from `old` to `new` (nil: the empty tree), in path order.
     public func deltas(from old: ObjectID?, to new: ObjectID?) throws -> [TreeDelta] {
-        var result: [TreeDelta] = []
+        try diff(from: old, to: new).deltas
+    }
+
+    /// Leaf deltas and whole-folder deltas from `old` to `new`, in path order.
+    public func diff(from old: ObjectID?, to new: ObjectID?) throws -> TreeDiffResult {
+        var result = TreeDiffResult()
         try diff(old: old, new: new, prefix: [], into: &result)
-        result.sort { $0.path.lexicographicallyPrecedes($1.path) }
+        result.deltas.sort { $0.path.lexicographicallyPrecedes($1.path) }
         return result
     }
 
@@ -29,7 +54,7 @@ public struct TreeDiff {
         return try repository.tree(id).entries
     }
 
-    private func diff(old: ObjectID?, new: ObjectID?, prefix: [UInt8], into result: inout [TreeDelta]) throws {
+    private func diff(old: ObjectID?, new: ObjectID?, prefix: [UInt8], into result: inout TreeDiffResult) throws {
         if old == new { return }
         let oldEntries = try entries(of: old)
         let newEntries = try entries(of: new)
@@ -37,7 +62,9 @@ public struct TreeDiff {
         for entry in oldEntries { oldByName[entry.name] = entry }
         var seen = Set<[UInt8]>()
         for entry in newEntries {
-            seen.insert(entry.name)
+            guard seen.insert(entry.name).inserted else {
+                throw DuplicateTreeEntry(path: prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name)
+            }
             let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
             try compare(old: oldByName[entry.name], new: entry, path: path, into: &result)
         }
@@ -47,17 +74,19 @@ public struct TreeDiff {
         }
     }
 
-    private func compare(old: TreeEntry?, new: TreeEntry?, path: [UInt8], into result: inout [TreeDelta]) throws {
+    private func compare(old: TreeEntry?, new: TreeEntry?, path: [UInt8], into result: inout TreeDiffResult) throws {
         if let old, let new, old.id == new.id, old.mode == new.mode { return }
         let oldIsTree = old?.mode == .tree
         let newIsTree = new?.mode == .tree
+        if oldIsTree && !newIsTree, let old { result.deletedFolders.append(FolderDelta(path: path, id: old.id)) }
+        if newIsTree && !oldIsTree, let new { result.addedFolders.append(FolderDelta(path: path, id: new.id)) }
         if oldIsTree || newIsTree {
             try diff(old: oldIsTree ? old?.id : nil, new: newIsTree ? new?.id : nil, prefix: path, into: &result)
         }
         let oldLeaf = oldIsTree ? nil : old
         let newLeaf = newIsTree ? nil : new
         if oldLeaf != nil || newLeaf != nil {
-            result.append(TreeDelta(path: path, old: oldLeaf, new: newLeaf))
+            result.deltas.append(TreeDelta(path: path, old: oldLeaf, new: newLeaf))
         }
     }
 }

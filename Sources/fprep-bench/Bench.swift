@@ -73,7 +73,6 @@ struct Bench: ParsableCommand {
         if let totalSize, parseSize(totalSize) == nil {
             throw ValidationError("--total-size \(totalSize): expected a byte count with an optional K, M or G suffix")
         }
-        guard work.hasPrefix("/") else { throw ValidationError("--work must be an absolute path") }
     }
 
     func run() throws {
@@ -93,7 +92,9 @@ struct Bench: ParsableCommand {
         let subprocess = Subprocess(libc: libc)
         let note: (String) -> Void = { FileHandle.standardError.write(Data("fprep-bench: \($0)\n".utf8)) }
         let step: (String) -> Void = { [verbose] text in if verbose { note(text) } }
-        let work = (self.work as NSString).standardizingPath
+        // Absolute: it becomes git daemon's --base-path and part of file:// URLs.
+        let work = ((self.work.hasPrefix("/") ? self.work : FileManager.default.currentDirectoryPath + "/" + self.work)
+            as NSString).standardizingPath
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         let fprepPath = skipFprep ? nil : try resolveFprep()
 

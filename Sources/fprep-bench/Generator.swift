@@ -47,12 +47,12 @@ struct Generator {
 
     /// Returns the remote's facts and whether they came from the cache.
     func ensureRemote(regenerate: Bool, log: (String) -> Void) throws -> (GenerationFacts, Bool) {
-        if !regenerate, let cached = try reusable(log: log) { return (cached, true) }
+        if !regenerate, let cached = reusable(log: log) { return (cached, true) }
         return (try generate(), false)
     }
 
     /// The marker's facts when they describe this exact remote, else nil.
-    private func reusable(log: (String) -> Void) throws -> GenerationFacts? {
+    private func reusable(log: (String) -> Void) -> GenerationFacts? {
         guard let data = FileManager.default.contents(atPath: markerPath),
               let facts = try? JSONDecoder().decode(GenerationFacts.self, from: data) else { return nil }
         guard facts.files == files, facts.totalSizeRequested == totalSize, facts.seed == seed else {
@@ -115,7 +115,7 @@ struct Generator {
             importSeconds: imported - started, repackSeconds: repacked - imported,
             hookSeconds: finished - repacked, generateSeconds: finished - started)
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         // Written last: a marker only ever describes a complete remote.
         try encoder.encode(facts).write(to: URL(fileURLWithPath: markerPath))
         return facts

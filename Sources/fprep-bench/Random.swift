@@ -2,9 +2,11 @@ import Glibc
 
 /// A small seeded PRNG (xoshiro256**, state filled by SplitMix64).
 ///
-/// The benchmark must give the same repository for the same arguments on every
-/// machine and Swift release, so it cannot use `SystemRandomNumberGenerator` or
-/// any library generator whose algorithm may change.
+/// The benchmark must give the same repository (same commit id) for the same
+/// arguments on every run and Swift release, so it cannot use
+/// `SystemRandomNumberGenerator` or a library generator whose algorithm may change.
+/// (`logUniform` goes through libm's exp/log: another libm could, rarely, shift
+/// a size by a byte.)
 struct SeededRandom {
     private var s0: UInt64
     private var s1: UInt64

@@ -1,0 +1,59 @@
+import ArgumentParser
+import Foundation
+import FprepCore
+
+struct Changes: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Enumerate the changes since a sync anchor.",
+        discussion: """
+            Reports what changed between anchor --from and --to (default: the replica's anchor): 'updated'
+            items with full metadata (as 'ls' gives them), 'deleted' identifiers, 'moved' items (old and new
+            identifier), the 'anchor' the batch reaches and 'moreComing'. When --limit cuts a batch, the anchor
+            is a continuation token: pass it as --from to get the rest.
+
+            --container narrows to one folder's children (its identifier, or
+            NSFileProviderRootContainerItemIdentifier) or to the working set
+            (NSFileProviderWorkingSetContainerItemIdentifier).
+
+            An anchor that is unknown or not an ancestor of the current one (history rewritten) has expired:
+            exit status 65, and the consumer must re-enumerate from scratch.
+            """
+    )
+
+    @OptionGroup var replica: ReplicaOptions
+
+    @Option(help: ArgumentHelp("The anchor to start from (a commit id or a continuation token).", valueName: "ANCHOR"))
+    var from: String
+
+    @Option(help: ArgumentHelp("The anchor to end at (default: the replica's).", valueName: "ANCHOR"))
+    var to: String?
+
+    @Option(help: ArgumentHelp("Only changes of this container's items.", valueName: "ID"))
+    var container: String?
+
+    @Option(help: "At most this many changes in the batch.")
+    var limit: Int?
+
+    @Flag(help: "Print the batch as JSON.")
+    var json = false
+
+    func run() throws {
+        let opened = try replica.open("changes", exclusive: false)
+        let batch = try opened.changes(from: from, to: to, container: container, limit: limit)
+        if json { return try JSONOutput.print(batch) }
+        for path in batch.deleted { print("deleted  \(path)") }
+        for move in batch.moved { print("moved    \(move.from) → \(move.to)") }
+        for item in batch.updated { print("updated  \(item.identifier)\(item.kind == "folder" ? "/" : "")  \(item.size.map(String.init) ?? "-")  \(item.state.rawValue)") }
+        print(batch.moreComing ? "more: \(batch.anchor)" : "anchor: \(batch.anchor)")
+    }
+}
+
+struct Anchor: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the replica's current sync anchor (a commit id).")
+
+    @OptionGroup var replica: ReplicaOptions
+
+    func run() throws {
+        print(try replica.open("anchor", exclusive: false).currentAnchor())
+    }
+}

@@ -1,0 +1,439 @@
+import CFprepSys
+import Foundation
+import FprepGit
+
+/// What `sync` did.
+public struct SyncReport: Sendable, Encodable {
+    public var from: String?
+    public var to: String?
+    public var added = 0
+    public var changed = 0
+    public var deleted = 0
+    public var moved = 0
+    public var bytesFetched: Int64 = 0
+    /// Items whose local changes the sync kept instead of applying the
+    /// remote's change (left for reconcile).
+    public var keptLocal: [Skipped] = []
+    public var signals: [Signal] = []
+}
+
+/// The journal payload of a sync: the two anchors it moves between.
+struct SyncJournal: Codable {
+    var from: String?
+    var to: String
+
+    func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
+    static func decode(_ bytes: [UInt8]) -> SyncJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
+}
+
+extension Replica {
+    /// Fetches the followed branch (commits and trees) and moves the replica
+    /// from its anchor to the remote's: the tree diff between the two is
+    /// applied to the placeholders and materialized files, and the affected
+    /// containers are signalled. Journaled: a killed sync is finished by the
+    /// next command.
+    public func sync() throws -> SyncReport {
+        Trace.start()
+        do {
+            try Transport.fetchTrees(gitDirectory: gitDirectory)
+        } catch let error as GitCommandError {
+            throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason); the replica is unchanged (sync again when the remote is back)",
+                             detail: error.standardError)
+        }
+        Trace.mark("fetch")
+        guard let target = try repository.referenceTarget("refs/remotes/origin/" + branch) else {
+            throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
+        }
+        try ingestManifest()
+        guard target != anchor else {
+            return SyncReport(from: anchor?.hex, to: anchor?.hex)
+        }
+        let journal = SyncJournal(from: anchor?.hex, to: target.hex)
+        let operation = try store.beginOperation("sync", payload: journal.encoded())
+        return try applySync(journal, operation: operation)
+    }
+
+    /// Reads the size manifest commits fetched since the last read.
+    func ingestManifest() throws {
+        guard let tip = try repository.referenceTarget(SizeManifest.trackingReference) else { return }
+        let known = try store.meta("manifest_tip").flatMap(ObjectID.init(hex:))
+        guard tip != known else { return }
+        let entries = try SizeManifest.entries(repository, from: tip, stoppingAt: known)
+        try store.transaction {
+            try store.recordBlobInfo(entries)
+            try store.setMeta("manifest_tip", tip.hex)
+        }
+    }
+
+    /// Applies the change from `journal.from` to `journal.to`. Every step
+    /// checks what is already on disk, so running it again after a crash
+    /// finishes the same sync.
+    func applySync(_ journal: SyncJournal, operation: Int64) throws -> SyncReport {
+        guard let target = ObjectID(hex: journal.to) else {
+            try store.endOperation(operation)
+            throw FprepError("the journal of an interrupted sync is unreadable; run 'fprep sync' again")
+        }
+        let source = journal.from.flatMap(ObjectID.init(hex:))
+        let fromTree = try source.map { try repository.commit($0).treeID }
+        let toCommit = try repository.commit(target)
+        let changes = try ChangeSet.between(repository, from: fromTree, to: toCommit.treeID)
+        for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.addedFolders.map(\.path) {
+            for name in path.components {
+                if let problem = EntryNameCheck.problem(with: name) {
+                    try store.endOperation(operation)
+                    throw FprepError.unsafeEntry(path.description, problem)
+                }
+            }
+        }
+        Trace.mark("diff")
+        let now = Int64(Date().timeIntervalSince1970)
+        let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
+        var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex)
+        var report = try applier.apply()
+        report.from = journal.from
+        report.to = journal.to
+        Trace.mark("apply")
+        let signals = SignalPass(workingSet: workingSet).signals(for: changes)
+        report.signals = try store.transaction {
+            try store.setMeta("anchor", target.hex)
+            try store.setMeta("logical_size", String(max(0, (Int64(try store.meta("logical_size") ?? "0") ?? 0) + applier.sizeDelta)))
+            try store.recordTrash(applier.trashed)
+            try store.forgetMaterialized(applier.dematerialized)
+            try store.recordMaterialized(applier.rematerialized, at: now)
+            for move in changes.moved where move.isFolder || !changes.moved.contains(where: { $0.isFolder && move.from.isWithin($0.from) }) {
+                try store.moveRecords(from: move.from, to: move.to)
+            }
+            let recorded = try store.appendSignals(signals, domain: domain, anchor: target.hex, at: now)
+            try store.endOperation(operation)
+            return recorded
+        }
+        try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
+        anchor = target
+        Trace.mark("record")
+        return report
+    }
+}
+
+/// Makes the disk and the index go from one anchor's tree to the next.
+struct SyncApplier {
+    let replica: Replica
+    let changes: ChangeSet
+    let commitTime: Int64
+    let anchor: String
+    let index: Index
+    let classifier: StateClassifier
+    let sizes: (ObjectID) throws -> BlobInfo?
+    let token = ContentOperations.newToken()
+
+    /// Records for the store once the disk is done.
+    var trashed: [TrashRecord] = []
+    var dematerialized: [RepoPath] = []
+    var rematerialized: [(RepoPath, ObjectID)] = []
+    var sizeDelta: Int64 = 0
+
+    init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String) throws {
+        self.replica = replica
+        self.changes = changes
+        self.commitTime = commitTime
+        self.anchor = anchor
+        index = try replica.repository.index()
+        classifier = StateClassifier(root: replica.rootFolder)
+        sizes = try replica.store.blobInfoLookup()
+    }
+
+    /// Where a path stands on disk against the change.
+    enum Local {
+        case absent
+        case old(ItemState)
+        case alreadyNew(skipWorktree: Bool)
+        case userChanged
+    }
+
+    func local(_ path: RepoPath, new: TreeEntry?) -> Local {
+        guard let stat = replica.rootFolder.stat(path) else { return .absent }
+        if let new, let state = matchesNew(path, new, stat) { return .alreadyNew(skipWorktree: state) }
+        guard let entry = index.entry(path: path.bytes) else { return .userChanged }
+        switch classifier.state(of: entry, stat: stat) {
+        case .dataless: return .old(.dataless)
+        case .materialized: return .old(.materialized)
+        case .modified, .deleted: return .userChanged
+        }
+    }
+
+    /// Whether the disk already holds `new` at `path` (a sync run again);
+    /// the result is the skip-worktree bit the index entry gets.
+    private func matchesNew(_ path: RepoPath, _ new: TreeEntry, _ stat: FileStat) -> Bool? {
+        switch new.mode {
+        case .blob, .executable:
+            guard stat.isRegular else { return nil }
+            if stat.blocks == 0, ContentOperations.placeholderBlob(replica.rootFolder, path) == new.id { return true }
+            if let entry = index.entry(path: path.bytes), entry.id == new.id, !entry.skipWorktree { return nil }
+            guard stat.blocks > 0, let bytes = try? replica.rootFolder.readFile(path),
+                  (try? bytes.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == new.id else { return nil }
+            return false
+        case .symlink:
+            guard stat.isSymlink, let target = try? replica.rootFolder.readLink(path),
+                  (try? target.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == new.id else { return nil }
+            return false
+        case .submodule:
+            return stat.isDirectory && index.entry(path: path.bytes)?.id == new.id ? true : nil
+        default:
+            return nil
+        }
+    }
+
+    mutating func apply() throws -> SyncReport {
+        var report = SyncReport()
+        let root = replica.rootFolder
+
+        // 1. Deletions.
+        for (path, old) in changes.deleted {
+            switch local(path, new: nil) {
+            case .absent:
+                try? index.remove(path: path.bytes)
+            case .old(let state):
+                if old.mode == .submodule { unlinkat(try root.folder(path.parent).fd, cPath(path.name), AT_REMOVEDIR) }
+                else { try remove(path) }
+                try? index.remove(path: path.bytes)
+                if state == .materialized { dematerialized.append(path) }
+            case .userChanged, .alreadyNew:
+                try? index.remove(path: path.bytes)
+                report.keptLocal.append(Skipped(path: path.description, reason: "deleted on the remote, changed here; your version is kept"))
+            }
+            trashed.append(TrashRecord(path: path, blob: old.id, mode: old.mode.raw, deletedAt: Int64(Date().timeIntervalSince1970), anchor: anchor))
+            sizeDelta -= max(0, try sizes(old.id)?.size ?? 0)
+            report.deleted += 1
+        }
+
+        // 2. Moves: a folder as one rename, then single items.
+        for move in changes.moved where move.isFolder {
+            try moveFolder(move)
+            report.moved += 1
+        }
+        for move in changes.moved where !move.isFolder && !changes.moved.contains(where: { $0.isFolder && move.from.isWithin($0.from) }) {
+            if let kept = try moveItem(move) { report.keptLocal.append(kept) }
+            report.moved += 1
+        }
+
+        // 3. Folders that went away (emptied by the steps above) and folders that came.
+        for folder in changes.deletedFolders.reversed() {
+            if let parent = try? root.folder(folder.path.parent) {
+                if unlinkat(parent.fd, cPath(folder.path.name), AT_REMOVEDIR) != 0 && errno == ENOTEMPTY {
+                    report.keptLocal.append(Skipped(path: folder.path.description, reason: "deleted on the remote; it still holds files of yours, so it is kept"))
+                }
+            }
+            report.deleted += 1
+        }
+        for folder in changes.addedFolders {
+            try makeFolders(folder.path)
+            report.added += 1
+        }
+
+        // 4. New and changed items: fetch what materialized files and
+        //    symlinks need in one request, then write.
+        var plans: [(ChangeSet.Update, Local)] = []
+        var needed = Set<ObjectID>()
+        let odb = try replica.repository.objectDatabase()
+        for update in changes.updated {
+            let state = local(update.path, new: update.new)
+            plans.append((update, state))
+            if case .old(.materialized) = state, update.new.mode.isFile, !odb.contains(update.new.id) { needed.insert(update.new.id) }
+            if update.new.mode == .symlink, !odb.contains(update.new.id) { needed.insert(update.new.id) }
+        }
+        var packs: [String] = []
+        if !needed.isEmpty {
+            do {
+                packs = try Transport.fetchObjects(Array(needed), gitDirectory: replica.gitDirectory)
+            } catch let error as GitCommandError {
+                throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); sync again when the remote is back (nothing is lost)",
+                                 detail: error.standardError)
+            }
+            report.bytesFetched = packs.filter { $0.hasSuffix(".pack") }.reduce(0) { total, pack in
+                total + ((try? FileManager.default.attributesOfItem(atPath: pack)[.size] as? Int64) ?? 0)
+            }
+            try odb.refresh()
+        }
+        for (update, state) in plans {
+            if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
+            if update.old == nil { report.added += 1 } else { report.changed += 1 }
+            sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) - max(0, try update.old.map { try sizes($0.id)?.size ?? 0 } ?? 0)
+        }
+        guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        try index.write()
+        ContentOperations.removePacks(packs)
+        return report
+    }
+
+    /// Removes a file or symlink of the replica.
+    private func remove(_ path: RepoPath) throws {
+        let parent = try replica.rootFolder.folder(path.parent)
+        guard unlinkat(parent.fd, cPath(path.name), 0) == 0 || errno == ENOENT else { throw SystemError("remove", path.description) }
+    }
+
+    /// Makes `path` and its missing parents as folders, never through a symlink.
+    private func makeFolders(_ path: RepoPath) throws {
+        var current = RepoPath.root
+        for name in path.components {
+            let parent = try replica.rootFolder.folder(current)
+            current = current.appending(name)
+            if mkdirat(parent.fd, cPath(name), 0o777) != 0 {
+                guard errno == EEXIST, parent.stat(name: name)?.isDirectory == true else {
+                    throw FprepError("cannot make the folder '\(current)': something of yours is in the way; move it and sync again")
+                }
+            }
+        }
+    }
+
+    private mutating func moveFolder(_ move: ChangeSet.Move) throws {
+        let root = replica.rootFolder
+        let sourceThere = root.stat(move.from)?.isDirectory == true
+        let targetThere = root.stat(move.to) != nil
+        if sourceThere && !targetThere {
+            try makeFolders(move.to.parent)
+            let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)
+            guard renameat(from.fd, cPath(move.from.name), to.fd, cPath(move.to.name)) == 0 else {
+                throw SystemError("move", "\(move.from) → \(move.to)")
+            }
+        }
+        // The index follows the folder: every entry below it changes path.
+        let prefix = move.from.bytes + [0x2F]
+        var moved: [IndexEntry] = []
+        if var position = index.firstPosition(withPrefix: prefix) {
+            while let entry = index.entry(at: position), entry.path.starts(with: prefix) {
+                moved.append(entry)
+                position += 1
+            }
+        }
+        for entry in moved {
+            try index.remove(path: entry.path)
+            var renamed = entry
+            renamed.path = move.to.bytes + Array(entry.path.dropFirst(move.from.bytes.count))
+            try index.add(renamed)
+        }
+    }
+
+    private mutating func moveItem(_ move: ChangeSet.Move) throws -> Skipped? {
+        let root = replica.rootFolder
+        let entry = index.entry(path: move.from.bytes)
+        if root.stat(move.to) != nil {
+            if case .alreadyNew(let skip) = local(move.to, new: move.entry) {
+                // Done by an earlier run of this sync.
+                try? index.remove(path: move.from.bytes)
+                try addIndexEntry(move.to, move.entry, skipWorktree: skip)
+                return nil
+            }
+            return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)', but a file of yours is in the way; both are kept")
+        }
+        guard root.stat(move.from) != nil else {
+            // Gone locally: lay out the moved item fresh at its new place.
+            try? index.remove(path: move.from.bytes)
+            return try applyUpdate(ChangeSet.Update(path: move.to, new: move.entry, old: nil), .absent)
+        }
+        try makeFolders(move.to.parent)
+        let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)
+        guard renameat(from.fd, cPath(move.from.name), to.fd, cPath(move.to.name)) == 0 else {
+            throw SystemError("move", "\(move.from) → \(move.to)")
+        }
+        try? index.remove(path: move.from.bytes)
+        if var entry {
+            entry.path = move.to.bytes
+            if !entry.skipWorktree, let stat = root.stat(move.to), classifier.matches(entry.stat, stat) == false,
+               entry.stat.inode == UInt32(truncatingIfNeeded: stat.inode) {
+                // A rename changes only the ctime: keep the entry matching its unchanged file.
+                entry.stat = StatData(stat)
+            }
+            try index.add(entry)
+        } else {
+            try addIndexEntry(move.to, move.entry, skipWorktree: true)
+        }
+        return nil
+    }
+
+    private mutating func applyUpdate(_ update: ChangeSet.Update, _ state: Local) throws -> Skipped? {
+        let path = update.path
+        let new = update.new
+        switch state {
+        case .alreadyNew(let skip):
+            try addIndexEntry(path, new, skipWorktree: skip)
+            return nil
+        case .userChanged:
+            return Skipped(path: path.description, reason: update.old == nil
+                ? "added on the remote, but a file of yours is in the way; yours is kept"
+                : "changed on the remote and here; your version is kept")
+        case .absent, .old:
+            break
+        }
+        try makeFolders(path.parent)
+        let folder = try replica.rootFolder.folder(path.parent)
+        let temporary = ContentOperations.temporaryName(for: path.name, token: token)
+        let info = try sizes(new.id)
+        let mtime = info?.mtime ?? commitTime
+        switch new.mode {
+        case .blob, .executable:
+            if case .old(.materialized) = state {
+                let blob = try replica.repository.blob(new.id)
+                try blob.withContent { bytes in
+                    guard try ObjectDatabase.blobID(of: bytes) == new.id else {
+                        throw FprepError("the content fetched for '\(path)' does not match its id \(new.id); nothing was written")
+                    }
+                    let fd = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                    new.mode == .executable ? 0o777 : 0o666)
+                    guard fd >= 0 else { throw SystemError("create", path.description) }
+                    defer { close(fd) }
+                    try writeAll(fd, bytes, shown: path.description)
+                    _ = fprep_set_mtime(fd, mtime, 0)
+                }
+                try renameInto(folder, temporary, path)
+                guard let stat = folder.stat(name: path.name) else { throw SystemError("stat", path.description) }
+                try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, stat: StatData(stat), skipWorktree: false))
+                rematerialized.append((path, new.id))
+            } else {
+                let size = max(info?.size ?? 0, 0)
+                let created = new.id.bytes.withUnsafeBufferPointer { id in
+                    fprep_create_placeholder(folder.fd, cPath(temporary), new.mode == .executable ? 0o777 : 0o666,
+                                             off_t(size), id.baseAddress, id.count, mtime, 0, nil)
+                }
+                guard created == 0 else { throw SystemError("create placeholder", path.description) }
+                try renameInto(folder, temporary, path)
+                var recorded = StatData()
+                recorded.fileSize = UInt32(truncatingIfNeeded: size)
+                recorded.mtimeSeconds = Int32(truncatingIfNeeded: mtime)
+                try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, stat: recorded, skipWorktree: true))
+                if case .old(.materialized) = state { dematerialized.append(path) }
+            }
+        case .symlink:
+            let target = try replica.repository.blob(new.id).withContent { Array($0) }
+            guard symlinkat(cPath(target), folder.fd, cPath(temporary)) == 0 else { throw SystemError("symlink", path.description) }
+            try renameInto(folder, temporary, path)
+            guard let stat = folder.stat(name: path.name) else { throw SystemError("stat", path.description) }
+            try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, stat: StatData(stat), skipWorktree: false))
+        case .submodule:
+            if folder.stat(name: path.name) != nil { try remove(path) }
+            _ = mkdirat(folder.fd, cPath(path.name), 0o777)
+            try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, skipWorktree: true))
+        default:
+            break
+        }
+        return nil
+    }
+
+    /// Renames a written temporary file over `path`; a folder in the way
+    /// (the old item was a folder) was emptied by the deletions before.
+    private func renameInto(_ folder: FolderHandle, _ temporary: [UInt8], _ path: RepoPath) throws {
+        if renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) != 0 {
+            let code = errno
+            unlinkat(folder.fd, cPath(temporary), 0)
+            throw SystemError("rename", path.description, code)
+        }
+    }
+
+    private func addIndexEntry(_ path: RepoPath, _ entry: TreeEntry, skipWorktree: Bool) throws {
+        var stat = StatData()
+        if !skipWorktree, let onDisk = replica.rootFolder.stat(path) { stat = StatData(onDisk) }
+        else if let info = try sizes(entry.id) {
+            stat.fileSize = UInt32(truncatingIfNeeded: info.size)
+            stat.mtimeSeconds = Int32(truncatingIfNeeded: info.mtime)
+        }
+        try index.add(IndexEntry(path: path.bytes, id: entry.id, mode: entry.mode.raw, stat: stat, skipWorktree: skipWorktree))
+    }
+}
