@@ -306,7 +306,7 @@ struct ContentOperations {
     func settle(_ record: StateStore.JournalRecord) throws {
         if record.operation == "sync" {
             guard let journal = SyncJournal.decode(record.payload) else { return try replica.store.endOperation(record.id) }
-            _ = try replica.applySync(journal, operation: record.id)
+            _ = try replica.applySync(journal, operation: record.id, resuming: true)
             return
         }
         guard let journal = ContentJournal.decode(record.payload) else {

@@ -68,7 +68,7 @@ extension Replica {
     /// Applies the change from `journal.from` to `journal.to`. Every step
     /// checks what is already on disk, so running it again after a crash
     /// finishes the same sync.
-    func applySync(_ journal: SyncJournal, operation: Int64) throws -> SyncReport {
+    func applySync(_ journal: SyncJournal, operation: Int64, resuming: Bool = false) throws -> SyncReport {
         guard let target = ObjectID(hex: journal.to) else {
             try store.endOperation(operation)
             throw FprepError("the journal of an interrupted sync is unreadable; run 'fprep sync' again")
@@ -89,11 +89,16 @@ extension Replica {
         let now = Int64(Date().timeIntervalSince1970)
         let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex)
+        if resuming { applier.removeStaleTemporaries() }
         var report = try applier.apply()
         report.from = journal.from
         report.to = journal.to
         Trace.mark("apply")
         let signals = SignalPass(workingSet: workingSet).signals(for: changes)
+        // The branch first: git's view of the replica (HEAD against the
+        // index) is right from here on; the store's anchor follows, and a
+        // crash between the two only repeats this already finished sync.
+        try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
         report.signals = try store.transaction {
             try store.setMeta("anchor", target.hex)
             try store.setMeta("logical_size", String(max(0, (Int64(try store.meta("logical_size") ?? "0") ?? 0) + applier.sizeDelta)))
@@ -107,7 +112,6 @@ extension Replica {
             try store.endOperation(operation)
             return recorded
         }
-        try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
         anchor = target
         Trace.mark("record")
         return report
@@ -182,6 +186,25 @@ struct SyncApplier {
         }
     }
 
+    /// Removes what a killed run of this sync left half-written: the
+    /// temporary files beside the changed items.
+    func removeStaleTemporaries() {
+        var byFolder: [RepoPath: Set<[UInt8]>] = [:]
+        for path in changes.updated.map(\.path) + changes.moved.map(\.to) {
+            byFolder[path.parent, default: []].insert(path.name)
+        }
+        for (folderPath, names) in byFolder {
+            guard let folder = try? replica.rootFolder.folder(folderPath), let entries = try? folder.entryNames() else { continue }
+            for entry in entries where entry.first == 0x2E {
+                let isTemporary = names.contains { name in
+                    let prefix = [0x2E] + name + Array(".fprep-".utf8)
+                    return entry.count > prefix.count && entry.starts(with: prefix)
+                }
+                if isTemporary { unlinkat(folder.fd, cPath(entry), 0) }
+            }
+        }
+    }
+
     mutating func apply() throws -> SyncReport {
         var report = SyncReport()
         let root = replica.rootFolder
@@ -191,6 +214,7 @@ struct SyncApplier {
             switch local(path, new: nil) {
             case .absent:
                 try? index.remove(path: path.bytes)
+                dematerialized.append(path)
             case .old(let state):
                 if old.mode == .submodule { unlinkat(try root.folder(path.parent).fd, cPath(path.name), AT_REMOVEDIR) }
                 else { try remove(path) }
@@ -245,8 +269,13 @@ struct SyncApplier {
             do {
                 packs = try Transport.fetchObjects(Array(needed), gitDirectory: replica.gitDirectory)
             } catch let error as GitCommandError {
-                throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); sync again when the remote is back (nothing is lost)",
-                                 detail: error.standardError)
+                // Symlinks cannot wait; materialized files can come back as
+                // placeholders (materialize them again later).
+                if changes.updated.contains(where: { $0.new.mode == .symlink && needed.contains($0.new.id) }) {
+                    throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); sync again when the remote is back (nothing is lost)",
+                                     detail: error.standardError)
+                }
+                report.keptLocal.append(Skipped(path: "", reason: "the remote did not send new content (\(error.reason)); changed materialized files are placeholders now"))
             }
             report.bytesFetched = packs.filter { $0.hasSuffix(".pack") }.reduce(0) { total, pack in
                 total + ((try? FileManager.default.attributesOfItem(atPath: pack)[.size] as? Int64) ?? 0)
@@ -370,8 +399,7 @@ struct SyncApplier {
         let mtime = info?.mtime ?? commitTime
         switch new.mode {
         case .blob, .executable:
-            if case .old(.materialized) = state {
-                let blob = try replica.repository.blob(new.id)
+            if case .old(.materialized) = state, let blob = try? replica.repository.blob(new.id) {
                 try blob.withContent { bytes in
                     guard try ObjectDatabase.blobID(of: bytes) == new.id else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(new.id); nothing was written")
