@@ -34,8 +34,13 @@ extension Replica {
     /// next command.
     public func sync() throws -> SyncReport {
         Trace.start()
+        // The index (which the apply step needs, and which costs as much to
+        // read as the fetch takes) is read while git fetches.
+        let gitDirectory = self.gitDirectory
+        let fetch = BackgroundWork { try Transport.fetchTrees(gitDirectory: gitDirectory) }
+        _ = try? repository.index()
         do {
-            try Transport.fetchTrees(gitDirectory: gitDirectory)
+            try fetch.wait()
         } catch let error as GitCommandError {
             throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason); the replica is unchanged (sync again when the remote is back)",
                              detail: error.standardError)
@@ -88,8 +93,10 @@ extension Replica {
         Trace.mark("diff")
         let now = Int64(Date().timeIntervalSince1970)
         let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
+        Trace.mark("working set")
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex)
         if resuming { applier.removeStaleTemporaries() }
+        Trace.mark("read index")
         var report = try applier.apply()
         report.from = journal.from
         report.to = journal.to
@@ -253,6 +260,7 @@ struct SyncApplier {
             report.added += 1
         }
 
+        Trace.mark("deletions, moves")
         // 4. New and changed items: fetch what materialized files and
         //    symlinks need in one request, then write.
         var plans: [(ChangeSet.Update, Local)] = []
@@ -264,6 +272,7 @@ struct SyncApplier {
             if case .old(.materialized) = state, update.new.mode.isFile, !odb.contains(update.new.id) { needed.insert(update.new.id) }
             if update.new.mode == .symlink, !odb.contains(update.new.id) { needed.insert(update.new.id) }
         }
+        Trace.mark("classify updates")
         var packs: [String] = []
         if !needed.isEmpty {
             do {
@@ -287,8 +296,11 @@ struct SyncApplier {
             if update.old == nil { report.added += 1 } else { report.changed += 1 }
             sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) - max(0, try update.old.map { try sizes($0.id)?.size ?? 0 } ?? 0)
         }
+        Trace.mark("updates")
         guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        Trace.mark("syncfs")
         try index.write()
+        Trace.mark("index write")
         ContentOperations.removePacks(packs)
         return report
     }

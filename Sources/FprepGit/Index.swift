@@ -59,9 +59,10 @@ public final class Index {
     init(taking pointer: OpaquePointer) { self.pointer = pointer }
     deinit { git_index_free(pointer) }
 
-    /// Rereads the index file from disk; wraps `git_index_read` (forced).
-    public func reload() throws {
-        try check(git_index_read(pointer, 1), "git_index_read")
+    /// Rereads the index file from disk; wraps `git_index_read`. Unforced,
+    /// it reads only when the file changed since the last read.
+    public func reload(force: Bool = true) throws {
+        try check(git_index_read(pointer, force ? 1 : 0), "git_index_read")
     }
 
     public var count: Int { git_index_entrycount(pointer) }

@@ -25,7 +25,7 @@ public enum Transport {
     /// and trees only. Refs of branches the remote deleted are pruned.
     public static func fetchTrees(gitDirectory: String) throws {
         try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                            "fetch", "--quiet", "--no-tags", "--prune", "--filter=blob:none", "origin"])
+                            "fetch", "--quiet", "--no-tags", "--prune", "--recurse-submodules=no", "--filter=blob:none", "origin"])
     }
 
     /// The URL handed to git: a plain local path becomes `file://`, because

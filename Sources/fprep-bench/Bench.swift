@@ -26,7 +26,25 @@ struct Bench: ParsableCommand {
         removed, `sync` runs and, as root, caches are dropped. The floors run first, \
         then fprep, each phase in a WORK emptied of clones; the replica (or, with \
         --skip-fprep, the git clone) is left in WORK for inspection until the next run.
+
+        This clone/materialize/evict cycle is the default mode. The other mode, \
+        `fprep-bench sync [options]`, times `fprep sync` and `fprep changes` after a \
+        seeded mutation commit on trees of 10^4 and 10^5 files against git floors; \
+        its options are its own (see `fprep-bench sync --help`).
         """)
+
+    /// `sync` as the first argument selects the sync mode; anything else is
+    /// this command. (Not an ArgumentParser subcommand: a parent's options are
+    /// also parsed after a subcommand's name, so the shared names --runs,
+    /// --work… would reach this command instead of the sync mode.)
+    static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == SyncBench.mode {
+            SyncBench.main(Array(arguments.dropFirst()))
+        } else {
+            Bench.main(arguments)
+        }
+    }
 
     @Option(help: "Number of files in the generated tree.")
     var files: Int = 100_000
@@ -93,10 +111,9 @@ struct Bench: ParsableCommand {
         let note: (String) -> Void = { FileHandle.standardError.write(Data("fprep-bench: \($0)\n".utf8)) }
         let step: (String) -> Void = { [verbose] text in if verbose { note(text) } }
         // Absolute: it becomes git daemon's --base-path and part of file:// URLs.
-        let work = ((self.work.hasPrefix("/") ? self.work : FileManager.default.currentDirectoryPath + "/" + self.work)
-            as NSString).standardizingPath
+        let work = absolutePath(self.work)
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let fprepPath = skipFprep ? nil : try resolveFprep()
+        let fprepPath = skipFprep ? nil : try resolveFprep(fprep)
 
         let generator = Generator(work: work, files: files, totalSize: requestedTotalSize(), seed: seed,
                                   fprep: fprepPath, subprocess: subprocess)
@@ -135,25 +152,35 @@ struct Bench: ParsableCommand {
     /// --total-size in bytes; by default 500 MiB per 100,000 files.
     private func requestedTotalSize() -> Int {
         if let totalSize, let bytes = parseSize(totalSize) { return bytes }
-        return Int((Double(500 << 20) * Double(files) / 100_000).rounded())
+        return defaultTotalSize(files: files)
     }
+}
 
-    /// The fprep to benchmark: --fprep, else the one built beside us, else PATH.
-    private func resolveFprep() throws -> String {
-        if let fprep {
-            guard access(fprep, X_OK) == 0 else { throw BenchError.message("--fprep \(fprep) is not an executable file") }
-            return fprep.hasPrefix("/") ? fprep : FileManager.default.currentDirectoryPath + "/" + fprep
-        }
-        if let own = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let sibling = (own as NSString).deletingLastPathComponent + "/fprep"
-            if access(sibling, X_OK) == 0 { return sibling }
-        }
-        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
-            let candidate = "\(dir)/fprep"
-            if access(candidate, X_OK) == 0 { return candidate }
-        }
-        throw BenchError.message("no fprep binary: not beside this executable, not on PATH; pass --fprep PATH or --skip-fprep")
+/// The default blob bytes of a generated tree: 500 MiB per 100,000 files.
+func defaultTotalSize(files: Int) -> Int {
+    Int((Double(500 << 20) * Double(files) / 100_000).rounded())
+}
+
+/// `path` made absolute against the current folder, with `.`/`..` resolved.
+func absolutePath(_ path: String) -> String {
+    ((path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path) as NSString).standardizingPath
+}
+
+/// The fprep to benchmark: `explicit` (--fprep), else the one built beside us, else PATH.
+func resolveFprep(_ explicit: String?) throws -> String {
+    if let fprep = explicit {
+        guard access(fprep, X_OK) == 0 else { throw BenchError.message("--fprep \(fprep) is not an executable file") }
+        return fprep.hasPrefix("/") ? fprep : FileManager.default.currentDirectoryPath + "/" + fprep
     }
+    if let own = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+        let sibling = (own as NSString).deletingLastPathComponent + "/fprep"
+        if access(sibling, X_OK) == 0 { return sibling }
+    }
+    for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+        let candidate = "\(dir)/fprep"
+        if access(candidate, X_OK) == 0 { return candidate }
+    }
+    throw BenchError.message("no fprep binary: not beside this executable, not on PATH; pass --fprep PATH or --skip-fprep")
 }
 
 /// "500M" → 524288000; K/M/G are binary multiples, decimals allowed ("1.5G").

@@ -111,11 +111,17 @@ struct Cycle {
 
     /// sync, then (as root) drop the page, dentry and inode caches.
     private func quiesce() {
-        sync()
-        guard dropCaches else { return }
-        let fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = write(fd, "3", 1)
-        close(fd)
+        settle(dropCaches: dropCaches)
     }
+}
+
+/// sync, then, when `dropCaches` (root), drop the page, dentry and inode
+/// caches: what every timed step of both modes starts from.
+func settle(dropCaches: Bool) {
+    sync()
+    guard dropCaches else { return }
+    let fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    _ = write(fd, "3", 1)
+    close(fd)
 }

@@ -11,10 +11,11 @@ struct TreeEntry {
     var isRegularFile: Bool { mode == "100644" || mode == "100755" }
 }
 
-/// Reads the full tree of the remote's main branch. The remote is bare and has
-/// every blob, so `-l` costs nothing there (in a blob:none clone it would fetch them all).
-func listTree(remote: String, subprocess: Subprocess) throws -> [TreeEntry] {
-    let output = try subprocess.run(Command(["git", "-C", remote, "ls-tree", "-r", "-l", "-z", "--full-tree", "refs/heads/main"]))
+/// Reads the full tree of the remote's main branch (or of `revision`). The remote
+/// is bare and has every blob, so `-l` costs nothing there (in a blob:none clone
+/// it would fetch them all).
+func listTree(remote: String, revision: String = "refs/heads/main", subprocess: Subprocess) throws -> [TreeEntry] {
+    let output = try subprocess.run(Command(["git", "-C", remote, "ls-tree", "-r", "-l", "-z", "--full-tree", revision]))
     var entries: [TreeEntry] = []
     // Record: "<mode> SP <type> SP <oid> SP+ <size> TAB <path> NUL".
     for record in output.stdout.split(separator: 0) {
