@@ -142,6 +142,12 @@ int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob
     return fstat(fd, out);
 }
 
+int fprep_clear_placeholder_marks(int fd) {
+    if (fremovexattr(fd, "user.fprep.state") != 0 && errno != ENODATA) return -1;
+    if (fremovexattr(fd, "user.fprep.blob") != 0 && errno != ENODATA) return -1;
+    return 0;
+}
+
 int fprep_syncfs(int fd) { return syncfs(fd); }
 
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len) {

@@ -54,13 +54,25 @@ public struct Fprep: ParsableCommand {
         }
     }
 
-    /// `fprep -C DIR COMMAND …` as git takes it: the option moves behind the
-    /// command name, where the command's own options parse it.
+    /// `fprep -C DIR --no-wait COMMAND …` as git takes it: options of every
+    /// replica command given before the command move behind its name, where
+    /// the command's own options parse them.
     static func movingReplicaOption(_ arguments: [String]) -> [String] {
-        guard arguments.count >= 3, ["-C", "--replica"].contains(arguments[0]) else { return arguments }
-        var rest = Array(arguments.dropFirst(2))
-        let command = rest.removeFirst()
-        return [command, arguments[0], arguments[1]] + rest
+        var leading: [String] = []
+        var rest = arguments[...]
+        while let first = rest.first {
+            if ["-C", "--replica"].contains(first), rest.count >= 2 {
+                leading += rest.prefix(2)
+                rest = rest.dropFirst(2)
+            } else if first.hasPrefix("--replica=") || ["--no-wait", "--verbose"].contains(first) {
+                leading.append(first)
+                rest = rest.dropFirst()
+            } else {
+                break
+            }
+        }
+        guard !leading.isEmpty, let command = rest.first else { return arguments }
+        return [command] + leading + rest.dropFirst()
     }
 
     static func report(_ error: FprepError) {

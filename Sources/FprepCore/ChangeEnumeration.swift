@@ -105,7 +105,7 @@ private struct ContainerFilter {
             folder = .root
             workingSet = nil
         case let identifier?:
-            folder = RepoPath(identifier)
+            folder = RepoPath(identifier: identifier)
             workingSet = nil
         }
     }

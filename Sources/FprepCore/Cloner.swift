@@ -33,6 +33,7 @@ public enum Cloner {
             throw FprepError(.usage, "'\(branch)' is not a valid branch name")
         }
         let root = Remote.absolute(directory ?? defaultDirectory(for: url))
+        if let resumed = try resumeLayout(root, url: url, progress: progress) { return resumed }
         let created = try prepareDestination(root, url: url)
         do {
             return try cloneInto(root: root, url: url, branch: branch, progress: progress, showGitProgress: showGitProgress)
@@ -53,6 +54,22 @@ public enum Cloner {
         return name.isEmpty ? "replica" : name
     }
 
+    /// Finishes a clone of `url` into `root` that was killed while laying
+    /// out its tree (its fetch is done); nil when there is no such clone.
+    private static func resumeLayout(_ root: String, url: String, progress: any ProgressReporter) throws -> Result? {
+        let statePath = root + "/" + Replica.stateFolderName + "/state.db"
+        guard FileManager.default.fileExists(atPath: statePath), let store = try? StateStore(path: statePath),
+              (try? store.meta("phase")) == "layout", (try? store.meta("remote_url")) == url else { return nil }
+        let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress))
+        let plan = try replica.currentPlan()
+        progress.finish()
+        return Result(root: root, url: url, domain: replica.domain, branch: replica.branch, anchor: replica.anchor?.hex,
+                      files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
+                      symlinks: plan.entries.count { $0.kind == .symlink },
+                      unsupportedSubmodules: plan.submodules.map(\.description),
+                      unknownSizes: plan.unknownSizes, logicalSize: plan.logicalSize)
+    }
+
     /// Checks that `root` is a new or empty folder, or an unfinished clone of
     /// the same URL (which is then started over). Returns whether fprep
     /// creates the folder.
@@ -70,10 +87,12 @@ public enum Cloner {
         let contents = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         if contents.isEmpty { return false }
         let statePath = root + "/" + Replica.stateFolderName + "/state.db"
+        // A clone of the same URL killed before its layout began: nothing of
+        // the user's can be in the folder yet, so it starts over.
         if FileManager.default.fileExists(atPath: statePath),
            let store = try? StateStore(path: statePath),
-           let phase = try? store.meta("phase"), phase == "fetching",
-           (try? store.meta("remote_url")) == url {
+           let phase = try? store.meta("phase"), phase == nil || phase == "fetching",
+           [nil, url].contains(try? store.meta("remote_url")) {
             removeClone(root: root, created: false)
             return false
         }
@@ -206,7 +225,7 @@ public enum Cloner {
 
     /// For a remote that is a folder on this machine, the sizes the manifest
     /// lacks, read from the remote's object headers (never the content).
-    private static func sizesFromLocalRemote(url: String, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
+    static func sizesFromLocalRemote(url: String, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
         let missing = plan.entries.filter { $0.size < 0 && $0.kind != .submodule }
         guard !missing.isEmpty, let path = localPath(of: url), let remote = try? Repository(openingAt: path) else { return [] }
         let odb = try remote.objectDatabase()
@@ -238,7 +257,7 @@ public enum Cloner {
         let index = try replica.repository.index()
         try index.clear()
         if let anchor = replica.anchor {
-            let plan = try given ?? replica.currentPlan()
+            let plan = try given ?? replica.recoveredPlan()
             // Symlink targets are the only blobs a clone holds: fetch them in
             // one request while the placeholders are made.
             let odb = try replica.repository.objectDatabase()
@@ -318,6 +337,22 @@ private struct UncheckedClosure: @unchecked Sendable {
 }
 
 extension Replica {
+    /// The plan of a layout that a killed clone left unfinished: the sizes
+    /// the clone was still storing are read again first.
+    func recoveredPlan() throws -> LayoutPlan {
+        try ingestManifest()
+        var plan = try currentPlan()
+        if plan.unknownSizes > 0, let anchor {
+            let time = try repository.commit(anchor).time
+            let extra = try Cloner.sizesFromLocalRemote(url: remoteURL, missingFrom: plan, time: time)
+            if !extra.isEmpty {
+                try store.transaction { try store.recordBlobInfo(extra) }
+                plan = try currentPlan()
+            }
+        }
+        return plan
+    }
+
     /// The layout plan of the anchor's tree, with sizes from the store.
     func currentPlan() throws -> LayoutPlan {
         guard let anchor else { return LayoutPlan() }

@@ -72,13 +72,17 @@ struct ContentOperations {
         // Files named one by one carry their blob id on the placeholder: ask
         // the remote for those at once, and read the index while it answers.
         let odb = try replica.repository.objectDatabase()
+        replica.removeFetchQuarantines()
+        let quarantine = replica.stateFolder + "/fetch-" + Self.newToken()
         let early = Array(Set(items.compactMap { item -> ObjectID? in
             guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular, stat.blocks == 0 else { return nil }
             return Self.placeholderBlob(replica.rootFolder, item.0)
         })).filter { !odb.contains($0) }
         let gitDirectory = replica.gitDirectory
         let earlyFetched = FetchResult()
-        let earlyFetch = BackgroundWork { earlyFetched.packs = try Transport.fetchObjects(early, gitDirectory: gitDirectory) }
+        let earlyFetch = BackgroundWork {
+            earlyFetched.packs = try Transport.fetchObjects(early, gitDirectory: gitDirectory, quarantine: quarantine)
+        }
 
         let index = try replica.repository.index()
         let entries: [IndexEntry]
@@ -86,7 +90,7 @@ struct ContentOperations {
             entries = try fileEntries(items, index: index)
         } catch {
             try? earlyFetch.wait()
-            Self.removePacks(earlyFetched.packs)
+            replica.removeFetchQuarantines()
             throw error
         }
         Trace.mark("read index")
@@ -102,7 +106,9 @@ struct ContentOperations {
         let operation = journal.paths.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
         replica.progress.report("fetching \(early.count + missing.count) blobs", done: 0, total: entries.count)
         let fetched = FetchResult()
-        let fetch = BackgroundWork { fetched.packs = try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
+        let fetch = BackgroundWork {
+            fetched.packs = try Transport.fetchObjects(missing, gitDirectory: gitDirectory, quarantine: quarantine)
+        }
 
         var wanted: [IndexEntry] = []
         var alreadyThere: [RepoPath] = []
@@ -127,22 +133,20 @@ struct ContentOperations {
             try earlyFetch.wait()
             try fetch.wait()
         } catch let error as GitCommandError {
-            Self.removePacks(earlyFetched.packs + fetched.packs)
+            replica.removeFetchQuarantines()
             if let operation { try replica.store.endOperation(operation) }
             throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
                              detail: error.standardError)
         }
-        journal.packs = earlyFetched.packs + fetched.packs
         Trace.mark("fetch")
         guard let operation, !wanted.isEmpty else {
             if let operation { try replica.store.endOperation(operation) }
-            Self.removePacks(journal.packs)
+            replica.removeFetchQuarantines()
             try replica.store.touchMaterialized(alreadyThere, at: now)
             try replica.store.recordRecent(Self.foldersUsed(items.map(\.0), entries: entries), at: now)
             return result
         }
-        try replica.store.updateOperation(operation, payload: journal.encoded())
-        try odb.refresh()
+        if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
         result.fetchedBlobs = early.count + missing.count
 
         // Write every file beside its placeholder, then make them durable
@@ -197,7 +201,7 @@ struct ContentOperations {
         }
         // The content is in the files now; keeping the blobs too would cost
         // every materialized file its size twice.
-        Self.removePacks(journal.packs)
+        replica.removeFetchQuarantines()
         Trace.mark("store")
         replica.progress.finish()
         result.materialized = materialized.map { $0.0.description }
@@ -324,14 +328,32 @@ struct ContentOperations {
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
             if stat.blocks == 0, entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size),
                Self.isMarkedDataless(replica.rootFolder, path) {
+                // Punched: finish it, with the item's date (the kill may have
+                // come before the date was put back).
+                let fd = replica.rootFolder.openFile(path, flags: O_RDWR)
+                guard fd >= 0 else { continue }
+                _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
+                var after = fprep_stat()
+                let statted = fprep_fstat(fd, &after)
+                close(fd)
+                guard statted == 0 else { continue }
                 entry.skipWorktree = true
-                entry.stat = StatData(stat)
+                entry.stat = StatData(FileStat(after))
                 try index.add(entry)
                 dataless.append(path)
             } else if let bytes = try? replica.rootFolder.readFile(path),
                       try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == entry.id {
+                // The content is whole: a file, not a placeholder, whatever
+                // marks an evict that never punched it left on it.
+                let fd = replica.rootFolder.openFile(path, flags: O_RDWR)
+                guard fd >= 0 else { continue }
+                _ = fprep_clear_placeholder_marks(fd)
+                var after = fprep_stat()
+                let statted = fprep_fstat(fd, &after)
+                close(fd)
+                guard statted == 0 else { continue }
                 entry.skipWorktree = false
-                entry.stat = StatData(stat)
+                entry.stat = StatData(FileStat(after))
                 try index.add(entry)
                 materialized.append((path, entry.id))
             }
@@ -343,6 +365,7 @@ struct ContentOperations {
             try replica.store.endOperation(record.id)
         }
         Self.removePacks(journal.packs)
+        replica.removeFetchQuarantines()
     }
 
     /// The folders a materialize of `items` makes used: each named folder and
@@ -390,6 +413,14 @@ struct ContentOperations {
 }
 
 extension Replica {
+    /// Removes the objects folders content fetches left behind (a killed
+    /// command's, or one a `git fetch` that outlived fprep finished later).
+    func removeFetchQuarantines() {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? [] where name.hasPrefix("fetch-") {
+            try? FileManager.default.removeItem(atPath: stateFolder + "/" + name)
+        }
+    }
+
     /// Brings the content of the named files (folders: every file below)
     /// into the replica. `paths` are as the user typed them.
     public func materialize(_ paths: [String], relativeTo directory: String) throws -> MaterializeResult {

@@ -70,7 +70,7 @@ extension Replica {
                           sizes: (ObjectID) throws -> BlobInfo?) throws -> Item {
         let stat = rootFolder.stat(path)
         let parent = ContainerIdentifier.of(path.parent)
-        let filename = String(decoding: path.name, as: UTF8.self)
+        let filename = RepoPath(bytes: path.name).description
         switch entry.mode {
         case .tree, .submodule:
             return Item(identifier: path.description, parent: parent, filename: filename, kind: "folder", size: nil,

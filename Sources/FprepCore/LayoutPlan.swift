@@ -33,7 +33,13 @@ struct LayoutPlan {
     var entries: [Entry] = []
     var submodules: [RepoPath] { entries.filter { $0.kind == .submodule }.map(\.path) }
     var fileCount: Int { entries.count { if case .file = $0.kind { true } else { false } } }
-    var logicalSize: Int64 { entries.reduce(0) { $0 + max($1.size, 0) } }
+    /// What the files hold (symlinks and submodules not counted).
+    var logicalSize: Int64 {
+        entries.reduce(0) { total, entry in
+            if case .file = entry.kind { return total + max(entry.size, 0) }
+            return total
+        }
+    }
     var unknownSizes: Int { entries.count { if case .file = $0.kind { $0.size < 0 } else { false } } }
 
     /// Walks `tree` and refuses any entry that could escape the replica,

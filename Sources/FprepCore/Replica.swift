@@ -66,12 +66,18 @@ public final class Replica {
     static func open(containing path: String, access: Access, layoutPlan: LayoutPlan?,
                      beforeReady: () throws -> Void) throws -> Replica {
         guard let root = findRoot(from: path) else { throw FprepError.notAReplica(path) }
-        var replica = try Replica(root: root, access: access, exclusive: access.exclusive)
-        if try !access.exclusive && replica.needsRecovery() {
+        var replica: Replica? = try Replica(root: root, access: access, exclusive: access.exclusive)
+        let recoveryNeeded = try !access.exclusive && replica?.needsRecovery() == true
+        if recoveryNeeded {
+            // Recovery writes: give the shared lock back first (flock would
+            // otherwise wait on our own shared lock), then take it alone.
+            // No other reference to the shared replica may live on here.
+            replica = nil
             replica = try Replica(root: root, access: access, exclusive: true)
         }
-        try replica.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
-        return replica
+        guard let opened = replica else { throw FprepError("cannot open the replica at '\(root)'") }
+        try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
+        return opened
     }
 
     private init(root: String, access: Access, exclusive: Bool) throws {
@@ -121,6 +127,10 @@ public final class Replica {
     /// the path is taken as written (symlinks are not resolved), and must
     /// lie inside the replica but outside `.git` and `.fprep`.
     public func itemPath(for userPath: String, relativeTo directory: String) throws -> RepoPath {
+        if userPath.hasPrefix(RepoPath.binaryPrefix) {
+            // An identifier of a path that is not UTF-8, as fprep printed it.
+            return RepoPath(identifier: userPath)
+        }
         let base = userPath.hasPrefix("/") ? "" : directory
         var parts: [Substring] = []
         for part in (base + "/" + userPath).split(separator: "/") {

@@ -41,8 +41,32 @@ public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible 
         return bytes.count > other.bytes.count && bytes.starts(with: other.bytes) && bytes[other.bytes.count] == 0x2F
     }
 
-    /// The path as text; bytes that are not UTF-8 show as U+FFFD.
-    public var description: String { String(decoding: bytes, as: UTF8.self) }
+    /// The item identifier as text: the path itself when it is UTF-8, else
+    /// `%b64:` and the bytes in URL-safe base64, so that two paths which
+    /// differ only in bytes that are not UTF-8 keep two identifiers, and an
+    /// identifier always leads back to its item.
+    public var description: String {
+        if let text = String(validating: bytes, as: UTF8.self) { return text }
+        return Self.binaryPrefix + Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static let binaryPrefix = "%b64:"
+
+    /// The path an identifier names (the inverse of `description`).
+    public init(identifier: String) {
+        if identifier.hasPrefix(Self.binaryPrefix) {
+            var base64 = String(identifier.dropFirst(Self.binaryPrefix.count))
+                .replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            while base64.count % 4 != 0 { base64 += "=" }
+            if let data = Data(base64Encoded: base64), String(validating: Array(data), as: UTF8.self) == nil {
+                self.init(bytes: Array(data))
+                return
+            }
+        }
+        self.init(identifier)
+    }
 
     public static func < (lhs: RepoPath, rhs: RepoPath) -> Bool {
         lhs.bytes.lexicographicallyPrecedes(rhs.bytes)

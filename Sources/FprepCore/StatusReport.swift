@@ -43,10 +43,7 @@ extension Replica {
             let path = RepoPath(bytes: entry.path)
             var parent = path.parent
             while !parent.isRoot, folders.insert(parent.bytes).inserted { parent = parent.parent }
-            if FileMode(raw: entry.mode) == .submodule {
-                folders.insert(entry.path)
-                continue
-            }
+            if FileMode(raw: entry.mode) == .submodule { continue }  // reported by clone as unsupported
             items += 1
             let state = classifier.state(of: entry)
             counts[state, default: 0] += 1

@@ -232,7 +232,7 @@ struct SyncApplier {
                 report.keptLocal.append(Skipped(path: path.description, reason: "deleted on the remote, changed here; your version is kept"))
             }
             trashed.append(TrashRecord(path: path, blob: old.id, mode: old.mode.raw, deletedAt: Int64(Date().timeIntervalSince1970), anchor: anchor))
-            sizeDelta -= max(0, try sizes(old.id)?.size ?? 0)
+            if old.mode.isFile { sizeDelta -= max(0, try sizes(old.id)?.size ?? 0) }
             report.deleted += 1
         }
 
@@ -274,9 +274,11 @@ struct SyncApplier {
         }
         Trace.mark("classify updates")
         var packs: [String] = []
+        replica.removeFetchQuarantines()
+        let quarantine = replica.stateFolder + "/fetch-" + token
         if !needed.isEmpty {
             do {
-                packs = try Transport.fetchObjects(Array(needed), gitDirectory: replica.gitDirectory)
+                packs = try Transport.fetchObjects(Array(needed), gitDirectory: replica.gitDirectory, quarantine: quarantine)
             } catch let error as GitCommandError {
                 // Symlinks cannot wait; materialized files can come back as
                 // placeholders (materialize them again later).
@@ -289,19 +291,20 @@ struct SyncApplier {
             report.bytesFetched = packs.filter { $0.hasSuffix(".pack") }.reduce(0) { total, pack in
                 total + ((try? FileManager.default.attributesOfItem(atPath: pack)[.size] as? Int64) ?? 0)
             }
-            try odb.refresh()
+            if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
         }
         for (update, state) in plans {
             if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
             if update.old == nil { report.added += 1 } else { report.changed += 1 }
-            sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) - max(0, try update.old.map { try sizes($0.id)?.size ?? 0 } ?? 0)
+            if update.new.mode.isFile { sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) }
+            if let old = update.old, old.mode.isFile { sizeDelta -= max(0, try sizes(old.id)?.size ?? 0) }
         }
         Trace.mark("updates")
         guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
         Trace.mark("syncfs")
         try index.write()
         Trace.mark("index write")
-        ContentOperations.removePacks(packs)
+        replica.removeFetchQuarantines()
         return report
     }
 

@@ -199,6 +199,12 @@ public final class ObjectDatabase {
         try check(git_odb_refresh(pointer), "git_odb_refresh")
     }
 
+    /// Also reads objects from the objects folder at `path` (a fetch's
+    /// quarantine); wraps `git_odb_add_disk_alternate`.
+    public func addAlternate(_ path: String) throws {
+        try check(git_odb_add_disk_alternate(pointer, path), "git_odb_add_disk_alternate")
+    }
+
     /// The blob id of `bytes`; wraps `git_odb_hash`.
     public static func blobID(of bytes: UnsafeRawBufferPointer) throws -> ObjectID {
         LibGit2.ensure()

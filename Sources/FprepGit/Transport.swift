@@ -39,22 +39,31 @@ public enum Transport {
 
     /// Fetches the named objects (blob ids) from `origin` in one request,
     /// the way git's own promisor fetch does, but batched: one round trip
-    /// for all of them. Returns the pack files the fetch added, so a caller
-    /// that only needs the content once can drop them afterwards.
+    /// for all of them. With `quarantine` (an objects folder), the pack goes
+    /// there instead of into the repository, so content needed once never
+    /// stays in the object store, even when fprep is killed mid-fetch.
+    /// Returns the pack files the fetch added.
     @discardableResult
-    public static func fetchObjects(_ ids: [ObjectID], gitDirectory: String) throws -> [String] {
+    public static func fetchObjects(_ ids: [ObjectID], gitDirectory: String, quarantine: String? = nil) throws -> [String] {
         guard !ids.isEmpty else { return [] }
-        let packDirectory = gitDirectory + "/objects/pack"
+        let objects = quarantine ?? gitDirectory + "/objects"
+        let packDirectory = objects + "/pack"
+        try FileManager.default.createDirectory(atPath: packDirectory, withIntermediateDirectories: true)
         let before = Set((try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? [])
         var input = Data()
         input.reserveCapacity(ids.count * 41)
         for id in ids { input.append(contentsOf: Array((id.hex + "\n").utf8)) }
+        var environment: [String: String] = [:]
+        if let quarantine {
+            environment["GIT_OBJECT_DIRECTORY"] = quarantine
+            environment["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = gitDirectory + "/objects"
+        }
         try GitCommand.run(["--git-dir=\(gitDirectory)",
                             "-c", "fetch.negotiationAlgorithm=noop", "-c", "gc.auto=0",
                             "-c", "maintenance.auto=false",
                             "fetch", "--quiet", "origin", "--no-tags", "--no-write-fetch-head",
                             "--recurse-submodules=no", "--filter=blob:none", "--stdin"],
-                           input: input)
+                           environment: environment, input: input)
         let after = (try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? []
         return after.filter { !before.contains($0) }.sorted().map { packDirectory + "/" + $0 }
     }

@@ -26,6 +26,10 @@ int fprep_create_placeholder(int dirfd, const char *name, mode_t mode, off_t siz
 int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob_len,
                                long long mtime_sec, long mtime_nsec, struct stat *out);
 
+/* Removes the placeholder xattrs from the open file `fd` (a file that holds
+ * its content again); attributes that are not there are no error. */
+int fprep_clear_placeholder_marks(int fd);
+
 /* Flushes the whole filesystem that holds `fd` (syncfs(2)): one call makes a
  * batch of written files durable, instead of one fsync per file. */
 int fprep_syncfs(int fd);

@@ -1,0 +1,290 @@
+import Foundation
+import Glibc
+import Testing
+
+/// Checks that `relative` holds the remote's bytes, with its mode and the fixed date.
+func expectMaterialized(_ replica: String, _ remote: Remote, _ relative: String, date: Int64 = fixedDate,
+                        sourceLocation: SourceLocation = #_sourceLocation) {
+    let path = replica + "/" + relative
+    #expect(contents(path) == remote.files[relative], "\(relative): content differs", sourceLocation: sourceLocation)
+    guard let info = lstatInfo(path) else {
+        Issue.record("\(relative) is missing", sourceLocation: sourceLocation)
+        return
+    }
+    #expect(info.isRegular, sourceLocation: sourceLocation)
+    #expect(info.permissions == (remote.isExecutable(relative) ? 0o755 : 0o644),
+            "\(relative): mode \(String(info.permissions, radix: 8))", sourceLocation: sourceLocation)
+    #expect(info.mtime == date, "\(relative): mtime \(info.mtime)", sourceLocation: sourceLocation)
+    if let size = remote.files[relative]?.count, size > 0 {
+        #expect(info.blocks > 0, "\(relative): materialized but no blocks", sourceLocation: sourceLocation)
+    }
+}
+
+/// Checks that `relative` is a placeholder again: no blocks, size and date kept, xattrs set.
+func expectDataless(_ box: Sandbox, _ replica: String, _ remote: Remote, _ relative: String,
+                    sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let path = replica + "/" + relative
+    let info = try #require(lstatInfo(path), "\(relative) is missing", sourceLocation: sourceLocation)
+    #expect(info.blocks == 0, "\(relative): \(info.blocks) blocks", sourceLocation: sourceLocation)
+    #expect(info.size == Int64(remote.files[relative]?.count ?? -1), "\(relative): size \(info.size)", sourceLocation: sourceLocation)
+    #expect(info.mtime == fixedDate, "\(relative): mtime \(info.mtime)", sourceLocation: sourceLocation)
+    #expect(info.permissions == (remote.isExecutable(relative) ? 0o755 : 0o644), sourceLocation: sourceLocation)
+    #expect(xattrString(path, "user.fprep.state") == "dataless", "\(relative): state xattr", sourceLocation: sourceLocation)
+    #expect(xattr(path, "user.fprep.blob") == rawID(try box.blobID(remote, relative)), "\(relative): blob xattr",
+            sourceLocation: sourceLocation)
+}
+
+func expectGitClean(_ box: Sandbox, _ replica: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let porcelain = try box.git(["status", "--porcelain"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
+    #expect(porcelain.status == 0 && porcelain.stdout.isEmpty, "git status: \(porcelain)", sourceLocation: sourceLocation)
+}
+
+func packFiles(_ replica: String) -> Set<String> {
+    Set((try? FileManager.default.contentsOfDirectory(atPath: replica + "/.git/objects/pack")) ?? [])
+}
+
+@Suite("materialize")
+struct MaterializeTests {
+    @Test("materialize a file and a folder: original bytes, mode, date; idempotent")
+    func materializeFileAndFolder() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+
+            let first = try box.fprepJSON(["materialize", "a.txt", "docs"], cwd: replica)
+            let done = Set(first.strings("materialized"))
+            #expect(done == ["a.txt", "docs/readme.md", "docs/deep/nested.txt", "docs/deep/tool"])
+            #expect(first.objects("skipped").isEmpty)
+            for path in done { expectMaterialized(replica, remote, path) }
+            #expect(xattrString(replica + "/a.txt", "user.fprep.state") != "dataless")
+            // Others untouched.
+            try expectDataless(box, replica, remote, "bin.dat")
+            try expectDataless(box, replica, remote, "run.sh")
+            #expect(readLink(replica + "/docs/up") == "../a.txt")
+
+            let items = itemsByName(try box.fprepJSON(["ls", "docs/deep"], cwd: replica))
+            #expect(items["docs/deep/tool"]?.string("state") == "materialized")
+            #expect(items["docs/deep/nested.txt"]?.string("state") == "materialized")
+            try expectGitClean(box, replica)
+
+            // Again: nothing new.
+            let second = try box.fprepJSON(["materialize", "a.txt", "docs"], cwd: replica)
+            #expect(second.strings("materialized").isEmpty)
+            #expect(second.int("alreadyMaterialized") == 4)
+            #expect(second.int("fetchedBlobs") == 0)
+            let text = try box.fprepOK(["materialize", "docs"], cwd: replica).stdout
+            #expect(text.hasPrefix("materialized 0 files"), "second run: \(text)")
+            for path in done { expectMaterialized(replica, remote, path) }
+        }
+    }
+
+    @Test("materialize takes paths relative to the current folder, -C, and --paths-from")
+    func materializePathForms() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+
+            try box.fprepOK(["materialize", "readme.md", "../run.sh"], cwd: replica + "/docs")
+            expectMaterialized(replica, remote, "docs/readme.md")
+            expectMaterialized(replica, remote, "run.sh")
+
+            try box.fprepOK(["materialize", "-C", replica, "bin.dat"])
+            expectMaterialized(replica, remote, "bin.dat")
+            try box.fprepOK(["-C", replica, "materialize", "empty.txt"])
+            expectMaterialized(replica, remote, "empty.txt")
+
+            let list = box.at("list.txt")
+            _ = FileManager.default.createFile(atPath: list, contents: Data("docs/deep/tool\n\na.txt\n".utf8))
+            try box.fprepOK(["materialize", "--paths-from", list], cwd: replica)
+            expectMaterialized(replica, remote, "docs/deep/tool")
+            expectMaterialized(replica, remote, "a.txt")
+
+            try box.fprepOK(["materialize", "--paths-from", "-"], cwd: replica, stdin: Data("docs/deep/nested.txt\n".utf8))
+            expectMaterialized(replica, remote, "docs/deep/nested.txt")
+            // Absolute paths inside the replica work as well.
+            try box.fprepOK(["evict", replica + "/a.txt"], cwd: replica + "/docs")
+            try expectDataless(box, replica, remote, "a.txt")
+            try expectGitClean(box, replica)
+        }
+    }
+
+    @Test("fetched packs are not kept: disk use after evict is back to what it was")
+    func packsNotKept() throws {
+        try withSandbox { box in
+            var nodes: [String: Node] = [:]
+            for i in 0..<4 { nodes["big/f\(i).bin"] = .file(pseudoRandomBytes(256 * 1024, seed: UInt64(100 + i))) }
+            nodes["small.txt"] = .text("small\n")
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+
+            let packsBefore = packFiles(replica)
+            let missingBefore = try objectStore(box, replica: replica).missing
+            let before = try #require(try box.fprepJSON(["status"], cwd: replica).int("bytesOnDisk"))
+
+            try box.fprepOK(["materialize", "."], cwd: replica)
+            for path in remote.files.keys { expectMaterialized(replica, remote, path) }
+            #expect(packFiles(replica) == packsBefore, "materialize left packs: \(packFiles(replica).subtracting(packsBefore))")
+            #expect(try objectStore(box, replica: replica).missing == missingBefore, "blobs stayed in the object store")
+            let during = try #require(try box.fprepJSON(["status"], cwd: replica).int("bytesOnDisk"))
+            #expect(during >= before + 1024 * 1024, "materialized content must show in bytesOnDisk (\(before) → \(during))")
+
+            try box.fprepOK(["evict", "."], cwd: replica)
+            let after = try #require(try box.fprepJSON(["status"], cwd: replica).int("bytesOnDisk"))
+            let slack = max(before / 20, 64 * 1024)  // within 5% (at least 64 KiB: the state database's log)
+            #expect(abs(after - before) <= slack, "bytesOnDisk before \(before), after evict \(after)")
+            #expect(packFiles(replica) == packsBefore)
+        }
+    }
+}
+
+@Suite("materialize and symlinks")
+struct SymlinkSafetyTests {
+    @Test("materialize and evict never write through a symlink the user put in place of a folder or file")
+    func neverWritesThroughSymlinks() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let victim = box.at("victim")
+            try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: false)
+            try FileManager.default.createDirectory(atPath: victim + "/deep", withIntermediateDirectories: false)
+            #expect(rename(replica + "/docs", replica + "/docs.mine") == 0)
+            #expect(symlink("../victim", replica + "/docs") == 0)
+
+            for args in [["materialize", "docs/readme.md"], ["materialize", "docs"], ["materialize", "docs/deep/nested.txt"]] {
+                let result = try box.fprep(args, cwd: replica)
+                #expect(result.killedBySignal == nil && !looksLikeCrash(result.stderr), "\(result)")
+            }
+            #expect(walk(victim) == ["deep"], "nothing may be written through the symlink: \(walk(victim))")
+
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            unlink(replica + "/a.txt")
+            _ = FileManager.default.createFile(atPath: victim + "/target", contents: Data("victim's\n".utf8))
+            #expect(symlink("../victim/target", replica + "/a.txt") == 0)
+            let evict = try box.fprep(["evict", "a.txt"], cwd: replica)
+            #expect(evict.status == 2, "a file replaced by a symlink is a local change: \(evict)")
+            #expect(contents(victim + "/target") == Data("victim's\n".utf8))
+            #expect(lstatInfo(victim + "/target")?.blocks ?? 0 > 0, "the symlink's target must keep its blocks")
+        }
+    }
+}
+
+@Suite("evict")
+struct EvictTests {
+    @Test("evict frees the blocks and keeps size, date, mode and xattrs")
+    func evictFreesBlocks() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "."], cwd: replica)
+            for path in remote.files.keys { expectMaterialized(replica, remote, path) }
+
+            let result = try box.fprepJSON(["evict", "."], cwd: replica)
+            #expect(Set(result.strings("evicted")) == Set(remote.files.keys.filter { !(remote.files[$0]?.isEmpty ?? true) })
+                    || Set(result.strings("evicted")) == Set(remote.files.keys))
+            #expect(result.objects("refused").isEmpty)
+            #expect((result.int("bytesFreed") ?? 0) > 0)
+            for path in remote.files.keys { try expectDataless(box, replica, remote, path) }
+            let items = itemsByName(try box.fprepJSON(["ls"], cwd: replica))
+            for name in ["a.txt", "bin.dat", "run.sh", "empty.txt"] {
+                #expect(items[name]?.string("state") == "dataless", "\(name): \(items[name] ?? [:])")
+            }
+            #expect(items["link"]?.string("state") == "materialized", "symlinks stay")
+            #expect(readLink(replica + "/link") == "a.txt")
+            try expectGitClean(box, replica)
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status.int("dataless") == remote.files.count)
+
+            // Evicting again: nothing to do.
+            let again = try box.fprepJSON(["evict", "docs"], cwd: replica)
+            #expect(again.strings("evicted").isEmpty)
+            #expect(again.int("alreadyDataless") == 3)
+
+            // And materialize brings the same bytes back.
+            try box.fprepOK(["materialize", "bin.dat"], cwd: replica)
+            expectMaterialized(replica, remote, "bin.dat")
+        }
+    }
+
+    @Test("evict refuses a modified file (exit 2, named) and evicts the others")
+    func evictRefusesModified() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt", "docs"], cwd: replica)
+            try append(replica + "/a.txt", "my edit\n")
+
+            let result = try box.fprep(["evict", "a.txt", "docs"], cwd: replica)
+            #expect(result.status == 2, "\(result)")
+            #expect(!result.stderrLines.isEmpty)
+            #expect(result.stderrLines.allSatisfy { $0.hasPrefix("fprep: ") }, "\(result)")
+            #expect(result.stderrLines.contains { $0.contains("a.txt") }, "the refused file must be named: \(result)")
+            #expect(!result.stderr.contains("docs/"), "only the modified file is refused: \(result)")
+            #expect(!looksLikeCrash(result.stderr))
+            #expect(contents(replica + "/a.txt") == Data("hello\nmy edit\n".utf8), "the edit must survive")
+            for path in ["docs/readme.md", "docs/deep/nested.txt", "docs/deep/tool"] {
+                try expectDataless(box, replica, remote, path)
+            }
+
+            // The JSON form lists it as refused, with exit 2 as well.
+            let json = try box.fprep(["evict", "a.txt", "--json"], cwd: replica)
+            #expect(json.status == 2)
+            let refused = try json.json().objects("refused")
+            #expect(refused.compactMap { $0.string("path") } == ["a.txt"])
+            #expect(contents(replica + "/a.txt") == Data("hello\nmy edit\n".utf8))
+        }
+    }
+
+    @Test("bytes a program writes into a placeholder are the user's: status, materialize and evict keep them")
+    func writesIntoPlaceholderAreKept() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+
+            // O_WRONLY without O_TRUNC, a few bytes at the start; and `echo >>`.
+            try writeInPlace(replica + "/bin.dat", Array("XYZ".utf8))
+            var binExpected = Data(count: 10_000)
+            binExpected.replaceSubrange(0..<3, with: Array("XYZ".utf8))
+            let echo = try Shell.run(["/bin/sh", "-c", "echo appended >> docs/readme.md"], cwd: replica)
+            #expect(echo.status == 0)
+            let readmeSize = remote.files["docs/readme.md"]!.count
+            var readmeExpected = Data(count: readmeSize)
+            readmeExpected.append(Data("appended\n".utf8))
+            #expect(contents(replica + "/bin.dat") == binExpected)
+            #expect(contents(replica + "/docs/readme.md") == readmeExpected)
+
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status.int("modified") == 2)
+            let changed = status.objects("changes").compactMap { $0.string("path") }
+            #expect(changed == ["bin.dat", "docs/readme.md"])
+            #expect(status.objects("changes").allSatisfy { $0.string("state") == "modified" })
+
+            let materialize = try box.fprep(["materialize", "bin.dat", "docs", "--json"], cwd: replica)
+            #expect(materialize.status == 0 || materialize.status == 2, "\(materialize)")
+            let m = try materialize.json()
+            #expect(!m.strings("materialized").contains("bin.dat"))
+            #expect(!m.strings("materialized").contains("docs/readme.md"))
+            let skipped = Set(m.objects("skipped").compactMap { $0.string("path") })
+            #expect(skipped == ["bin.dat", "docs/readme.md"], "\(m)")
+            #expect(contents(replica + "/bin.dat") == binExpected, "materialize must not overwrite the user's bytes")
+            #expect(contents(replica + "/docs/readme.md") == readmeExpected)
+            expectMaterialized(replica, remote, "docs/deep/nested.txt")
+
+            let evict = try box.fprep(["evict", "bin.dat", "docs"], cwd: replica)
+            #expect(evict.status == 2, "\(evict)")
+            #expect(evict.stderrLines.allSatisfy { $0.hasPrefix("fprep: ") })
+            #expect(evict.stderr.contains("bin.dat") && evict.stderr.contains("docs/readme.md"), "\(evict)")
+            #expect(contents(replica + "/bin.dat") == binExpected, "evict must not drop the user's bytes")
+            #expect(contents(replica + "/docs/readme.md") == readmeExpected)
+            try expectDataless(box, replica, remote, "docs/deep/nested.txt")
+            let after = try box.fprepJSON(["status"], cwd: replica)
+            #expect(after.int("modified") == 2)
+        }
+    }
+}

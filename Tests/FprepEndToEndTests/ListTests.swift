@@ -1,0 +1,235 @@
+import Foundation
+import Glibc
+import Testing
+
+let rootContainer = "NSFileProviderRootContainerItemIdentifier"
+
+/// Writes `bytes` into an existing file at `offset` without truncating it, as
+/// a program that opens a placeholder with O_WRONLY would.
+func writeInPlace(_ path: String, _ bytes: [UInt8], offset: Int64 = 0) throws {
+    let fd = open(path, O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw HarnessError("open \(path): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+    guard written == bytes.count else { throw HarnessError("pwrite \(path) failed") }
+}
+
+/// Appends, as `echo … >> file` does.
+func append(_ path: String, _ text: String) throws {
+    let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+    guard fd >= 0 else { throw HarnessError("open \(path): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    let bytes = Array(text.utf8)
+    guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else { throw HarnessError("append failed") }
+}
+
+func itemsByName(_ page: [String: Any]) -> [String: [String: Any]] {
+    var result: [String: [String: Any]] = [:]
+    for item in page.objects("items") { if let id = item.string("identifier") { result[id] = item } }
+    return result
+}
+
+@Suite("ls")
+struct ListTests {
+    @Test("ls reports every field of files, folders and symlinks")
+    func listFields() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+
+            let page = try box.fprepJSON(["ls"], cwd: replica)
+            #expect(page.string("container") == rootContainer)
+            #expect(page["nextPage"] == nil || page["nextPage"] is NSNull)
+            let ids = page.objects("items").compactMap { $0.string("identifier") }
+            #expect(ids == ["a.txt", "bin.dat", "docs", "empty.txt", "link", "run.sh"], "git order: \(ids)")
+            let items = itemsByName(page)
+
+            let a = try #require(items["a.txt"])
+            #expect(a.string("parent") == rootContainer)
+            #expect(a.string("filename") == "a.txt")
+            #expect(a.string("kind") == "file")
+            #expect(a.int("size") == 6)
+            #expect(a.string("contentVersion") == (try box.blobID(remote, "a.txt")))
+            #expect(a.string("state") == "dataless")
+            #expect(a.string("modified") == fixedDateISO)
+            #expect(a["executable"] as? Bool == false)
+
+            let run = try #require(items["run.sh"])
+            #expect(run["executable"] as? Bool == true)
+            #expect(run.int("size") == remote.files["run.sh"]?.count)
+
+            #expect(items["empty.txt"]?.int("size") == 0)
+            #expect(items["bin.dat"]?.int("size") == 10_000)
+
+            let docs = try #require(items["docs"])
+            #expect(docs.string("kind") == "folder")
+            #expect(docs.string("contentVersion") == (try box.gitOK(["rev-parse", "main:docs"], cwd: remote.path)))
+            #expect(docs.string("parent") == rootContainer)
+
+            let link = try #require(items["link"])
+            #expect(link.string("kind") == "symlink")
+            #expect(link.string("contentVersion") == (try box.blobID(remote, "link")))
+
+            // A sub-folder: container is its identifier; items' parent too.
+            let sub = try box.fprepJSON(["ls", "docs"], cwd: replica)
+            #expect(sub.string("container") == "docs")
+            #expect(sub.objects("items").compactMap { $0.string("identifier") } == ["docs/deep", "docs/readme.md", "docs/up"])
+            #expect(sub.objects("items").allSatisfy { $0.string("parent") == "docs" })
+            let deep = try box.fprepJSON(["ls", "deep"], cwd: replica + "/docs")
+            let tool = try #require(itemsByName(deep)["docs/deep/tool"])
+            #expect(tool.string("parent") == "docs/deep")
+            #expect(tool["executable"] as? Bool == true)
+            #expect(tool.int("size") == 300)
+
+            // The text form lists the same names.
+            let text = try box.fprepOK(["ls"], cwd: replica).stdout
+            for name in ["a.txt", "bin.dat", "docs/", "empty.txt", "link", "run.sh"] {
+                #expect(text.contains(name), "ls text should show \(name): \(text)")
+            }
+            #expect(!text.contains(".fprep") && !text.contains(".git"), "state folders must not be listed: \(text)")
+        }
+    }
+
+    @Test("ls shows dataless, materialized and modified states")
+    func listStates() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt", "docs/readme.md"], cwd: replica)
+            try writeInPlace(replica + "/bin.dat", Array("XYZ".utf8))
+            try append(replica + "/docs/readme.md", "local line\n")
+
+            let items = itemsByName(try box.fprepJSON(["ls"], cwd: replica))
+            #expect(items["a.txt"]?.string("state") == "materialized")
+            #expect(items["a.txt"]?.string("modified") == fixedDateISO)
+            #expect(items["bin.dat"]?.string("state") == "modified")
+            #expect(items["empty.txt"]?.string("state") == "dataless")
+            #expect(items["run.sh"]?.string("state") == "dataless")
+            let docs = itemsByName(try box.fprepJSON(["ls", "docs"], cwd: replica))
+            #expect(docs["docs/readme.md"]?.string("state") == "modified")
+        }
+    }
+
+    @Test("ls pages through a folder of five items, each exactly once")
+    func paging() throws {
+        try withSandbox { box in
+            var nodes = standardTree
+            for name in ["e", "a", "d", "b", "c"] { nodes["five/\(name).txt"] = .text(name) }
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+
+            var seen: [String] = []
+            var token: String? = nil
+            var pages = 0
+            repeat {
+                var args = ["ls", "five", "--page-size", "2"]
+                if let token { args += ["--page", token] }
+                let page = try box.fprepJSON(args, cwd: replica)
+                pages += 1
+                #expect(page.string("container") == "five")
+                let ids = page.objects("items").compactMap { $0.string("identifier") }
+                #expect(ids.count == (pages < 3 ? 2 : 1), "page \(pages): \(ids)")
+                seen += ids
+                token = page["nextPage"] as? String
+                if pages == 3 { #expect(token == nil, "the last page has no nextPage") }
+            } while token != nil && pages < 10
+            #expect(pages == 3)
+            #expect(seen == ["five/a.txt", "five/b.txt", "five/c.txt", "five/d.txt", "five/e.txt"])
+
+            // The text form prints the token on its last line.
+            let text = try box.fprepOK(["ls", "five", "--page-size", "2"], cwd: replica).stdout
+            #expect(text.contains("next page: "), "text paging: \(text)")
+
+            // A page size bigger than the folder: one page, no token.
+            let all = try box.fprepJSON(["ls", "five", "--page-size", "5"], cwd: replica)
+            #expect(all.objects("items").count == 5)
+            #expect(all["nextPage"] == nil || all["nextPage"] is NSNull)
+        }
+    }
+
+    @Test("identifiers stay unique for names that are not UTF-8")
+    func nonUTF8NamesHaveDistinctIdentifiers() throws {
+        try withSandbox { box in
+            let source = box.at("src-bytes")
+            try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: false)
+            // Latin-1 'x\xe9' and 'x\xef': two files, two items.
+            let made = try Shell.run(["/bin/sh", "-c", "echo one > \"$(printf 'x\\351')\"; echo two > \"$(printf 'x\\357')\""],
+                                     cwd: source)
+            #expect(made.status == 0, "\(made)")
+            let remote = box.at("bytes.git")
+            try box.fprepOK(["init-remote", remote])
+            try box.fprepOK(["import-tree", source, "--into", remote])
+            _ = try box.clone(remote, box.at("replica"))
+            let ids = try box.fprepJSON(["ls"], cwd: box.at("replica")).objects("items").compactMap { $0.string("identifier") }
+            #expect(ids.count == 2)
+            #expect(Set(ids).count == 2, "two different files share the identifier \(ids)")
+        }
+    }
+
+    @Test("ls refuses a bad page token with exit 64", arguments: ["bogus", "p1.", "p2.YQ"])
+    func badToken(token: String) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let result = try box.fprep(["ls", "--page", token], cwd: replica)
+            expectOneLineError(result, status: 64)
+            #expect(result.stdout.isEmpty)
+        }
+    }
+}
+
+@Suite("status")
+struct StatusTests {
+    @Test("status counts items before and after materialize and after local edits")
+    func statusCounts() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(domain: "status-domain")
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let files = remote.files.count, links = remote.symlinks.count
+
+            let s0 = try box.fprepJSON(["status"], cwd: replica)
+            #expect(s0.string("domain") == "status-domain")
+            #expect(s0.string("remote") == remote.path)
+            #expect(s0.string("branch") == "main")
+            #expect(s0.string("anchor") == remote.commit)
+            #expect(s0.string("root") == replica)
+            #expect(s0.int("items") == files + links)
+            #expect(s0.int("folders") == 2)
+            #expect(s0.int("dataless") == files)
+            #expect(s0.int("materialized") == links)
+            #expect(s0.int("modified") == 0)
+            #expect(s0.int("deleted") == 0)
+            #expect(s0.objects("changes").isEmpty)
+            let fileBytes = remote.files.values.reduce(0) { $0 + $1.count }
+            #expect((s0.int("logicalSize") ?? 0) >= fileBytes)
+            #expect((s0.int("bytesOnDisk") ?? 0) > 0)
+
+            try box.fprepOK(["materialize", "docs", "a.txt"], cwd: replica)
+            let s1 = try box.fprepJSON(["status"], cwd: replica)
+            #expect(s1.int("dataless") == files - 4)
+            #expect(s1.int("materialized") == links + 4)
+            #expect(s1.int("modified") == 0)
+            #expect(s1.int("items") == files + links)
+            #expect((s1.int("bytesOnDisk") ?? 0) > (s0.int("bytesOnDisk") ?? 0), "materialized content takes space")
+
+            try append(replica + "/a.txt", "edited\n")
+            unlink(replica + "/empty.txt")
+            let s2 = try box.fprepJSON(["status"], cwd: replica)
+            #expect(s2.int("modified") == 1)
+            #expect(s2.int("deleted") == 1)
+            #expect(s2.int("materialized") == links + 3)
+            #expect(s2.int("dataless") == files - 5)
+            let changes = s2.objects("changes").map { "\($0.string("path") ?? "?"):\($0.string("state") ?? "?")" }
+            #expect(changes == ["a.txt:modified", "empty.txt:deleted"])
+
+            let text = try box.fprepOK(["status"], cwd: replica).stdout
+            #expect(text.contains("modified: a.txt") || text.contains("modified:  a.txt") || text.contains("a.txt"), "text status: \(text)")
+            #expect(text.contains("status-domain"))
+        }
+    }
+}
