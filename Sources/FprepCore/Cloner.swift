@@ -88,13 +88,16 @@ public enum Cloner {
         if contents.isEmpty { return false }
         let statePath = root + "/" + Replica.stateFolderName + "/state.db"
         // A clone of the same URL killed before its layout began: nothing of
-        // the user's can be in the folder yet, so it starts over.
-        if FileManager.default.fileExists(atPath: statePath),
-           let store = try? StateStore(path: statePath),
-           let phase = try? store.meta("phase"), phase == nil || phase == "fetching",
-           [nil, url].contains(try? store.meta("remote_url")) {
-            removeClone(root: root, created: false)
-            return false
+        // the user's can be in the folder yet (it holds only fprep's and
+        // git's folders), so it starts over.
+        if contents.contains(Replica.stateFolderName), Set(contents).isSubset(of: [Replica.stateFolderName, ".git"]) {
+            let store = FileManager.default.fileExists(atPath: statePath) ? try? StateStore(path: statePath) : nil
+            let phase = store.flatMap { try? $0.meta("phase") }
+            let storedURL = store.flatMap { try? $0.meta("remote_url") }
+            if phase == nil || phase == "fetching", storedURL == nil || storedURL == url {
+                removeClone(root: root, created: false)
+                return false
+            }
         }
         throw FprepError(.usage, "'\(root)' is not empty (clone into a new or empty folder)")
     }
