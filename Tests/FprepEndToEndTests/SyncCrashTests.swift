@@ -1,0 +1,123 @@
+import Foundation
+import Testing
+
+/// `fprep sync` killed with SIGKILL at several moments: the next command
+/// finishes (or never started) the sync, the replica matches one of the two
+/// anchors exactly, and nothing materialized or modified is lost.
+@Suite("sync crash safety", .serialized)
+struct SyncCrashTests {
+    /// What an anchor's tree holds: path → (mode, blob id).
+    static func listing(_ box: Sandbox, _ replica: String, _ anchor: String) throws -> [String: (String, String)] {
+        let out = try box.gitOK(["ls-tree", "-r", anchor], cwd: replica)
+        var result: [String: (String, String)] = [:]
+        for line in out.split(separator: "\n") {
+            let parts = line.split(separator: "\t", maxSplits: 1)
+            let meta = parts[0].split(separator: " ")
+            result[String(parts[1])] = (String(meta[0]), String(meta[2]))
+        }
+        return result
+    }
+
+    /// Checks that the replica is exactly one anchor's tree: every path of
+    /// the tree on disk and nothing else (but the user's own file), each a
+    /// placeholder or its exact content, git's view clean.
+    static func expectExactly(_ box: Sandbox, _ replica: String, anchors: [String], userFile: String, userText: String,
+                              what: String) throws -> String? {
+        let status = try box.fprep(["status", "--json", "--no-wait"], cwd: replica, timeout: 60)
+        guard status.status == 0 else {
+            Issue.record("\(what): status fails: \(status)")
+            return nil
+        }
+        let anchor = try box.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(anchors.contains(anchor), "\(what): anchor \(anchor) is neither side of the sync")
+        let tree = try listing(box, replica, anchor)
+        let onDisk = Set(walk(replica, skipping: [".git", ".fprep"]).filter { lstatInfo(replica + "/" + $0)?.isRegular == true || lstatInfo(replica + "/" + $0)?.isSymlink == true })
+        let expected = Set(tree.keys).union([userFile])
+        #expect(onDisk == expected, "\(what): on disk but not in the anchor: \(onDisk.subtracting(expected).sorted().prefix(5)); missing: \(expected.subtracting(onDisk).sorted().prefix(5))")
+        #expect(contents(replica + "/" + userFile) == Data(userText.utf8), "\(what): the user's own file changed")
+        var checked = 0
+        for (path, (mode, id)) in tree where mode.hasPrefix("100") {
+            guard let info = lstatInfo(replica + "/" + path) else { continue }
+            if info.blocks == 0 && xattrString(replica + "/" + path, "user.fprep.state") == "dataless" {
+                #expect(xattr(replica + "/" + path, "user.fprep.blob").map { Array($0) } == rawID(id), "\(what): placeholder \(path) names another blob")
+            } else {
+                let hash = try box.gitOK(["hash-object", replica + "/" + path], cwd: replica)
+                #expect(hash == id, "\(what): \(path) holds neither a placeholder nor its content")
+                checked += 1
+            }
+        }
+        #expect(temporaryFiles(replica).isEmpty, "\(what): temporary files left")
+        let porcelain = try box.git(["status", "--porcelain", "--untracked-files=no"], cwd: replica)
+        #expect(porcelain.stdout.isEmpty, "\(what): git status: \(porcelain.stdout.prefix(300))")
+        return anchor
+    }
+
+    @Test("kill -9 of sync at several moments: the next command finishes it, the replica is one anchor's tree exactly")
+    func killSync() throws {
+        try withSandbox { box in
+            var nodes = manyFiles(folders: 12, perFolder: 40, size: 300)
+            nodes["links/to-d00"] = .symlink("../d00/f000.bin")
+            let remote = try box.makeRemote(nodes: nodes)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            // The remote's change: 150 modified, 60 deleted, 40 renamed, a folder
+            // renamed, 80 added (some in new folders), a changed symlink.
+            for d in 0..<12 {
+                for f in 0..<40 {
+                    let path = String(format: "d%02d/f%03d.bin", d, f)
+                    switch (d * 40 + f) % 8 {
+                    case 0, 1, 2: try Data("changed \(path)\n".utf8).write(to: URL(fileURLWithPath: work + "/" + path))
+                    case 3: try box.gitOK(["rm", "-q", path], cwd: work)
+                    case 4 where d != 7: try box.gitOK(["mv", path, String(format: "d%02d/moved-%03d.bin", (d + 1) % 12, f)], cwd: work)
+                    default: break
+                    }
+                }
+            }
+            try box.gitOK(["mv", "d07", "renamed07"], cwd: work)
+            for i in 0..<80 {
+                let path = work + "/new\(i % 4)/n\(i).txt"
+                try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try Data("new \(i)\n".utf8).write(to: URL(fileURLWithPath: path))
+            }
+            try FileManager.default.removeItem(atPath: work + "/links/to-d00")
+            try FileManager.default.createSymbolicLink(atPath: work + "/links/to-d00", withDestinationPath: "../d01/f001.bin")
+            try box.gitOK(["add", "-A"], cwd: work)
+            try box.gitOK(["commit", "-q", "-m", "the change"], cwd: work)
+            let old = remote.commit
+            let new = try box.gitOK(["rev-parse", "HEAD"], cwd: work)
+
+            func prepared(_ name: String) throws -> String {
+                let replica = box.at(name)
+                _ = try box.clone(remote.path, replica)
+                try box.fprepOK(["materialize", "d00", "d01", "d07"], cwd: replica)
+                try Data("my own notes\n".utf8).write(to: URL(fileURLWithPath: replica + "/notes.txt"))
+                return replica
+            }
+            // The remote changes after the clones exist (they start from the old anchor).
+            let full = try prepared("full")
+            var replicas: [String] = []
+            for i in 0..<6 { replicas.append(try prepared("r\(i)")) }
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+
+            let started = monotonicSeconds()
+            try box.fprepOK(["sync"], cwd: full)
+            let seconds = monotonicSeconds() - started
+            _ = try Self.expectExactly(box, full, anchors: [new], userFile: "notes.txt", userText: "my own notes\n", what: "an uninterrupted sync")
+            #expect(contents(full + "/d00/f000.bin") == Data("changed d00/f000.bin\n".utf8), "a changed materialized file gets its new content")
+
+            let moments = killMoments(fullRun: seconds, fixed: [0.02, 0.08], fractions: [0.25, 0.5, 0.75, 0.95])
+            for (replica, delay) in zip(replicas, moments) {
+                let what = "sync killed at \(Int(delay * 1000)) ms of \(Int(seconds * 1000))"
+                let process = try box.spawnFprep(["sync"], cwd: replica)
+                sleepSeconds(delay)
+                _ = process.crash()
+                _ = try Self.expectExactly(box, replica, anchors: [old, new], userFile: "notes.txt", userText: "my own notes\n", what: what)
+                try box.fprepOK(["sync"], cwd: replica)
+                let final = try Self.expectExactly(box, replica, anchors: [new], userFile: "notes.txt", userText: "my own notes\n",
+                                                   what: what + ", then synced again")
+                #expect(final == new)
+                #expect(contents(replica + "/d00/f000.bin") == Data("changed d00/f000.bin\n".utf8), "\(what): materialized content")
+            }
+        }
+    }
+}
