@@ -65,7 +65,7 @@ extension Replica {
         let page = start.offset < events.count ? events[start.offset..<end] : []
         var batch = ChangeBatch(anchor: target.hex, moreComing: end < events.count)
         if batch.moreComing { batch.anchor = AnchorToken(from: start.from, to: target, offset: end).text }
-        let index = try repository.index()
+        let index = LazyIndex(repository)
         let sizes = try store.blobInfoLookup()
         for event in page {
             switch event {

@@ -41,7 +41,7 @@ extension Replica {
             guard folder.isRoot else { throw FprepError.notInReplica(shown) }
             return ItemPage(container: ContainerIdentifier.root, items: [], nextPage: nil)
         }
-        let index = try repository.index()
+        let index = LazyIndex(repository)
         let sizes = try store.blobInfoLookup()
         var tree = try repository.tree(repository.commit(anchor).treeID)
         for component in folder.components {
@@ -66,7 +66,7 @@ extension Replica {
         return ItemPage(container: ContainerIdentifier.of(folder), items: items, nextPage: next)
     }
 
-    func makeItem(_ entry: TreeEntry, path: RepoPath, index: Index,
+    func makeItem(_ entry: TreeEntry, path: RepoPath, index: LazyIndex,
                           sizes: (ObjectID) throws -> BlobInfo?) throws -> Item {
         let stat = rootFolder.stat(path)
         let parent = ContainerIdentifier.of(path.parent)
@@ -79,7 +79,7 @@ extension Replica {
                         unsupported: entry.mode == .submodule ? "submodule" : nil)
         default:
             let info = try sizes(entry.id)
-            let state = index.entry(path: path.bytes).map { StateClassifier(root: rootFolder).state(of: $0) } ?? .modified
+            let state = try itemState(entry, path: path, stat: stat, index: index)
             let size = state == .modified ? stat?.size : info?.size
             let date = state == .modified ? stat?.mtime.0 : (info?.mtime ?? stat?.mtime.0)
             return Item(identifier: path.description, parent: parent, filename: filename,
@@ -87,6 +87,19 @@ extension Replica {
                         state: state, modified: Self.isoDate(date ?? 0),
                         executable: entry.mode == .symlink ? nil : entry.mode == .executable, unsupported: nil)
         }
+    }
+
+    /// An untouched placeholder says so itself (no data, its blob id in its
+    /// attributes); only other files need the index, read on first need.
+    private func itemState(_ entry: TreeEntry, path: RepoPath, stat: FileStat?, index: LazyIndex) throws -> ItemState {
+        guard let stat else { return .deleted }
+        if entry.mode.isFile, stat.isRegular, stat.blocks == 0,
+           ContentOperations.placeholderBlob(rootFolder, path) == entry.id,
+           ContentOperations.isMarkedDataless(rootFolder, path) {
+            return .dataless
+        }
+        guard let indexEntry = try index.get().entry(path: path.bytes) else { return .modified }
+        return StateClassifier(root: rootFolder).state(of: indexEntry, stat: stat)
     }
 
     static func encodePageToken(_ name: [UInt8]) -> String {
@@ -107,9 +120,28 @@ extension Replica {
         return Array(data)
     }
 
+    /// `2023-11-14T22:13:20Z`: UTC, whole seconds (made by hand: a date
+    /// formatter per item costs more than the rest of the item).
     static func isoDate(_ seconds: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: Date(timeIntervalSince1970: TimeInterval(seconds)))
+        var time = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z"
+    }
+}
+
+/// The index, read the first time something asks for it.
+final class LazyIndex {
+    private let repository: Repository
+    private var loaded: Index?
+
+    init(_ repository: Repository) { self.repository = repository }
+
+    func get() throws -> Index {
+        if let loaded { return loaded }
+        let index = try repository.index()
+        loaded = index
+        return index
     }
 }
