@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepCore
 
 struct Evict: ParsableCommand {
@@ -34,7 +35,7 @@ struct Evict: ParsableCommand {
         } else {
             print("evicted \(count(result.evicted.count, "file")) (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
             for refused in result.refused {
-                FileHandle.standardError.write(Data("fprep: cannot evict '\(refused.path)': \(refused.reason)\n".utf8))
+                Console.error("fprep: cannot evict '\(refused.path)': \(refused.reason)\n")
             }
         }
         if !result.refused.isEmpty { throw ExitCode(2) }

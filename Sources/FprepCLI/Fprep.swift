@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepCore
 
 /// The `fprep` command: a dataless replica of a git remote.
@@ -34,23 +35,23 @@ public struct Fprep: ParsableCommand {
         do {
             var command = try parseAsRoot(Self.movingReplicaOption(Array(CommandLine.arguments.dropFirst())))
             try command.run()
-            Foundation.exit(0)
+            Glibc.exit(0)
         } catch let error as FprepError {
             report(error)
-            Foundation.exit(error.exitCode)
+            Glibc.exit(error.exitCode)
         } catch let error as ExitCode {
-            Foundation.exit(error.rawValue)
+            Glibc.exit(error.rawValue)
         } catch {
             if let message = ErrorRendering.unexpected(error) {
-                FileHandle.standardError.write(Data("fprep: \(message)\n".utf8))
-                Foundation.exit(1)
+                Console.error("fprep: \(message)\n")
+                Glibc.exit(1)
             }
             // --help and --version print and exit 0; a usage mistake is one line.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
             let message = self.message(for: error).split(separator: "\n").first.map(String.init) ?? "bad usage"
-            FileHandle.standardError.write(Data("fprep: \(message.replacingOccurrences(of: "Error: ", with: "")) (see 'fprep --help')\n".utf8))
-            Foundation.exit(code.rawValue)
+            Console.error("fprep: \(message.replacingAll("Error: ", with: "")) (see 'fprep --help')\n")
+            Glibc.exit(code.rawValue)
         }
     }
 
@@ -76,9 +77,9 @@ public struct Fprep: ParsableCommand {
     }
 
     static func report(_ error: FprepError) {
-        FileHandle.standardError.write(Data("fprep: \(error.message)\n".utf8))
+        Console.error("fprep: \(error.message)\n")
         if Verbosity.verbose, let detail = error.detail, !detail.isEmpty {
-            FileHandle.standardError.write(Data((detail.hasSuffix("\n") ? detail : detail + "\n").utf8))
+            Console.error((detail.hasSuffix("\n") ? detail : detail + "\n"))
         }
     }
 }

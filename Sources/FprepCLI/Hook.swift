@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepCore
 
 struct Hook: ParsableCommand {
@@ -23,19 +24,17 @@ struct PostReceiveHook: ParsableCommand {
 
     func run() throws {
         let directory = gitDirectory ?? ProcessInfo.processInfo.environment["GIT_DIR"] ?? "."
-        let input = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        let input = String(decoding: Console.readInput(), as: UTF8.self)
         do {
             try PostReceive.run(gitDirectory: directory, updates: PostReceive.parse(input))
         } catch {
-            let line = "\(ISO8601DateFormatter().string(from: Date())) post-receive: \(error)\n"
-            FileHandle.standardError.write(Data("fprep hook: \(error)\n".utf8))
-            if let log = FileHandle(forWritingAtPath: directory + "/fprep-hook.log") ?? {
-                _ = FileManager.default.createFile(atPath: directory + "/fprep-hook.log", contents: nil)
-                return FileHandle(forWritingAtPath: directory + "/fprep-hook.log")
-            }() {
-                log.seekToEndOfFile()
-                log.write(Data(line.utf8))
-                try? log.close()
+            let line = "\(Replica.isoDate(Int64(Date().timeIntervalSince1970))) post-receive: \(error)\n"
+            Console.error("fprep hook: \(error)\n")
+            // Appended with O_APPEND, so two hooks running at once do not mix lines.
+            let fd = open(directory + "/fprep-hook.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+            if fd >= 0 {
+                _ = line.withCString { write(fd, $0, strlen($0)) }
+                close(fd)
             }
         }
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepCore
 
 struct List: ParsableCommand {
@@ -44,7 +45,7 @@ struct List: ParsableCommand {
             let size = item.size.map { String($0) } ?? "-"
             let name = item.kind == "folder" ? item.filename + "/" : item.filename
             let note = item.unsupported.map { "  (\($0), unsupported)" } ?? ""
-            print("\(item.state.rawValue.padding(toLength: 12, withPad: " ", startingAt: 0)) \(String(repeating: " ", count: max(0, 12 - size.count)))\(size)  \(item.modified)  \(name)\(note)")
+            print("\(item.state.rawValue + String(repeating: " ", count: max(0, 12 - item.state.rawValue.count))) \(String(repeating: " ", count: max(0, 12 - size.count)))\(size)  \(item.modified)  \(name)\(note)")
         }
         if let next = result.nextPage { print("next page: \(next)") }
     }

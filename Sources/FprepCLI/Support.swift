@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepCore
 import FprepGit
 
@@ -27,7 +28,7 @@ struct ReplicaOptions: ParsableArguments {
         Trace.start()
         return try Replica.open(containing: baseDirectory, access: Replica.Access(
             command: command, exclusive: exclusive, wait: !noWait, progress: TerminalProgress.make(),
-            onWait: { message in FileHandle.standardError.write(Data("fprep: \(message)\n".utf8)) }))
+            onWait: { message in Console.error("fprep: \(message)\n") }))
     }
 }
 
@@ -42,7 +43,7 @@ enum ErrorRendering {
         switch error {
         case let error as GitError: return "\(error.message) (in \(error.function))"
         case let error as GitCommandError: return "git failed: \(error.reason)"
-        case let error as CocoaError: return error.localizedDescription
+        case let error as CocoaError: return "\(error)"
         default:
             // ArgumentParser's own errors (usage, --help) go through its renderer.
             let typeName = String(reflecting: type(of: error))
@@ -58,8 +59,8 @@ enum JSONOutput {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let data = try encoder.encode(value)
-        FileHandle.standardOutput.write(data)
-        FileHandle.standardOutput.write(Data("\n".utf8))
+        Console.output(data)
+        Console.output("\n")
     }
 }
 
@@ -75,7 +76,8 @@ func humanSize(_ bytes: Int64) -> String {
         value /= 1024
         unit += 1
     }
-    return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+    let tenths = Int((value * 10).rounded())
+    return unit == 0 ? "\(bytes) B" : "\(tenths / 10).\(tenths % 10) \(units[unit])"
 }
 
 /// Paths from the command line plus, with `--paths-from FILE`, one per line
@@ -85,7 +87,7 @@ func collectPaths(_ arguments: [String], from file: String?) throws -> [String] 
     if let file {
         let data: Data
         if file == "-" {
-            data = FileHandle.standardInput.readDataToEndOfFile()
+            data = Console.readInput()
         } else {
             guard let read = FileManager.default.contents(atPath: file) else {
                 throw FprepError(.usage, "cannot read the path list '\(file)'")
@@ -101,7 +103,7 @@ func collectPaths(_ arguments: [String], from file: String?) throws -> [String] 
 /// A progress line on standard error, redrawn at most ten times a second,
 /// only when standard error is a terminal.
 final class TerminalProgress: ProgressReporter, @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = Lock()
     private var lastDraw = Date.distantPast
     private var drawn = false
 
@@ -116,14 +118,14 @@ final class TerminalProgress: ProgressReporter, @unchecked Sendable {
         guard done >= total || now.timeIntervalSince(lastDraw) >= 0.1 else { return }
         lastDraw = now
         let percent = total > 0 ? done * 100 / total : 100
-        FileHandle.standardError.write(Data("\r\u{1B}[K\(phase): \(done)/\(total) (\(percent)%)".utf8))
+        Console.error("\r\u{1B}[K\(phase): \(done)/\(total) (\(percent)%)")
         drawn = true
     }
 
     func finish() {
         lock.lock()
         defer { lock.unlock() }
-        if drawn { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if drawn { Console.error("\r\u{1B}[K") }
         drawn = false
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepCore
 
 struct WorkingSetCommand: ParsableCommand {
@@ -118,7 +119,7 @@ struct Signals: ParsableCommand {
                 }
                 last = signal.seq
             }
-            try? FileHandle.standardOutput.synchronize()
+            _ = fsync(1)
             if follow { usleep(200_000) }
         } while follow
     }

@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// `fprep clone`: a blobless, checkout-less clone, then every item laid out
@@ -55,11 +57,12 @@ public enum Cloner {
     }
 
     /// Finishes a clone of `url` into `root` that was killed while laying
-    /// out its tree (its fetch is done); nil when there is no such clone.
+    /// out its tree (its fetch is done), or reports a finished one of the
+    /// same URL (killed before it could say so); nil when there is neither.
     private static func resumeLayout(_ root: String, url: String, progress: any ProgressReporter) throws -> Result? {
         let statePath = root + "/" + Replica.stateFolderName + "/state.db"
         guard FileManager.default.fileExists(atPath: statePath), let store = try? StateStore(path: statePath),
-              (try? store.meta("phase")) == "layout", (try? store.meta("remote_url")) == url else { return nil }
+              ["layout", "ready"].contains(try? store.meta("phase")), (try? store.meta("remote_url")) == url else { return nil }
         let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress))
         let plan = try replica.currentPlan()
         progress.finish()
@@ -74,16 +77,16 @@ public enum Cloner {
     /// the same URL (which is then started over). Returns whether fprep
     /// creates the folder.
     private static func prepareDestination(_ root: String, url: String) throws -> Bool {
-        var isDirectory: ObjCBool = false
+        var isDirectory = false
         guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) else {
             do {
                 try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             } catch {
-                throw FprepError("cannot create '\(root)': \(error.localizedDescription)")
+                throw FprepError("cannot create '\(root)': \(error)")
             }
             return true
         }
-        guard isDirectory.boolValue else { throw FprepError(.usage, "'\(root)' exists and is not a folder") }
+        guard isDirectory else { throw FprepError(.usage, "'\(root)' exists and is not a folder") }
         let contents = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         if contents.isEmpty { return false }
         let statePath = root + "/" + Replica.stateFolderName + "/state.db"
@@ -317,7 +320,7 @@ final class BackgroundWork: @unchecked Sendable {
 
     init(_ work: @escaping () throws -> Void) {
         let unchecked = UncheckedClosure(work)
-        Thread.detachNewThread { [self] in
+        DispatchQueue.global().async { [self] in
             do { try unchecked.body() } catch { self.error = error }
             done.signal()
         }

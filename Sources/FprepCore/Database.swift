@@ -1,5 +1,6 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// An SQLite error with SQLite's own message.
 struct DatabaseError: Error, CustomStringConvertible {

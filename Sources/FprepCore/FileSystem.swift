@@ -1,5 +1,6 @@
 import CFprepSys
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The part of `lstat` fprep looks at.
 struct FileStat: Equatable {
@@ -27,9 +28,9 @@ struct FileStat: Equatable {
         atime = (raw.atime_sec, raw.atime_nsec)
     }
 
-    var isRegular: Bool { Int32(mode) & S_IFMT == S_IFREG }
-    var isDirectory: Bool { Int32(mode) & S_IFMT == S_IFDIR }
-    var isSymlink: Bool { Int32(mode) & S_IFMT == S_IFLNK }
+    var isRegular: Bool { mode_t(truncatingIfNeeded: mode) & S_IFMT == S_IFREG }
+    var isDirectory: Bool { mode_t(truncatingIfNeeded: mode) & S_IFMT == S_IFDIR }
+    var isSymlink: Bool { mode_t(truncatingIfNeeded: mode) & S_IFMT == S_IFLNK }
     var isExecutable: Bool { mode & 0o100 != 0 }
 
     static func == (lhs: FileStat, rhs: FileStat) -> Bool {
@@ -173,7 +174,7 @@ func diskUsage(of path: String) -> Int64 {
                 seen.insert(raw.ino)
             }
             total += raw.blocks * 512
-            if Int32(raw.mode) & S_IFMT == S_IFDIR {
+            if mode_t(truncatingIfNeeded: raw.mode) & S_IFMT == S_IFDIR {
                 let child = openat(dirfd(dir), cPath(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 if child >= 0 { walk(child) }
             }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// One item as an enumerator reports it (File Provider's `NSFileProviderItem`).
@@ -104,15 +105,15 @@ extension Replica {
 
     static func encodePageToken(_ name: [UInt8]) -> String {
         "p1." + Data(name).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+            .replacingAll("+", with: "-").replacingAll("/", with: "_")
+            .replacingAll("=", with: "")
     }
 
     static func decodePageToken(_ token: String) throws -> [UInt8] {
         guard token.hasPrefix("p1.") else {
             throw FprepError(.usage, "'\(token)' is not a page token (pass the token the previous page printed)")
         }
-        var base64 = String(token.dropFirst(3)).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        var base64 = String(token.dropFirst(3)).replacingAll("-", with: "+").replacingAll("_", with: "/")
         while base64.count % 4 != 0 { base64 += "=" }
         guard let data = Data(base64Encoded: base64), !data.isEmpty else {
             throw FprepError(.usage, "'\(token)' is not a page token (pass the token the previous page printed)")
@@ -122,7 +123,7 @@ extension Replica {
 
     /// `2023-11-14T22:13:20Z`: UTC, whole seconds (made by hand: a date
     /// formatter per item costs more than the rest of the item).
-    static func isoDate(_ seconds: Int64) -> String {
+    public static func isoDate(_ seconds: Int64) -> String {
         var time = time_t(seconds)
         var parts = tm()
         gmtime_r(&time, &parts)

@@ -1,5 +1,7 @@
 import CFprepSys
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// Writes a `LayoutPlan` onto disk: folders, placeholders, symlinks, and
@@ -128,7 +130,7 @@ final class StatResults: @unchecked Sendable {
 
 /// A progress count shared by worker threads.
 final class ProgressCounter: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = Lock()
     private var done = 0
     private let total: Int
     private let progress: any ProgressReporter
@@ -151,7 +153,7 @@ final class ProgressCounter: @unchecked Sendable {
 
 /// The first error any worker met.
 final class FirstFailure: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = Lock()
     private var error: Error?
 
     func record(_ error: Error) {

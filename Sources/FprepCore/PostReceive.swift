@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// The work of the server's post-receive hook: for each updated branch,

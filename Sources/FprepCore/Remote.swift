@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// A bare repository set up as an fprep remote.
@@ -27,9 +28,9 @@ public enum Remote {
         if let domain = requestedDomain, !RemoteInfo.isValidDomain(domain) {
             throw FprepError(.usage, "'\(domain)' is not a valid domain identifier (use 1-128 letters, digits, '.', '_' or '-')")
         }
-        var isDirectory: ObjCBool = false
+        var isDirectory = false
         let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
-        if exists && !isDirectory.boolValue {
+        if exists && !isDirectory {
             throw FprepError(.usage, "'\(rawPath)' exists and is not a folder")
         }
         if exists, let contents = try? FileManager.default.contentsOfDirectory(atPath: path), !contents.isEmpty {
@@ -110,7 +111,7 @@ enum CommitDates {
     }
 
     static func parse(_ text: String) -> Int64? {
-        var trimmed = text.trimmingCharacters(in: .whitespaces)
+        var trimmed = text.trimmed
         if trimmed.hasPrefix("@") { trimmed.removeFirst() }
         return Int64(trimmed.split(separator: " ").first ?? "")
     }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// What an fprep remote says about itself on `refs/fprep/info`: a commit
@@ -26,7 +27,7 @@ public struct RemoteInfo: Sendable, Equatable {
         var fields: [String: String] = [:]
         for line in try repository.commit(id).message.split(separator: "\n") {
             guard let colon = line.firstIndex(of: ":") else { continue }
-            fields[String(line[..<colon])] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            fields[String(line[..<colon])] = line[line.index(after: colon)...].trimmed
         }
         guard let domain = fields["domain"], let branch = fields["branch"] else { return nil }
         return RemoteInfo(domain: domain, branch: branch)

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// An open replica: the user's tree, its git directory and fprep's state,
@@ -46,12 +47,10 @@ public final class Replica {
 
     /// The root of the replica that holds `path` (walking up), or nil.
     public static func findRoot(from path: String) -> String? {
-        var current = URL(fileURLWithPath: Remote.absolute(path)).resolvingSymlinksInPath().path
+        var current = realPath(Remote.absolute(path))
         while true {
-            var isDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: current + "/" + stateFolderName, isDirectory: &isDirectory),
-               isDirectory.boolValue, FileManager.default.fileExists(atPath: current + "/.git") { return current }
-            let parent = (current as NSString).deletingLastPathComponent
+            if isFolder(current + "/" + stateFolderName), FileManager.default.fileExists(atPath: current + "/.git") { return current }
+            let parent = parentFolder(of: current)
             if parent == current || parent.isEmpty { return nil }
             current = parent
         }
@@ -142,7 +141,7 @@ public final class Replica {
         }
         let absolutePath = "/" + parts.joined(separator: "/")
         let rootPath = root == "/" ? "" : root
-        let physicalRoot = URL(fileURLWithPath: rootPath).resolvingSymlinksInPath().path
+        let physicalRoot = realPath(rootPath.isEmpty ? "/" : rootPath)
         var relative: String?
         for candidate in [rootPath, physicalRoot] {
             if absolutePath == candidate { relative = ""; break }

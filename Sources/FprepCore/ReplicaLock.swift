@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The replica's lock (`.fprep/lock`, flock): one command that writes at a
 /// time. A second one waits for it, saying who holds it, or with
@@ -48,7 +49,7 @@ final class ReplicaLock {
     private static func holder(_ fd: Int32) -> String {
         var buffer = [UInt8](repeating: 0, count: 256)
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
-        let text = count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
+        let text = count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self).trimmed : ""
         // A note left by a killed command names a process that is gone.
         if let pid = text.split(separator: " ").dropFirst().first.flatMap({ Int32($0) }), kill(pid, 0) == 0 {
             return text

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// An item identifier: the item's path relative to the replica root, as
 /// bytes, '/'-separated, no leading '/'; the root is the empty path. Bytes,
@@ -48,8 +49,8 @@ public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible 
     public var description: String {
         if let text = String(validating: bytes, as: UTF8.self) { return text }
         return Self.binaryPrefix + Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+            .replacingAll("+", with: "-").replacingAll("/", with: "_")
+            .replacingAll("=", with: "")
     }
 
     static let binaryPrefix = "%b64:"
@@ -58,7 +59,7 @@ public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible 
     public init(identifier: String) {
         if identifier.hasPrefix(Self.binaryPrefix) {
             var base64 = String(identifier.dropFirst(Self.binaryPrefix.count))
-                .replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+                .replacingAll("-", with: "+").replacingAll("_", with: "/")
             while base64.count % 4 != 0 { base64 += "=" }
             if let data = Data(base64Encoded: base64), String(validating: Array(data), as: UTF8.self) == nil {
                 self.init(bytes: Array(data))

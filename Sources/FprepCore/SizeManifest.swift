@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// The size manifest: blob id → size and date, kept by the remote so that a

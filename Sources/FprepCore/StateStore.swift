@@ -1,5 +1,6 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// The replica's own state in `.fprep/state.db` (SQLite, WAL,

@@ -1,5 +1,6 @@
 import CFprepSys
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// What `sync` did.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Phase timings on standard error when `FPREP_TRACE` is set: how a
 /// benchmark's figure splits into its parts.
@@ -15,7 +16,9 @@ public enum Trace {
     public static func mark(_ phase: String) {
         guard enabled else { return }
         let now = Date()
-        FileHandle.standardError.write(Data(String(format: "trace: %-28@ %8.3f s\n", phase as NSString, now.timeIntervalSince(last)).utf8))
+        let milliseconds = Int((now.timeIntervalSince(last) * 1000).rounded())
+        let padded = phase.count < 28 ? phase + String(repeating: " ", count: 28 - phase.count) : phase
+        Console.error("trace: \(padded) \(milliseconds / 1000).\(String(1000 + milliseconds % 1000).dropFirst()) s\n")
         last = now
     }
 }

@@ -1,5 +1,6 @@
 import CFprepSys
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// Seeds a remote from an ordinary folder: one commit on the remote's branch
@@ -19,8 +20,8 @@ public enum TreeImporter {
     public static func importFolder(_ rawFolder: String, into rawRemote: String, message: String?) throws -> Result {
         let folder = Remote.absolute(rawFolder)
         let remotePath = Remote.absolute(rawRemote)
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue else {
+        var isDirectory = false
+        guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory else {
             throw FprepError(.usage, "'\(rawFolder)' is not a folder (name the folder to import)")
         }
         guard let repository = try? Repository(openingAt: remotePath), repository.isBare,
@@ -80,7 +81,7 @@ public enum TreeImporter {
             var info = fprep_stat()
             let cChild = childPath.map { CChar(bitPattern: $0) } + [0]
             guard fprep_lstat_at(AT_FDCWD, cChild, &info) == 0 else { throw SystemError("lstat", shown) }
-            switch Int32(info.mode) & S_IFMT {
+            switch mode_t(truncatingIfNeeded: info.mode) & S_IFMT {
             case S_IFDIR:
                 let subtree = try buildTree(childPath, relative: childRelative, repository: repository, state: &state)
                 if subtree == ObjectID.emptyTree {
@@ -141,7 +142,7 @@ struct Identity {
 
     private static func gitConfig(_ key: String) -> String? {
         guard let data = try? GitCommand.run(["config", "--get", key]) else { return nil }
-        let value = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let value = String(decoding: data, as: UTF8.self).trimmed
         return value.isEmpty ? nil : value
     }
 }

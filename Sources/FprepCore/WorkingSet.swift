@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import FprepGit
 
 /// A signal: "the items of this container changed", for the consumers that
@@ -197,7 +198,7 @@ extension Replica {
 
     /// Tags or untags an item (a folder or a file).
     public func setTag(_ userPath: String, relativeTo directory: String, name: String, present: Bool) throws {
-        let trimmed = name.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = name.trimmed
         guard !trimmed.isEmpty, trimmed.count <= 200, !trimmed.contains("\n") else {
             throw FprepError(.usage, "a tag is 1-200 characters on one line")
         }

@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 
 /// A `git` command that failed: its arguments, exit status and what it said.
 public struct GitCommandError: Error, CustomStringConvertible, Sendable {
@@ -27,55 +29,101 @@ public struct GitCommandError: Error, CustomStringConvertible, Sendable {
 /// content, so none fetches a missing blob one by one; every run also has
 /// `GIT_NO_LAZY_FETCH=1` (honoured from git 2.44 on) as a second guard, and
 /// `GIT_TERMINAL_PROMPT=0`, so no command waits for a password.
+///
+/// Spawned with `posix_spawn`, its pipes drained with `poll`: no Foundation
+/// `Process`, whose library costs every fprep command a cold start.
 public enum GitCommand {
-    /// Runs `git args…` in `directory` and returns its standard output.
-    /// Standard error is captured for the error, or passed to ours when
-    /// `showProgress` is set (git then draws its own progress lines).
+    /// Runs `git args…` (in `directory`, through git's own `-C`) and returns
+    /// its standard output. Standard error is captured for the error, or
+    /// passed through when `showProgress` is set (git draws its progress).
     @discardableResult
     public static func run(_ arguments: [String], in directory: String? = nil,
                            environment extra: [String: String] = [:], input: Data? = nil,
                            showProgress: Bool = false) throws -> Data {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: gitPath)
-        process.arguments = arguments
-        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        let fullArguments = (directory.map { ["-C", $0] } ?? []) + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["GIT_NO_LAZY_FETCH"] = "1"
         environment["GIT_TERMINAL_PROMPT"] = "0"
         environment["LC_ALL"] = "C"
         for (key, value) in extra { environment[key] = value }
-        process.environment = environment
 
-        let outPipe = Pipe(), errPipe = Pipe()
-        process.standardOutput = outPipe
-        process.standardError = showProgress ? FileHandle.standardError : errPipe
-        let inPipe = input.map { _ in Pipe() }
-        process.standardInput = inPipe ?? FileHandle.nullDevice
+        var stdinPipe: [Int32] = [-1, -1], stdoutPipe: [Int32] = [-1, -1], stderrPipe: [Int32] = [-1, -1]
+        guard pipe(&stdinPipe) == 0, pipe(&stdoutPipe) == 0, pipe(&stderrPipe) == 0 else {
+            throw GitCommandError(arguments: arguments, status: -1, standardError: "fatal: cannot make pipes: \(String(cString: strerror(errno)))")
+        }
+        // Close-on-exec: other threads' children must not inherit these ends
+        // (the dup2 copies in this child stay open).
+        for fd in stdinPipe + stdoutPipe + stderrPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, stdinPipe[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, stdoutPipe[1], 1)
+        if !showProgress { posix_spawn_file_actions_adddup2(&actions, stderrPipe[1], 2) }
 
-        try process.run()
-        // Drain both pipes and feed stdin at once: git may fill one pipe
-        // before it has read all of its input.
-        let collected = Collected()
-        let group = DispatchGroup()
-        if !showProgress {
-            DispatchQueue.global().async(group: group) {
-                collected.setError(errPipe.fileHandleForReading.readDataToEndOfFile())
-            }
+        let argv = ([gitPath] + fullArguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
         }
-        if let inPipe, let input {
-            DispatchQueue.global().async(group: group) {
-                try? inPipe.fileHandleForWriting.write(contentsOf: input)
-                try? inPipe.fileHandleForWriting.close()
-            }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, gitPath, &actions, nil, argv, envp)
+        for fd in [stdinPipe[0], stdoutPipe[1], stderrPipe[1]] { close(fd) }
+        guard spawned == 0 else {
+            for fd in [stdinPipe[1], stdoutPipe[0], stderrPipe[0]] { close(fd) }
+            throw GitCommandError(arguments: arguments, status: -1,
+                                  standardError: "fatal: cannot run \(gitPath): \(String(cString: strerror(spawned)))")
         }
-        let output = outPipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        group.wait()
-        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
-            throw GitCommandError(arguments: arguments, status: process.terminationStatus,
-                                  standardError: String(decoding: collected.error, as: UTF8.self))
+        let (output, errors) = exchange(input: input ?? Data(), stdin: stdinPipe[1], stdout: stdoutPipe[0],
+                                        stderr: showProgress ? -1 : stderrPipe[0])
+        if showProgress { close(stderrPipe[0]) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let exited = status & 0x7f == 0
+        let code = exited ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        guard exited, code == 0 else {
+            throw GitCommandError(arguments: arguments, status: code, standardError: String(decoding: errors, as: UTF8.self))
         }
         return output
+    }
+
+    /// Feeds `input` to the child's stdin and drains its stdout and stderr
+    /// at once: git may fill one pipe before it has read all of its input.
+    private static func exchange(input: Data, stdin: Int32, stdout: Int32, stderr: Int32) -> (Data, Data) {
+        var output = Data(), errors = Data()
+        var written = 0
+        var stdinOpen = true
+        if input.isEmpty { close(stdin); stdinOpen = false }
+        var open: [Int32] = [stdout] + (stderr >= 0 ? [stderr] : [])
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while !open.isEmpty || stdinOpen {
+            var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            if stdinOpen { fds.append(pollfd(fd: stdin, events: Int16(POLLOUT), revents: 0)) }
+            guard poll(&fds, nfds_t(fds.count), -1) >= 0 || errno == EINTR else { break }
+            for entry in fds where entry.revents != 0 {
+                if entry.fd == stdin && stdinOpen {
+                    let count = input.withUnsafeBytes { raw in
+                        write(stdin, raw.baseAddress! + written, min(raw.count - written, 1 << 16))
+                    }
+                    if count > 0 { written += count }
+                    if count < 0 && errno != EINTR && errno != EAGAIN || written >= input.count {
+                        close(stdin)
+                        stdinOpen = false
+                    }
+                    continue
+                }
+                let count = buffer.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    if entry.fd == stdout { output.append(contentsOf: buffer[0..<count]) }
+                    else { errors.append(contentsOf: buffer[0..<count]) }
+                } else if count == 0 || (errno != EINTR && errno != EAGAIN) {
+                    close(entry.fd)
+                    open.removeAll { $0 == entry.fd }
+                }
+            }
+        }
+        return (output, errors)
     }
 
     /// The `git` executable: `FPREP_GIT` when set, else the first `git` on PATH.
@@ -84,16 +132,8 @@ public enum GitCommand {
         if let explicit = environment["FPREP_GIT"], !explicit.isEmpty { return explicit }
         for dir in (environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
             let candidate = "\(dir)/git"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            if access(candidate, X_OK) == 0 { return candidate }
         }
         return "/usr/bin/git"
     }
-}
-
-/// Collects a pipe's bytes on another thread.
-private final class Collected: @unchecked Sendable {
-    private let lock = NSLock()
-    private var errorBytes = Data()
-    func setError(_ data: Data) { lock.lock(); errorBytes = data; lock.unlock() }
-    var error: Data { lock.lock(); defer { lock.unlock() }; return errorBytes }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The network side of a partial clone, done with the `git` command.
 public enum Transport {

@@ -1,0 +1,71 @@
+import FoundationEssentials
+import Glibc
+
+/// Writes to the standard streams with write(2).
+public enum Console {
+    public static func error(_ text: String) { put(2, text) }
+    public static func output(_ text: String) { put(1, text) }
+    public static func output(_ data: Data) { data.withUnsafeBytes { put(1, $0) } }
+
+    private static func put(_ fd: Int32, _ text: String) {
+        var text = text
+        text.withUTF8 { put(fd, UnsafeRawBufferPointer($0)) }
+    }
+
+    private static func put(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
+        var offset = 0
+        while offset < bytes.count {
+            let count = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { return }
+            offset += count
+        }
+    }
+
+    /// Everything on standard input.
+    public static func readInput() -> Data {
+        var result = Data()
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            result.append(contentsOf: buffer[0..<count])
+        }
+        return result
+    }
+}
+
+/// A lock: a pthread mutex owned by the object.
+public final class Lock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t> = .allocate(capacity: 1)
+
+    public init() { pthread_mutex_init(mutex, nil) }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    public func lock() { pthread_mutex_lock(mutex) }
+    public func unlock() { pthread_mutex_unlock(mutex) }
+}
+
+/// The physical path of `path` (symlinks resolved), or the path itself.
+func realPath(_ path: String) -> String {
+    guard let resolved = realpath(path, nil) else { return path }
+    defer { free(resolved) }
+    return String(cString: resolved)
+}
+
+/// The folder part of a path, as `dirname` has it ("/" for "/a").
+func parentFolder(of path: String) -> String {
+    guard let slash = path.lastIndex(of: "/") else { return "." }
+    return slash == path.startIndex ? "/" : String(path[..<slash])
+}
+
+/// Whether `path` is a folder (following a final symlink, as stat does).
+func isFolder(_ path: String) -> Bool {
+    var info = stat()
+    return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+}
