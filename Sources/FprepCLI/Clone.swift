@@ -14,7 +14,8 @@ struct Clone: ParsableCommand {
             in the replica.
 
             URL is a path, file://, git://, ssh or https URL of a remote that allows partial clone.
-            A clone that is interrupted is finished by running the same command again.
+            A clone that is interrupted is finished by running the same command again; run on a folder
+            that already is a replica of URL, it changes nothing and says so.
 
             Example: fprep clone git://127.0.0.1/photos.git ~/photos
             """
@@ -37,7 +38,12 @@ struct Clone: ParsableCommand {
         let result = try Cloner.clone(url: url, into: directory, branch: branch, progress: progress,
                                       showGitProgress: !json && isatty(STDERR_FILENO) == 1)
         if json { return try JSONOutput.print(result) }
-        print("cloned \(result.url) into \(result.root)")
+        if result.resumed == "existing" {
+            print("\(result.root) already is a replica of \(result.url); nothing to do (anchor \(result.anchor ?? "none"))")
+            return
+        }
+        print(result.resumed == "finished" ? "finished the interrupted clone of \(result.url) into \(result.root)"
+                                           : "cloned \(result.url) into \(result.root)")
         print("  domain \(result.domain), branch \(result.branch), anchor \(result.anchor ?? "(empty remote)")")
         print("  \(count(result.files, "file")) (\(humanSize(result.logicalSize)), all dataless), \(count(result.folders, "folder")), \(count(result.symlinks, "symlink"))")
         if result.unknownSizes > 0 {

@@ -23,6 +23,10 @@ public enum Cloner {
         /// hook, reached over the network); their placeholders are empty.
         public let unknownSizes: Int
         public let logicalSize: Int64
+        /// Set when the command found this clone begun or done before:
+        /// `finished` (a killed clone's layout completed now) or `existing`
+        /// (the folder already was a replica of this remote; nothing changed).
+        public var resumed: String? = nil
     }
 
     public static func clone(url given: String, into directory: String?, branch: String?,
@@ -62,15 +66,18 @@ public enum Cloner {
     private static func resumeLayout(_ root: String, url: String, progress: any ProgressReporter) throws -> Result? {
         let statePath = root + "/" + Replica.stateFolderName + "/state.db"
         guard FileManager.default.fileExists(atPath: statePath), let store = try? StateStore(path: statePath),
-              ["layout", "ready"].contains(try? store.meta("phase")), (try? store.meta("remote_url")) == url else { return nil }
+              let phase = try? store.meta("phase"), ["layout", "ready"].contains(phase),
+              (try? store.meta("remote_url")) == url else { return nil }
         let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress))
         let plan = try replica.currentPlan()
         progress.finish()
-        return Result(root: root, url: url, domain: replica.domain, branch: replica.branch, anchor: replica.anchor?.hex,
-                      files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
-                      symlinks: plan.entries.count { $0.kind == .symlink },
-                      unsupportedSubmodules: plan.submodules.map(\.description),
-                      unknownSizes: plan.unknownSizes, logicalSize: plan.logicalSize)
+        var result = Result(root: root, url: url, domain: replica.domain, branch: replica.branch, anchor: replica.anchor?.hex,
+                            files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
+                            symlinks: plan.entries.count { $0.kind == .symlink },
+                            unsupportedSubmodules: plan.submodules.map(\.description),
+                            unknownSizes: plan.unknownSizes, logicalSize: plan.logicalSize)
+        result.resumed = phase == "layout" ? "finished" : "existing"
+        return result
     }
 
     /// Checks that `root` is a new or empty folder, or an unfinished clone of

@@ -143,11 +143,16 @@ struct BadInputTests {
             expectOneLineError(try box.fprep(["clone", remote.path, folder]), mentioning: ["busy"])
             #expect(snapshot(folder) == before)
 
-            // An existing replica is not empty either.
+            // An existing replica of another remote is not empty either; one
+            // of the same remote is left as it is, and the command says so.
             let replica = box.at("replica")
             _ = try box.clone(remote.path, replica)
             let replicaBefore = snapshot(replica, skipping: [".fprep"])
-            expectOneLineError(try box.fprep(["clone", remote.path, replica]))
+            let other = try box.makeRemote("other.git")
+            expectOneLineError(try box.fprep(["clone", other.path, replica]))
+            #expect(snapshot(replica, skipping: [".fprep"]) == replicaBefore)
+            let again = try box.fprepOK(["clone", remote.path, replica])
+            #expect(again.stdout.contains("already is a replica"))
             #expect(snapshot(replica, skipping: [".fprep"]) == replicaBefore)
             try box.fprepOK(["status"], cwd: replica)
 
