@@ -9,6 +9,10 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        // The push service's HTTP server and client (FprepServer); no Foundation.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // HMAC-SHA256 webhook signatures and ES256 APNs provider tokens (FprepServer).
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // libgit2 from the system (Debian: libgit2-dev); only FprepGit imports it.
@@ -27,10 +31,21 @@ let package = Package(
         .target(name: "CFprepSys"),
         .target(name: "FprepGit", dependencies: ["CLibGit2"]),
         .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"]),
+        // Push signals: the hook's outbox, the delivery service, the device's watcher.
+        .target(
+            name: "FprepServer",
+            dependencies: [
+                "FprepCore", "FprepGit", "CSQLite",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(
             name: "FprepCLI",
             dependencies: [
-                "FprepCore",
+                "FprepCore", "FprepServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -44,6 +59,7 @@ let package = Package(
         ),
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
+        .testTarget(name: "FprepServerTests", dependencies: ["FprepServer", "FprepCore", "FprepGit"]),
         .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"]),
     ],
     swiftLanguageModes: [.v6]

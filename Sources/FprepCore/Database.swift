@@ -3,21 +3,22 @@ import FoundationEssentials
 import Glibc
 
 /// An SQLite error with SQLite's own message.
-struct DatabaseError: Error, CustomStringConvertible {
-    let code: Int32
-    let message: String
-    let sql: String?
+package struct DatabaseError: Error, CustomStringConvertible {
+    package let code: Int32
+    package let message: String
+    package let sql: String?
 
-    var description: String { sql.map { "\(message) (in: \($0))" } ?? message }
+    package var description: String { sql.map { "\(message) (in: \($0))" } ?? message }
 }
 
 /// One SQLite connection; owns a `sqlite3` handle (closed with `sqlite3_close_v2`).
-/// Used from one thread at a time.
-final class Database {
+/// Used from one thread at a time. `package`: the push service keeps its
+/// own databases in the remote with the same code.
+package final class Database {
     private let handle: OpaquePointer
-    let path: String
+    package let path: String
 
-    init(path: String) throws {
+    package init(path: String) throws {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
@@ -40,7 +41,7 @@ final class Database {
     }
 
     /// Runs one or more statements that return no rows.
-    func execute(_ sql: String) throws {
+    package func execute(_ sql: String) throws {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         if rc != SQLITE_OK {
@@ -50,7 +51,7 @@ final class Database {
         }
     }
 
-    func prepare(_ sql: String) throws -> Statement {
+    package func prepare(_ sql: String) throws -> Statement {
         var statement: OpaquePointer?
         try check(sqlite3_prepare_v2(handle, sql, -1, &statement, nil), sql)
         guard let statement else { throw DatabaseError(code: SQLITE_MISUSE, message: "empty statement", sql: sql) }
@@ -58,7 +59,7 @@ final class Database {
     }
 
     /// Runs `body` in one IMMEDIATE transaction: all of it or none of it.
-    func transaction<R>(_ body: () throws -> R) throws -> R {
+    package func transaction<R>(_ body: () throws -> R) throws -> R {
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body()
@@ -70,7 +71,7 @@ final class Database {
         }
     }
 
-    var userVersion: Int {
+    package var userVersion: Int {
         get throws {
             let statement = try prepare("PRAGMA user_version")
             return try statement.step() ? Int(statement.int(0)) : 0
@@ -79,7 +80,7 @@ final class Database {
 }
 
 /// A prepared statement; owns a `sqlite3_stmt` (finalized in deinit).
-final class Statement {
+package final class Statement {
     private let handle: OpaquePointer
     private let database: Database
     private let sql: String
@@ -94,12 +95,12 @@ final class Statement {
 
     /// Binds values to `?1`, `?2`, … after resetting the statement.
     @discardableResult
-    func bind(_ values: SQLValue...) throws -> Statement {
+    package func bind(_ values: SQLValue...) throws -> Statement {
         try bind(values)
     }
 
     @discardableResult
-    func bind(_ values: [SQLValue]) throws -> Statement {
+    package func bind(_ values: [SQLValue]) throws -> Statement {
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
         for (offset, value) in values.enumerated() {
@@ -118,7 +119,7 @@ final class Statement {
     }
 
     /// Advances; true while there is a row to read.
-    func step() throws -> Bool {
+    package func step() throws -> Bool {
         let rc = sqlite3_step(handle)
         if rc == SQLITE_ROW { return true }
         try database.check(rc, sql)
@@ -126,19 +127,19 @@ final class Statement {
     }
 
     /// Runs the statement to its end.
-    func run() throws {
+    package func run() throws {
         while try step() {}
     }
 
-    func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
-    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    package func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
 
-    func text(_ column: Int32) -> String {
+    package func text(_ column: Int32) -> String {
         guard let raw = sqlite3_column_text(handle, column) else { return "" }
         return String(cString: raw)
     }
 
-    func blob(_ column: Int32) -> [UInt8] {
+    package func blob(_ column: Int32) -> [UInt8] {
         let count = Int(sqlite3_column_bytes(handle, column))
         guard count > 0, let raw = sqlite3_column_blob(handle, column) else { return [] }
         return Array(UnsafeRawBufferPointer(start: raw, count: count))
@@ -146,7 +147,7 @@ final class Statement {
 }
 
 /// A value bound to a statement parameter.
-enum SQLValue {
+package enum SQLValue {
     case null
     case int(Int64)
     case text(String)

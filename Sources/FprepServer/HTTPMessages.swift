@@ -1,0 +1,124 @@
+import FoundationEssentials
+import FprepGit
+import NIOCore
+import NIOHTTP1
+
+/// A request the server received, body read in full (within the limit).
+public struct HTTPRequest: Sendable {
+    public var method: HTTPMethod
+    /// The path without the query, e.g. `/v1/devices`.
+    public var path: String
+    public var headers: HTTPHeaders
+    public var body: ByteBuffer
+    /// The peer's address (for rate limits), e.g. `127.0.0.1`.
+    public var client: String
+
+    /// The bearer token of the `authorization` header, if any.
+    public var bearerToken: String? {
+        guard let value = headers.first(name: "authorization") else { return nil }
+        let parts = value.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        let token = parts[1].trimmed
+        return token.isEmpty ? nil : token
+    }
+}
+
+/// What the server answers: a whole body, or a stream of chunks (server-sent
+/// events) that ends when the stream finishes or the client goes away.
+public struct HTTPResponse: Sendable {
+    public enum Body: Sendable {
+        case bytes([UInt8])
+        case stream(AsyncStream<[UInt8]>)
+    }
+
+    public var status: HTTPResponseStatus
+    public var headers: HTTPHeaders
+    public var body: Body
+
+    public init(status: HTTPResponseStatus, headers: HTTPHeaders = [:], body: Body = .bytes([])) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    /// A JSON answer.
+    public static func json<T: Encodable>(_ value: T, status: HTTPResponseStatus = .ok) -> HTTPResponse {
+        let data = (try? JSONCoding.encoder.encode(value)) ?? Data("{}".utf8)
+        return HTTPResponse(status: status, headers: ["content-type": "application/json"], body: .bytes(Array(data) + [0x0A]))
+    }
+
+    /// An error answer: `{"error": "one line"}`.
+    public static func error(_ status: HTTPResponseStatus, _ message: String, headers extra: HTTPHeaders = [:]) -> HTTPResponse {
+        var response = json(["error": message], status: status)
+        response.headers.add(contentsOf: extra)
+        return response
+    }
+}
+
+/// The one JSON style of the service: sorted keys, slashes as they are.
+public enum JSONCoding {
+    public static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        try JSONDecoder().decode(type, from: Data(bytes))
+    }
+
+    public static func encode<T: Encodable>(_ value: T) -> [UInt8] {
+        Array((try? encoder.encode(value)) ?? Data())
+    }
+}
+
+/// An `http://host:port/path` URL, the only kind the service speaks (run a
+/// TLS proxy in front for https).
+public struct ServiceURL: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    /// The path and query, starting with `/`.
+    public var path: String
+
+    /// Parses `http://HOST[:PORT][/PATH]`; nil for anything else.
+    public init?(_ text: String) {
+        guard text.hasPrefix("http://") else { return nil }
+        let rest = text.dropFirst(7)
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        let authority = rest[..<slash]
+        path = slash == rest.endIndex ? "/" : String(rest[slash...])
+        if authority.hasPrefix("[") {
+            // [v6]:port
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = String(authority[authority.index(after: authority.startIndex)..<close])
+            let after = authority[authority.index(after: close)...]
+            if after.isEmpty { port = 80 } else {
+                guard after.hasPrefix(":"), let number = Int(after.dropFirst()) else { return nil }
+                port = number
+            }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = String(authority[..<colon])
+            guard let number = Int(authority[authority.index(after: colon)...]) else { return nil }
+            port = number
+        } else {
+            host = String(authority)
+            port = 80
+        }
+        guard !host.isEmpty, (1...65535).contains(port),
+              !host.contains(where: { $0 == "@" || $0 == " " || $0 == "/" }) else { return nil }
+    }
+
+    init(host: String, port: Int, path: String) {
+        self.host = host
+        self.port = port
+        self.path = path
+    }
+
+    /// The same server with another path.
+    public func with(path: String) -> ServiceURL { ServiceURL(host: host, port: port, path: path) }
+
+    /// `host:port` for the `host` header and the connection pool.
+    public var authority: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    public var description: String { "http://\(authority)\(path == "/" ? "" : path)" }
+}

@@ -1,0 +1,151 @@
+import FoundationEssentials
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A small HTTP/1.1 server on SwiftNIO: each request is read in full (up to
+/// `maxBodyBytes`, else 413 and the connection closes), handed to the
+/// handler, and answered; keep-alive and pipelining as NIO's server pipeline
+/// does them; a malformed request gets NIO's 400. A streamed answer
+/// (server-sent events) runs until its stream ends or the client leaves.
+public final class HTTPServer: Sendable {
+    public typealias Handler = @Sendable (HTTPRequest) async -> HTTPResponse
+
+    /// The port the server listens on (the kernel's choice when asked for 0).
+    public let port: Int
+    public let host: String
+    private let serverChannel: any Channel
+    private let acceptLoop: Task<Void, Never>
+
+    /// Binds `host:port` and starts serving; returns once the socket listens.
+    public static func start(host: String, port: Int, group: any EventLoopGroup, maxBodyBytes: Int = 64 * 1024,
+                             idleTimeout: TimeAmount = .seconds(60), handler: @escaping Handler) async throws -> HTTPServer {
+        let listener = try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 4096)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .bind(host: host, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    // Idle in both directions for this long: closed. A
+                    // server-sent event stream writes heartbeats to stay open.
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idleTimeout))
+                    try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
+                }
+            }
+        let boundPort = listener.channel.localAddress?.port ?? port
+        let loop = Task {
+            await withDiscardingTaskGroup { connections in
+                try? await listener.executeThenClose { inbound in
+                    for try await connection in inbound {
+                        connections.addTask {
+                            await serve(connection, maxBodyBytes: maxBodyBytes, handler: handler)
+                        }
+                    }
+                }
+                // The listener is closed: end every connection still open.
+                connections.cancelAll()
+            }
+        }
+        return HTTPServer(port: boundPort, host: host, serverChannel: listener.channel, acceptLoop: loop)
+    }
+
+    private init(port: Int, host: String, serverChannel: any Channel, acceptLoop: Task<Void, Never>) {
+        self.port = port
+        self.host = host
+        self.serverChannel = serverChannel
+        self.acceptLoop = acceptLoop
+    }
+
+    /// Stops listening and closes every connection.
+    public func stop() async {
+        try? await serverChannel.close()
+        acceptLoop.cancel()
+        await acceptLoop.value
+    }
+
+    /// Serves one connection: request after request until the client or the
+    /// answer closes it.
+    private static func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>,
+                              maxBodyBytes: Int, handler: Handler) async {
+        let client = connection.channel.remoteAddress?.ipAddress ?? "unknown"
+        let closed = connection.channel.closeFuture
+        try? await connection.executeThenClose { inbound, outbound in
+            var parts = inbound.makeAsyncIterator()
+            while let first = try await parts.next() {
+                guard case .head(let head) = first else { return }
+                let declared = head.headers.first(name: "content-length").flatMap { Int($0) } ?? 0
+                if declared > maxBodyBytes {
+                    try await write(.error(.payloadTooLarge, "the request body is larger than \(maxBodyBytes) bytes"),
+                                    to: outbound, version: head.version, keepAlive: false, closed: closed)
+                    return
+                }
+                var body = ByteBuffer()
+                reading: while let part = try await parts.next() {
+                    switch part {
+                    case .body(var chunk):
+                        guard body.readableBytes + chunk.readableBytes <= maxBodyBytes else {
+                            try await write(.error(.payloadTooLarge, "the request body is larger than \(maxBodyBytes) bytes"),
+                                            to: outbound, version: head.version, keepAlive: false, closed: closed)
+                            return
+                        }
+                        body.writeBuffer(&chunk)
+                    case .end:
+                        break reading
+                    case .head:
+                        return
+                    }
+                }
+                let path = String(head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+                let request = HTTPRequest(method: head.method, path: path, headers: head.headers, body: body, client: client)
+                let response = await handler(request)
+                let keepAlive = head.isKeepAlive
+                try await write(response, to: outbound, version: head.version, keepAlive: keepAlive, closed: closed)
+                if !keepAlive { return }
+                if case .stream = response.body { return }
+            }
+        }
+    }
+
+    private static func write(_ response: HTTPResponse, to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>,
+                              version: HTTPVersion, keepAlive: Bool, closed: EventLoopFuture<Void>) async throws {
+        var headers = response.headers
+        if !keepAlive { headers.replaceOrAdd(name: "connection", value: "close") }
+        switch response.body {
+        case .bytes(let bytes):
+            headers.replaceOrAdd(name: "content-length", value: String(bytes.count))
+            try await outbound.write(.head(HTTPResponseHead(version: version, status: response.status, headers: headers)))
+            if !bytes.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: bytes)))) }
+            try await outbound.write(.end(nil))
+        case .stream(let chunks):
+            // No content-length: NIO frames the body as chunked.
+            try await outbound.write(.head(HTTPResponseHead(version: version, status: response.status, headers: headers)))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await chunk in chunks {
+                        try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: chunk))))
+                    }
+                    try await outbound.write(.end(nil))
+                }
+                // The client went away: stop waiting for the next event.
+                group.addTask { try? await closed.get() }
+                _ = try await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+}
+
+/// Closes a connection that has been idle too long (see `IdleStateHandler`).
+final class CloseWhenIdle: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+}

@@ -1,0 +1,162 @@
+import FoundationEssentials
+import FprepCore
+import NIOCore
+import NIOHTTP1
+
+/// Sends webhook and APNs pushes: one queue per device, sent in order, a
+/// bounded number of requests in flight in all, a failed request retried
+/// with growing pauses. What a device received is reported back, so the
+/// service can tell where to start again after a restart.
+actor PushSender {
+    private let client: HTTPClient
+    private let apns: APNsConfiguration?
+    private let tokens: ProviderTokenCache?
+    private let timeout: TimeAmount
+    private let onDelivered: @Sendable (_ device: String, _ seq: Int64) async -> Void
+    private let onRejected: @Sendable (_ device: String, _ reason: String) async -> Void
+    private let log: @Sendable (String) -> Void
+    private var queues: [String: (channel: DeliveryChannel, events: [DeviceEvent])] = [:]
+    private var running: Set<String> = []
+    private let slots: Slots
+    /// Pauses between attempts, seconds; after the last the events wait for
+    /// the device's next push (its anchors then show the gap).
+    private let backoff: [Double]
+
+    init(client: HTTPClient, apns: APNsConfiguration?, timeout: TimeAmount, concurrency: Int,
+         backoff: [Double] = [0.25, 0.5, 1, 2, 4, 8, 15, 30],
+         onDelivered: @escaping @Sendable (String, Int64) async -> Void,
+         onRejected: @escaping @Sendable (String, String) async -> Void,
+         log: @escaping @Sendable (String) -> Void) {
+        self.client = client
+        self.apns = apns
+        tokens = apns.map(ProviderTokenCache.init)
+        self.timeout = timeout
+        slots = Slots(count: concurrency)
+        self.backoff = backoff
+        self.onDelivered = onDelivered
+        self.onRejected = onRejected
+        self.log = log
+    }
+
+    /// Queues events for a device and starts its sender when idle.
+    func enqueue(device: String, channel: DeliveryChannel, events: [DeviceEvent]) {
+        guard !events.isEmpty else { return }
+        queues[device, default: (channel, [])].events += events
+        guard running.insert(device).inserted else { return }
+        Task { await self.drain(device) }
+    }
+
+    /// Drops a device's queue (it unregistered).
+    func forget(device: String) { queues[device] = nil }
+
+    private func next(_ device: String) -> (DeliveryChannel, DeviceEvent)? {
+        guard var queue = queues[device], !queue.events.isEmpty else {
+            queues[device] = nil
+            running.remove(device)
+            return nil
+        }
+        let event = queue.events.removeFirst()
+        queues[device] = queue
+        return (queue.channel, event)
+    }
+
+    private func drain(_ device: String) async {
+        while let (channel, event) = next(device) {
+            var attempt = 0
+            while true {
+                await slots.acquire()
+                let outcome = await send(event, on: channel)
+                await slots.release()
+                switch outcome {
+                case .delivered:
+                    await onDelivered(device, event.seq)
+                case .rejected(let reason):
+                    // The endpoint will never take it (unknown device token…).
+                    queues[device] = nil
+                    running.remove(device)
+                    await onRejected(device, reason)
+                    return
+                case .retry(let reason):
+                    if attempt < backoff.count {
+                        try? await Task.sleep(for: .milliseconds(Int64(backoff[attempt] * 1000)))
+                        attempt += 1
+                        continue
+                    }
+                    log("giving up on event \(event.seq) for device \(device) after \(attempt + 1) attempts: \(reason)")
+                }
+                break
+            }
+        }
+    }
+
+    private enum Outcome {
+        case delivered
+        case retry(String)
+        case rejected(String)
+    }
+
+    private func send(_ event: DeviceEvent, on channel: DeliveryChannel) async -> Outcome {
+        let request: ClientRequest
+        switch channel {
+        case .stream:
+            return .delivered
+        case .webhook(let url, let secret):
+            let headers: HTTPHeaders = [
+                "content-type": "application/json",
+                "x-fprep-signature": Signing.webhookSignature(body: event.payload, secret: secret),
+                "x-fprep-event-id": String(event.seq),
+            ]
+            request = ClientRequest(.POST, url, headers: headers, body: event.payload)
+        case .apns(let deviceToken):
+            guard let apns, let tokens else { return .rejected("no APNs endpoint is configured (start 'fprep serve' with --apns-…)") }
+            request = apns.request(deviceToken: deviceToken, payload: event.payload, providerToken: await tokens.token())
+        }
+        do {
+            let response = try await client.send(request, timeout: timeout)
+            switch response.status {
+            case 200..<300: return .delivered
+            case 403 where ServiceError.message(in: response.body).contains("ExpiredProviderToken"):
+                await tokens?.invalidate()
+                return .retry("the provider token expired")
+            case 400, 404, 410, 413:
+                return .rejected("\(response.status) \(ServiceError.message(in: response.body))")
+            default:
+                return .retry("\(response.status) \(ServiceError.message(in: response.body))")
+            }
+        } catch {
+            return .retry("\(error)")
+        }
+    }
+}
+
+/// A counting semaphore for tasks.
+actor Slots {
+    private var free: Int
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    /// The next waiter to wake: a queue without O(n) removals at the front.
+    private var head = 0
+
+    init(count: Int) { free = max(1, count) }
+
+    func acquire() async {
+        if free > 0 {
+            free -= 1
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    func release() {
+        guard head < waiting.count else {
+            free += 1
+            return
+        }
+        let next = waiting[head]
+        head += 1
+        if head == waiting.count {
+            waiting.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        next.resume()
+    }
+}

@@ -1,0 +1,130 @@
+import Dispatch
+import FoundationEssentials
+import Glibc
+import FprepCore
+import FprepGit
+import NIOCore
+import NIOPosix
+
+/// `fprep serve`: the push service of one remote, run until SIGINT/SIGTERM.
+public enum PushServer {
+    /// What `fprep serve` was asked for.
+    public struct Options: Sendable {
+        public var remote: String
+        public var host = "127.0.0.1"
+        public var port = 0
+        /// Requests a second per client address (0: no limit), and the burst.
+        public var rateLimit: Double = 50
+        public var rateBurst: Double = 100
+        /// How often the outbox is read without a poke.
+        public var pollInterval: Duration = .seconds(2)
+        public var maxBodyBytes = 64 * 1024
+        public var configure: @Sendable (inout ServiceConfiguration) -> Void = { _ in }
+
+        public init(remote: String) { self.remote = remote }
+    }
+
+    /// Opens the remote's service state, listens, records the address for
+    /// the hook, reads the outbox, and serves until a termination signal.
+    /// `onListening` gets the service's URL once it accepts connections.
+    public static func run(_ options: Options, onListening: @Sendable (String) -> Void) async throws {
+        let signals = TerminationSignals()
+        guard let repository = try? Repository(openingAt: options.remote), repository.isBare else {
+            throw FprepError(.usage, "'\(options.remote)' is not a bare git repository (the remote to serve)")
+        }
+        guard let domain = try repository.config().string("fprep.domain") else {
+            throw FprepError(.usage, "'\(options.remote)' is not an fprep remote (run 'fprep install-hooks \(options.remote)' first)")
+        }
+        let folder = PushFolder(remote: repository.gitDirectory)
+        let secret = try folder.ensureSecret()
+        let lock = try ServiceLock(path: folder.lockPath, remote: options.remote)
+        defer { withExtendedLifetime(lock) {} }
+
+        var configuration = ServiceConfiguration(domain: domain)
+        options.configure(&configuration)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, min(2, System.coreCount)))
+        let client = HTTPClient(group: group)
+        let service = try await PushService(configuration: configuration, folder: folder, client: client)
+        let api = ServiceAPI(service: service, hookSecret: secret,
+                             limiter: RateLimiter(rate: options.rateLimit, burst: options.rateBurst))
+        let server: HTTPServer
+        do {
+            server = try await HTTPServer.start(host: options.host, port: options.port, group: group,
+                                                maxBodyBytes: options.maxBodyBytes,
+                                                idleTimeout: .seconds(Int64(configuration.heartbeat.components.seconds * 4 + 5)),
+                                                handler: api.handle)
+        } catch {
+            try? await group.shutdownGracefully()
+            throw FprepError("cannot listen on \(options.host):\(options.port): \(error)")
+        }
+        let url = ServiceURL(host: options.host, port: server.port, path: "/").description
+        try folder.recordServiceURL(url)
+        configuration.log("serving \(options.remote) (domain \(domain)) at \(url)")
+        onListening(url)
+
+        try await service.resumeDeliveries()
+        await service.drainOutbox()
+        let poller = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: options.pollInterval)
+                await service.drainOutbox()
+                await service.maintain()
+            }
+        }
+        let heart = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: configuration.heartbeat)
+                await service.heartbeat()
+            }
+        }
+        let signal = await signals.next()
+        configuration.log("stopping (signal \(signal))")
+        poller.cancel()
+        heart.cancel()
+        await service.closeAllStreams()
+        await server.stop()
+        await service.maintain()
+        await client.shutdown()
+        try? await group.shutdownGracefully()
+    }
+}
+
+/// One service per remote: an flock on `fprep/serve.lock`, held while it runs.
+final class ServiceLock {
+    private let fd: Int32
+
+    init(path: String, remote: String) throws {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw FprepError("cannot open '\(path)': \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw FprepError(.busy, "another 'fprep serve' is running for '\(remote)'")
+        }
+    }
+
+    deinit { close(fd) }
+}
+
+/// SIGINT and SIGTERM as an async wait. Unchecked: the sources are set
+/// once in `init` and only kept alive after.
+final class TerminationSignals: @unchecked Sendable {
+    private let stream: AsyncStream<Int32>
+    private let sources: [any DispatchSourceSignal]
+
+    init() {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        self.stream = stream
+        sources = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield(number) }
+            source.resume()
+            return source
+        }
+    }
+
+    func next() async -> Int32 {
+        for await number in stream { return number }
+        return SIGTERM
+    }
+}

@@ -1,0 +1,408 @@
+import FoundationEssentials
+import FprepCore
+import NIOCore
+import NIOHTTP1
+
+/// How the service behaves; the defaults are what `fprep serve` uses.
+public struct ServiceConfiguration: Sendable {
+    /// The remote's domain: devices of another domain are refused.
+    public var domain: String
+    /// How long a device's token is valid (then it registers again).
+    public var tokenLifetime: Int64 = 30 * 24 * 3600
+    /// How long an enumerator stays active unless the device renews it.
+    public var enumeratorLifetime: Int64 = 3600
+    /// A device's first push waits this long for more to coalesce with.
+    public var coalesceWindow: Duration = .milliseconds(25)
+    /// At most one flush per device per interval (the throttle).
+    public var minimumInterval: Duration = .milliseconds(250)
+    /// Event streams get a comment this often, so dead peers are noticed.
+    public var heartbeat: Duration = .seconds(15)
+    /// Events older than this are forgotten (a device away longer syncs in full).
+    public var eventRetention: Int64 = 7 * 24 * 3600
+    public var maxEnumeratorsPerDevice = 256
+    public var maxStreamsPerDevice = 4
+    /// Events replayed to a stream that resumes; older ones show as a gap.
+    public var replayLimit = 1000
+    public var deliveryTimeout: TimeAmount = .seconds(5)
+    public var deliveryConcurrency = 64
+    public var apns: APNsConfiguration?
+    public var log: @Sendable (String) -> Void = { Console.error("fprep serve: \($0)\n") }
+    /// Log each registration and enumerator change too.
+    public var verbose = false
+
+    public init(domain: String) { self.domain = domain }
+}
+
+/// A failed API call: its status and one line for the client.
+struct APIError: Error {
+    let status: HTTPResponseStatus
+    let message: String
+    init(_ status: HTTPResponseStatus, _ message: String) {
+        self.status = status
+        self.message = message
+    }
+}
+
+/// The push service's state and work: registered devices and their active
+/// enumerators, the outbox read into per-device mailboxes, the flushes that
+/// turn mailboxes into numbered events, and their delivery (streams here,
+/// webhooks and APNs through `PushSender`). Everything durable is in
+/// `ServiceStore`; the rest is rebuilt from it on start.
+public actor PushService {
+    let configuration: ServiceConfiguration
+    private let store: ServiceStore
+    private let outbox: Outbox
+    private var sender: PushSender?
+
+    private var devices: [String: Device] = [:]
+    private var deviceByToken: [String: String] = [:]
+    /// device → container → expiry (seconds since 1970)
+    private var active: [String: [String: Int64]] = [:]
+    private var mailboxes: [String: Mailbox] = [:]
+    private var mailboxSince: [String: ContinuousClock.Instant] = [:]
+    private var lastFlush: [String: ContinuousClock.Instant] = [:]
+    private var flushAt: ContinuousClock.Instant?
+    private var flushTask: Task<Void, Never>?
+    private var streams: [String: [Int: AsyncStream<[UInt8]>.Continuation]] = [:]
+    private var nextStreamID = 0
+    private var unsavedAcks: [String: Int64] = [:]
+    /// Outbox entries read into mailboxes; marked delivered once every
+    /// mailbox is flushed.
+    private var dispatchedSeqs: [Int64] = []
+    private var highestDispatched: Int64 = 0
+    private var draining = false
+    private var drainAgain = false
+    public private(set) var statistics = Statistics()
+
+    /// Counters for the log and the benchmark.
+    public struct Statistics: Sendable, Codable {
+        public var pushesRead = 0
+        public var eventsQueued = 0
+        public var delivered = 0
+    }
+
+    /// Async so that it runs on the actor and can hand `self` to the sender.
+    public init(configuration: ServiceConfiguration, folder: PushFolder, client: HTTPClient) async throws {
+        self.configuration = configuration
+        try folder.ensureFolder()
+        store = try ServiceStore(path: folder.servicePath)
+        outbox = try Outbox(path: folder.outboxPath)
+        let now = wallClockNow()
+        for device in try store.devices() {
+            devices[device.id] = device
+            deviceByToken[device.tokenHash] = device.id
+        }
+        for record in try store.enumerators() where record.expires > now {
+            active[record.device, default: [:]][record.container] = record.expires
+        }
+        sender = PushSender(client: client, apns: configuration.apns, timeout: configuration.deliveryTimeout,
+                            concurrency: configuration.deliveryConcurrency,
+                            onDelivered: { [weak self] device, seq in await self?.acknowledge(device, seq) },
+                            onRejected: { [weak self] device, reason in await self?.rejected(device, reason) },
+                            log: configuration.log)
+    }
+
+    /// Sends again what webhook and APNs devices had not received before a restart.
+    public func resumeDeliveries() async throws {
+        for device in devices.values where device.channel != .stream && device.lastSeq > device.ackedSeq {
+            let events = try store.events(device: device.id, after: device.ackedSeq, limit: configuration.replayLimit)
+            await sender?.enqueue(device: device.id, channel: device.channel, events: events)
+        }
+    }
+
+    // MARK: devices
+
+    /// Registers a device; returns it with its bearer token (shown once).
+    func register(domain: String, branch: String, replicated: Bool, channel: DeliveryChannel,
+                  name: String) throws(APIError) -> (device: Device, token: String) {
+        guard domain == configuration.domain else {
+            throw APIError(.notFound, "unknown domain '\(domain)' (this service serves '\(configuration.domain)')")
+        }
+        let token = Token.random()
+        let now = wallClockNow()
+        let device = Device(id: "dev-" + Token.random(bytes: 8), tokenHash: Signing.sha256Hex(token), domain: domain,
+                            branch: branch, replicated: replicated, channel: channel, name: name, created: now,
+                            expires: now + configuration.tokenLifetime, lastSeq: 0, ackedSeq: 0)
+        do {
+            try store.insert(device)
+        } catch {
+            throw APIError(.internalServerError, "cannot record the device: \(error)")
+        }
+        devices[device.id] = device
+        deviceByToken[device.tokenHash] = device.id
+        if configuration.verbose { configuration.log("registered \(device.id) (\(channel.kind)\(replicated ? ", replicated" : ""))") }
+        return (device, token)
+    }
+
+    /// The device a bearer token belongs to; 401 when unknown or expired.
+    func authenticate(_ token: String?) throws(APIError) -> Device {
+        guard let token else { throw APIError(.unauthorized, "a bearer token is required (register with POST /v1/devices)") }
+        guard let id = deviceByToken[Signing.sha256Hex(token)], let device = devices[id] else {
+            throw APIError(.unauthorized, "unknown token (register again with POST /v1/devices)")
+        }
+        guard device.expires > wallClockNow() else {
+            throw APIError(.unauthorized, "the token expired (register again with POST /v1/devices)")
+        }
+        return device
+    }
+
+    func unregister(_ id: String) throws(APIError) {
+        guard let device = devices.removeValue(forKey: id) else { return }
+        deviceByToken[device.tokenHash] = nil
+        active[id] = nil
+        mailboxes[id] = nil
+        mailboxSince[id] = nil
+        for continuation in streams.removeValue(forKey: id)?.values ?? [:].values { continuation.finish() }
+        do { try store.delete(device: id) } catch { throw APIError(.internalServerError, "cannot forget the device: \(error)") }
+        if let sender { Task { await sender.forget(device: id) } }
+        if configuration.verbose { configuration.log("unregistered \(id)") }
+    }
+
+    /// The containers a device enumerates now.
+    func activeContainers(_ id: String) -> [String] {
+        let now = wallClockNow()
+        return (active[id] ?? [:]).filter { $0.value > now }.keys.sorted()
+    }
+
+    /// Opens or closes an enumerator; returns its expiry (nil when closed).
+    func setEnumerator(_ id: String, container: String, open: Bool, lifetime: Int64?) throws(APIError) -> Int64? {
+        let now = wallClockNow()
+        var containers = (active[id] ?? [:]).filter { $0.value > now }
+        var expires: Int64?
+        if open {
+            if containers[container] == nil && containers.count >= configuration.maxEnumeratorsPerDevice {
+                throw APIError(.conflict, "too many active enumerators (\(configuration.maxEnumeratorsPerDevice)); close some first")
+            }
+            expires = now + min(max(lifetime ?? configuration.enumeratorLifetime, 1), 24 * 3600)
+            containers[container] = expires
+        } else {
+            containers[container] = nil
+        }
+        active[id] = containers
+        do {
+            try store.setEnumerator(device: id, container: container, expires: expires)
+        } catch {
+            throw APIError(.internalServerError, "cannot record the enumerator: \(error)")
+        }
+        if configuration.verbose { configuration.log("\(id) \(open ? "opened" : "closed") \(container)") }
+        return expires
+    }
+
+    // MARK: streams
+
+    /// A device's event stream: the events after `lastEventID` first, then
+    /// each new one as it is flushed, and a comment now and then.
+    func openStream(_ id: String, after lastEventID: Int64?) throws(APIError) -> AsyncStream<[UInt8]> {
+        guard (streams[id]?.count ?? 0) < configuration.maxStreamsPerDevice else {
+            throw APIError(.tooManyRequests, "this device has \(configuration.maxStreamsPerDevice) streams open already")
+        }
+        let (stream, continuation) = AsyncStream.makeStream(of: [UInt8].self)
+        let streamID = nextStreamID
+        nextStreamID += 1
+        continuation.yield(ServerSentEvent.comment("fprep push stream for \(id)"))
+        if let lastEventID {
+            let missed: [DeviceEvent]
+            do {
+                missed = try store.events(device: id, after: lastEventID, limit: configuration.replayLimit)
+            } catch {
+                throw APIError(.internalServerError, "cannot read the device's events: \(error)")
+            }
+            for event in missed { continuation.yield(Self.encode(event)) }
+        }
+        streams[id, default: [:]][streamID] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.closeStream(id, streamID) }
+        }
+        return stream
+    }
+
+    private func closeStream(_ id: String, _ streamID: Int) {
+        streams[id]?[streamID] = nil
+        if streams[id]?.isEmpty == true { streams[id] = nil }
+    }
+
+    /// How many event streams are open (for tests and the log).
+    public var openStreams: Int { streams.values.reduce(0) { $0 + $1.count } }
+
+    /// A comment on every stream, so a peer that is gone is noticed.
+    public func heartbeat() {
+        let comment = ServerSentEvent.comment("heartbeat")
+        for list in streams.values { for continuation in list.values { continuation.yield(comment) } }
+    }
+
+    /// Ends every stream (the service stops).
+    public func closeAllStreams() {
+        for list in streams.values { for continuation in list.values { continuation.finish() } }
+        streams = [:]
+    }
+
+    private static func encode(_ event: DeviceEvent) -> [UInt8] {
+        ServerSentEvent(id: String(event.seq), event: "push", data: String(decoding: event.payload, as: UTF8.self)).encoded
+    }
+
+    // MARK: outbox → mailboxes
+
+    /// Reads the outbox entries not yet read into mailboxes. Safe to call
+    /// often: a call during a drain makes that drain run once more.
+    public func drainOutbox() {
+        guard !draining else {
+            drainAgain = true
+            return
+        }
+        draining = true
+        defer { draining = false }
+        repeat {
+            drainAgain = false
+            do {
+                while true {
+                    let entries = try outbox.pending(limit: 1000).filter { $0.seq > highestDispatched }
+                    if entries.isEmpty { break }
+                    for entry in entries { dispatch(entry) }
+                }
+            } catch {
+                configuration.log("cannot read the outbox: \(error)")
+            }
+        } while drainAgain
+        if mailboxes.isEmpty { markDispatchedDelivered() }
+    }
+
+    private func dispatch(_ entry: Outbox.Entry) {
+        highestDispatched = max(highestDispatched, entry.seq)
+        dispatchedSeqs.append(entry.seq)
+        statistics.pushesRead += 1
+        let now = wallClockNow()
+        let pushed = Set(entry.containers)
+        var reached = 0
+        for (id, device) in devices where device.domain == entry.domain && entry.reference == "refs/heads/" + device.branch
+            && device.expires > now {
+            let enumerated = (active[id] ?? [:]).compactMap { $0.value > now ? $0.key : nil }.sorted()
+            let targets = PushRules.containers(pushed: pushed, active: enumerated, replicated: device.replicated)
+            var box = mailboxes[id] ?? Mailbox(old: entry.old, new: entry.new)
+            box.add(targets, new: entry.new)
+            mailboxes[id] = box
+            noteMail(id)
+            reached += 1
+        }
+        configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(entry.containers.count) containers, \(reached) devices")
+    }
+
+    /// When a device's mailbox may be flushed: after the coalescing window,
+    /// and not sooner than the throttle allows after its last flush.
+    private func due(_ id: String) -> ContinuousClock.Instant {
+        let since = mailboxSince[id] ?? .now
+        let windowEnd = since + configuration.coalesceWindow
+        guard let last = lastFlush[id] else { return windowEnd }
+        return max(windowEnd, last + configuration.minimumInterval)
+    }
+
+    private func noteMail(_ id: String) {
+        if mailboxSince[id] == nil { mailboxSince[id] = .now }
+        schedule(at: due(id))
+    }
+
+    private func schedule(at instant: ContinuousClock.Instant) {
+        if let flushAt, flushAt <= instant { return }
+        flushAt = instant
+        flushTask?.cancel()
+        flushTask = Task { [weak self] in
+            try? await Task.sleep(until: instant, clock: .continuous)
+            guard !Task.isCancelled else { return }
+            await self?.flush()
+        }
+    }
+
+    /// Turns every due mailbox into numbered events: stored first (a stream
+    /// that reconnects finds them), then delivered.
+    func flush() async {
+        flushAt = nil
+        let now = ContinuousClock.now
+        let wallNow = wallClockNow()
+        var stored: [(device: String, event: DeviceEvent)] = []
+        var later: ContinuousClock.Instant?
+        for (id, box) in mailboxes {
+            let dueAt = due(id)
+            guard dueAt <= now else {
+                later = min(later ?? dueAt, dueAt)
+                continue
+            }
+            mailboxes[id] = nil
+            mailboxSince[id] = nil
+            guard var device = devices[id] else { continue }
+            lastFlush[id] = now
+            for payload in box.payloads(domain: device.domain) {
+                device.lastSeq += 1
+                stored.append((id, DeviceEvent(seq: device.lastSeq, payload: JSONCoding.encode(payload))))
+            }
+            devices[id] = device
+        }
+        do {
+            try store.append(stored, at: wallNow)
+        } catch {
+            configuration.log("cannot store events: \(error)")
+        }
+        statistics.eventsQueued += stored.count
+        var pushBatches: [String: [DeviceEvent]] = [:]
+        for (id, event) in stored {
+            guard let device = devices[id] else { continue }
+            if device.channel == .stream {
+                let bytes = Self.encode(event)
+                for continuation in streams[id]?.values ?? [:].values { continuation.yield(bytes) }
+                statistics.delivered += (streams[id]?.isEmpty == false) ? 1 : 0
+            } else {
+                pushBatches[id, default: []].append(event)
+            }
+        }
+        if let sender, !pushBatches.isEmpty {
+            for (id, events) in pushBatches {
+                guard let channel = devices[id]?.channel else { continue }
+                await sender.enqueue(device: id, channel: channel, events: events)
+            }
+        }
+        if let later { schedule(at: later) }
+        if mailboxes.isEmpty { markDispatchedDelivered() }
+    }
+
+    private func markDispatchedDelivered() {
+        guard !dispatchedSeqs.isEmpty else { return }
+        do {
+            try outbox.markDelivered(dispatchedSeqs, at: wallClockNow())
+            dispatchedSeqs = []
+        } catch {
+            configuration.log("cannot mark the outbox: \(error)")
+        }
+    }
+
+    // MARK: delivery reports
+
+    func acknowledge(_ id: String, _ seq: Int64) {
+        statistics.delivered += 1
+        guard var device = devices[id], seq > device.ackedSeq else { return }
+        device.ackedSeq = seq
+        devices[id] = device
+        unsavedAcks[id] = seq
+    }
+
+    func rejected(_ id: String, _ reason: String) {
+        configuration.log("device \(id) refused by its endpoint: \(reason); it is unregistered")
+        try? unregister(id)
+    }
+
+    /// Saves delivery acknowledgements and forgets old events, expired
+    /// enumerators and long-expired devices.
+    public func maintain() {
+        do {
+            try store.saveAcknowledgements(unsavedAcks)
+            unsavedAcks = [:]
+            let now = wallClockNow()
+            try store.prune(eventsBefore: now - configuration.eventRetention,
+                            devicesExpiredBefore: now - configuration.eventRetention, now: now)
+            for (id, containers) in active { active[id] = containers.filter { $0.value > now } }
+            try outbox.prune(deliveredBefore: now - configuration.eventRetention)
+        } catch {
+            configuration.log("maintenance failed: \(error)")
+        }
+    }
+
+    /// Counts for `GET /v1/devices/me` and the benchmark.
+    func deviceCount() -> Int { devices.count }
+}

@@ -1,0 +1,208 @@
+import FoundationEssentials
+import FprepCore
+import NIOCore
+import NIOPosix
+
+/// `fprep watch`: a replica that follows its push service. It registers
+/// once (the token stays in the replica's state), keeps the event stream
+/// open and resumes it after the last event it acted on, syncs shortly after
+/// a push (pushes that arrive meanwhile ride along), reconnects with growing
+/// pauses, and syncs every `fallbackInterval` while the service is away.
+public struct Watcher: Sendable {
+    public struct Options: Sendable {
+        /// A folder inside the replica.
+        public var replica: String
+        /// The service to use from now on (recorded); nil: the recorded one.
+        public var service: String?
+        public var replicated = false
+        public var debounce: Duration = .milliseconds(200)
+        public var fallbackInterval: Duration = .seconds(30)
+        /// The longest pause between two connection attempts.
+        public var maxBackoff: Duration = .seconds(10)
+        /// Nothing on the stream (not even a heartbeat) for this long: reconnect.
+        public var idleTimeout: TimeAmount = .seconds(65)
+        public var output: @Sendable (String) -> Void = { Console.output($0 + "\n") }
+
+        public init(replica: String) { self.replica = replica }
+    }
+
+    let options: Options
+
+    public init(_ options: Options) { self.options = options }
+
+    private enum Input: Sendable {
+        case connected
+        case disconnected(String)
+        case push(ServerSentEvent)
+        case tick
+    }
+
+    /// Runs until SIGINT or SIGTERM (then returns, between syncs).
+    public func run() async throws {
+        let signals = TerminationSignals()
+        guard let root = Replica.findRoot(from: options.replica) else {
+            throw FprepError(.usage, "'\(options.replica)' is not inside an fprep replica (run 'fprep clone URL DIR' first, or pass -C DIR)")
+        }
+        let (domain, branch, settings) = try withReplica(root) { replica in
+            var settings = try replica.pushSettings()
+            if let service = options.service, service != settings.service {
+                guard ServiceURL(service) != nil else {
+                    throw FprepError(.usage, "'\(service)' is not an http://HOST:PORT address for --service")
+                }
+                // Another service: the old device and events mean nothing there.
+                settings = PushSettings(service: service)
+                try replica.savePushSettings(settings)
+            }
+            return (replica.domain, replica.branch, settings)
+        }
+        guard let address = settings.service, let url = ServiceURL(address) else {
+            throw FprepError(.usage, "no push service is recorded for this replica; pass --service http://HOST:PORT once")
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let client = HTTPClient(group: group)
+        let device = DeviceClient(service: url, client: client)
+        let shared = Locked(settings)
+        let (inputs, input) = AsyncStream.makeStream(of: Input.self)
+        options.output("watching \(root) through \(url)")
+
+        let streamTask = Task { await followStream(device, shared: shared, root: root, domain: domain, branch: branch, input: input) }
+        let ticker = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(20))
+                input.yield(.tick)
+            }
+        }
+        let stopping = Locked(false)
+        let signalTask = Task {
+            _ = await signals.next()
+            stopping.set(true)
+            input.finish()
+        }
+        defer {
+            streamTask.cancel()
+            ticker.cancel()
+            signalTask.cancel()
+        }
+
+        var anchor = try await sync(root, shared: shared, eventID: nil)?.to
+        var lastSync = ContinuousClock.now
+        var connected = false
+        var pending: (since: ContinuousClock.Instant, eventID: Int64?)?
+        for await next in inputs {
+            if stopping.get() { break }
+            switch next {
+            case .connected:
+                connected = true
+                options.output("connected to \(url)")
+            case .disconnected(let reason):
+                if connected { options.output("lost the push service (\(reason)); syncing every \(options.fallbackInterval) until it is back") }
+                connected = false
+            case .push(let event):
+                let id = event.id.flatMap { Int64($0) }
+                guard let payload = try? JSONCoding.decode(PushPayload.self, from: Array(event.data.utf8)),
+                      payload.domain == domain else { continue }
+                if payload.new == anchor && pending == nil {
+                    // Already there (a duplicate, or a push this replica synced by itself).
+                    try? withReplica(root) { replica in
+                        var current = shared.get()
+                        current.lastEventID = max(current.lastEventID ?? 0, id ?? 0)
+                        shared.set(current)
+                        try replica.savePushSettings(current)
+                    }
+                    continue
+                }
+                if let anchor, payload.old != anchor, pending == nil {
+                    options.output("push \(id.map(String.init) ?? "?") starts at \(payload.old.prefix(12)), not at \(anchor.prefix(12)): a gap, syncing all")
+                }
+                let now = ContinuousClock.now
+                pending = (pending?.since ?? now, max(pending?.eventID ?? 0, id ?? 0))
+            case .tick:
+                let now = ContinuousClock.now
+                if let waiting = pending, now - waiting.since >= options.debounce {
+                    pending = nil
+                    if let report = try? await sync(root, shared: shared, eventID: waiting.eventID) {
+                        anchor = report.to ?? anchor
+                        let milliseconds = (ContinuousClock.now - waiting.since).components
+                        let elapsed = milliseconds.seconds * 1000 + milliseconds.attoseconds / 1_000_000_000_000_000
+                        options.output("push → synced in \(elapsed) ms")
+                    }
+                    lastSync = ContinuousClock.now
+                } else if !connected && now - lastSync >= options.fallbackInterval {
+                    if let report = try? await sync(root, shared: shared, eventID: nil) { anchor = report.to ?? anchor }
+                    lastSync = ContinuousClock.now
+                }
+            }
+        }
+        await client.shutdown()
+        try? await group.shutdownGracefully()
+    }
+
+    /// Keeps the event stream open: registers when there is no token (or
+    /// the service forgot it), reconnects after a drop with growing pauses.
+    private func followStream(_ device: DeviceClient, shared: Locked<PushSettings>, root: String, domain: String,
+                              branch: String, input: AsyncStream<Input>.Continuation) async {
+        var pause: Duration = .milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                var settings = shared.get()
+                if settings.token == nil {
+                    let registration = try await device.register(domain: domain, branch: branch, replicated: options.replicated,
+                                                                 name: "fprep watch \(root)")
+                    settings.device = registration.device
+                    settings.token = registration.token
+                    settings.lastEventID = nil
+                    shared.set(settings)
+                    let saved = settings
+                    try withReplica(root) { try $0.savePushSettings(saved) }
+                    options.output("registered as \(registration.device)")
+                }
+                guard let token = settings.token else { continue }
+                try await device.events(token: token, lastEventID: settings.lastEventID, idleTimeout: options.idleTimeout,
+                                        onOpen: { input.yield(.connected) },
+                                        onEvent: { event in if event.event == "push" { input.yield(.push(event)) } })
+                input.yield(.disconnected("the stream ended"))
+                pause = .milliseconds(100)
+            } catch let refused as ServiceRefused where refused.status == 401 {
+                // Unknown or expired token: register again.
+                shared.update { $0.token = nil; $0.device = nil; $0.lastEventID = nil }
+                input.yield(.disconnected(refused.message))
+            } catch {
+                input.yield(.disconnected("\(error)"))
+            }
+            try? await Task.sleep(for: pause)
+            pause = min(pause * 2, options.maxBackoff)
+        }
+    }
+
+    /// Syncs on a thread of its own (git and libgit2 block), holding the
+    /// replica only for the sync, and records the event acted on.
+    private func sync(_ root: String, shared: Locked<PushSettings>, eventID: Int64?) async throws -> SyncReport? {
+        let output = options.output
+        do {
+            return try await NIOThreadPool.singleton.runIfActive {
+                try withReplica(root) { replica in
+                    let report = try replica.sync()
+                    if let eventID {
+                        var settings = shared.get()
+                        settings.lastEventID = max(settings.lastEventID ?? 0, eventID)
+                        shared.set(settings)
+                        try replica.savePushSettings(settings)
+                    }
+                    if report.from != report.to {
+                        output("synced \(report.from.map { String($0.prefix(12)) } ?? "(empty)") → \(report.to ?? "?"): \(report.added) added, \(report.changed) changed, \(report.deleted) deleted, \(report.moved) moved")
+                    }
+                    return report
+                }
+            }
+        } catch {
+            output("sync failed: \(error)")
+            return nil
+        }
+    }
+}
+
+/// Opens the replica for one step, alone, and lets it go at once.
+private func withReplica<T>(_ root: String, _ body: (Replica) throws -> T) throws -> T {
+    let replica = try Replica.open(containing: root, access: Replica.Access(command: "watch", exclusive: true))
+    return try body(replica)
+}
