@@ -31,6 +31,11 @@ struct Status: ParsableCommand {
             logical size: \(humanSize(report.logicalSize))
             on disk:      \(humanSize(report.bytesOnDisk))
             """)
-        for change in report.changes { print("  \(change.state.rawValue): \(change.path)") }
+        if let waiting = report.waitingToPush {
+            print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
+        }
+        for change in report.changes {
+            print("  \(change.kind.rawValue): \(change.from.map { "\($0) → " } ?? "")\(change.path)")
+        }
     }
 }

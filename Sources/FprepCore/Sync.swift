@@ -16,12 +16,22 @@ public struct SyncReport: Sendable, Encodable {
     /// remote's change (left for reconcile).
     public var keptLocal: [Skipped] = []
     public var signals: [Signal] = []
+    /// Local changes this sync committed.
+    public var localChanges: [LocalChange] = []
+    /// Files both sides changed that could not be merged: both kept.
+    public var conflicts: [Conflict] = []
+    /// The commit pushed to the remote, if any.
+    public var pushed: String?
+    /// A commit that could not be pushed (remote unreachable); the next sync pushes it.
+    public var waitingToPush: String?
 }
 
 /// The journal payload of a sync: the two anchors it moves between.
 struct SyncJournal: Codable {
     var from: String?
     var to: String
+    /// Conflicts the merge resolved; they are signalled with the rest.
+    var conflicts: [Conflict]? = nil
 
     func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
     static func decode(_ bytes: [UInt8]) -> SyncJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
@@ -35,28 +45,110 @@ extension Replica {
     /// next command.
     public func sync() throws -> SyncReport {
         Trace.start()
-        // The index (which the apply step needs, and which costs as much to
-        // read as the fetch takes) is read while git fetches.
-        let gitDirectory = self.gitDirectory
-        let fetch = BackgroundWork { try Transport.fetchTrees(gitDirectory: gitDirectory) }
-        _ = try? repository.index()
-        do {
-            try fetch.wait()
-        } catch let error as GitCommandError {
-            throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason); the replica is unchanged (sync again when the remote is back)",
-                             detail: error.standardError)
+        var report = SyncReport()
+        let startAnchor = anchor
+
+        // 1. The local changes become a commit on top of the anchor.
+        let index = try repository.index()
+        let scan = try LocalScanner(replica: self, index: index).scan()
+        Trace.mark("scan")
+        if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: index) {
+            report.localChanges = changes
         }
-        Trace.mark("fetch")
-        guard let target = try repository.referenceTarget("refs/remotes/origin/" + branch) else {
-            throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
+        Trace.mark("local commit")
+
+        // 2. Fetch, then merge, lay out and push until the push lands.
+        for attempt in 1...5 {
+            do {
+                try Transport.fetchTrees(gitDirectory: gitDirectory)
+            } catch let error as GitCommandError {
+                let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
+                let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."
+                throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason).\(kept) Run 'fprep sync' again when the remote is back",
+                                 detail: error.standardError)
+            }
+            Trace.mark("fetch")
+            guard let theirs = try repository.referenceTarget("refs/remotes/origin/" + branch) else {
+                throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
+            }
+            try ingestManifest()
+            guard let ours = anchor else {
+                // An empty replica: take the remote as it is.
+                let journal = SyncJournal(from: nil, to: theirs.hex)
+                merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded())))
+                break
+            }
+            var target = ours
+            let unpushed = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
+            if try theirs == ours || repository.isAncestor(theirs, of: ours) {
+                target = ours
+            } else if try repository.isAncestor(ours, of: theirs) || unpushed == nil {
+                // Fast-forward, or the remote's history was rewritten and
+                // nothing here waits to be pushed: follow the remote.
+                target = theirs
+            } else {
+                guard let base = try repository.mergeBase(ours, theirs) else {
+                    throw FprepError("the remote's history has nothing in common with this replica's; clone it anew")
+                }
+                let merged = try TreeMerge(replica: self, device: DeviceName.current, date: Self.conflictDate())
+                    .merge(base: base, ours: ours, theirs: theirs)
+                let identity = Identity.current()
+                let now = Int64(Date().timeIntervalSince1970)
+                let signature = Signature(name: identity.name, email: identity.email, time: now)
+                target = try repository.writeCommit(tree: merged.tree, parents: [ours, theirs],
+                                                    message: "fprep: merge remote changes into \(DeviceName.current)\n",
+                                                    author: signature, committer: signature)
+                report.conflicts += merged.conflicts
+            }
+            Trace.mark("merge")
+            if target != ours {
+                let journal = SyncJournal(from: ours.hex, to: target.hex, conflicts: report.conflicts)
+                let operation = try store.beginOperation("sync", payload: journal.encoded())
+                merge(&report, try applySync(journal, operation: operation))
+            }
+            // Push what the remote does not have yet.
+            guard try !repository.isAncestor(target, of: theirs) else {
+                try store.setMeta("unpushed", "")
+                break
+            }
+            try store.setMeta("unpushed", target.hex)
+            do {
+                try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
+                try store.setMeta("unpushed", "")
+                report.pushed = target.hex
+                Trace.mark("push")
+                break
+            } catch Transport.PushRefusal.rejected(let reason) {
+                // Someone pushed first: fetch their work and merge again.
+                if attempt == 5 {
+                    throw FprepError("the remote kept moving while this replica pushed (\(reason)); your changes are committed locally, run 'fprep sync' again")
+                }
+                continue
+            } catch Transport.PushRefusal.failed(let error) {
+                report.waitingToPush = target.hex
+                report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason)); the changes wait for the next sync"))
+                break
+            }
         }
-        try ingestManifest()
-        guard target != anchor else {
-            return SyncReport(from: anchor?.hex, to: anchor?.hex)
-        }
-        let journal = SyncJournal(from: anchor?.hex, to: target.hex)
-        let operation = try store.beginOperation("sync", payload: journal.encoded())
-        return try applySync(journal, operation: operation)
+        report.from = startAnchor?.hex
+        report.to = anchor?.hex
+        return report
+    }
+
+    /// Folds the report of one applied step into the sync's report.
+    private func merge(_ report: inout SyncReport, _ step: SyncReport) {
+        report.added += step.added
+        report.changed += step.changed
+        report.deleted += step.deleted
+        report.moved += step.moved
+        report.bytesFetched += step.bytesFetched
+        report.keptLocal += step.keptLocal
+        report.signals += step.signals
+    }
+
+    /// The date in conflict copies' names: YYYY-MM-DD, UTC.
+    static func conflictDate() -> String {
+        String(isoDate(Int64(Date().timeIntervalSince1970)).prefix(10))
     }
 
     /// Reads the size manifest commits fetched since the last read.
@@ -102,7 +194,16 @@ extension Replica {
         report.from = journal.from
         report.to = journal.to
         Trace.mark("apply")
-        let signals = SignalPass(workingSet: workingSet).signals(for: changes)
+        var signals = SignalPass(workingSet: workingSet).signals(for: changes)
+        for conflict in journal.conflicts ?? [] {
+            let container = ContainerIdentifier.of(RepoPath(identifier: conflict.copy).parent)
+            if !signals.contains(where: { $0.container == container && $0.reason.contains("conflict") }) {
+                signals.insert((container, "conflict"), at: 0)
+            }
+        }
+        if !(journal.conflicts ?? []).isEmpty, !signals.contains(where: { $0.container == ContainerIdentifier.workingSet }) {
+            signals.append((ContainerIdentifier.workingSet, "conflict"))
+        }
         // The branch first: git's view of the replica (HEAD against the
         // index) is right from here on; the store's anchor follows, and a
         // crash between the two only repeats this already finished sync.
@@ -415,7 +516,7 @@ struct SyncApplier {
         let mtime = info?.mtime ?? commitTime
         switch new.mode {
         case .blob, .executable:
-            if case .old(.materialized) = state, let blob = try? replica.repository.blob(new.id) {
+            if writesContent(state, new.id), let blob = try? replica.repository.blob(new.id) {
                 try blob.withContent { bytes in
                     guard try ObjectDatabase.blobID(of: bytes) == new.id else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(new.id); nothing was written")
@@ -459,6 +560,17 @@ struct SyncApplier {
             break
         }
         return nil
+    }
+
+    /// Whether an item gets its content rather than a placeholder: it was
+    /// materialized, or it is new here and its content is already in the
+    /// local store (a conflict copy of the user's own version, a merge).
+    private func writesContent(_ state: Local, _ id: ObjectID) -> Bool {
+        switch state {
+        case .old(.materialized): return true
+        case .absent: return (try? replica.repository.objectDatabase().contains(id)) == true
+        default: return false
+        }
     }
 
     /// Renames a written temporary file over `path`; a folder in the way

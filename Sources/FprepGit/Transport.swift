@@ -29,6 +29,30 @@ public enum Transport {
                             "fetch", "--quiet", "--no-tags", "--prune", "--recurse-submodules=no", "--filter=blob:none", "origin"])
     }
 
+    /// How a push ended when it did not succeed.
+    public enum PushRefusal: Error, Sendable {
+        /// The remote moved on since the last fetch (someone pushed first).
+        case rejected(String)
+        /// The remote could not be reached, or failed otherwise.
+        case failed(GitCommandError)
+    }
+
+    /// Pushes `commit` to `refs/heads/BRANCH` of `origin` (fast-forward
+    /// only). `--no-thin`: a thin pack would use the remote's blobs as delta
+    /// bases, and a partial clone does not hold them.
+    public static func push(_ commit: ObjectID, branch: String, gitDirectory: String) throws {
+        do {
+            try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                                "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
+        } catch let error as GitCommandError {
+            let text = error.standardError
+            if text.contains("[rejected]") || text.contains("fetch first") || text.contains("non-fast-forward") {
+                throw PushRefusal.rejected(error.reason)
+            }
+            throw PushRefusal.failed(error)
+        }
+    }
+
     /// The URL handed to git: a plain local path becomes `file://`, because
     /// git's local clone copies every object and ignores `--filter`.
     public static func transportURL(_ url: String) -> String {

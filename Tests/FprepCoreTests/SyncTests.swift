@@ -52,7 +52,7 @@ import FprepGit
         #expect(try h.replica().status().materialized == 3)
     }
 
-    @Test func localChangesAreNeverOverwrittenOrDeleted() throws {
+    @Test func localChangesAreNeverLost() throws {
         let h = try SyncHarness(files: Self.files)
         try h.replica().materialize(["docs/a.txt", "docs/b.txt"], relativeTo: h.replicaRoot)
         try Data("mine\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/docs/a.txt"))
@@ -62,9 +62,16 @@ import FprepGit
             try h.git(["rm", "-q", "docs/b.txt"], in: work)
         }
         let report = try h.replica().sync()
-        #expect(try h.read("docs/a.txt") == "mine\n")
+        // Both changed a.txt: the remote's keeps the name, ours is kept beside it.
+        #expect(try h.read("docs/a.txt") == "theirs\n")
+        let conflict = try #require(report.conflicts.first)
+        #expect(conflict.path == "docs/a.txt" && conflict.copy.hasPrefix("docs/a (conflict "))
+        #expect(try h.read(conflict.copy) == "mine\n")
+        // Edit against delete keeps the edit.
         #expect(try h.read("docs/b.txt") == "mine too\n")
-        #expect(Set(report.keptLocal.map(\.path)) == ["docs/a.txt", "docs/b.txt"])
+        #expect(report.pushed != nil)
+        #expect(report.signals.contains { $0.reason.contains("conflict") })
+        #expect(try h.replica().status().changes.isEmpty)
     }
 
     @Test func aChangeOutsideTheWorkingSetRaisesNoFolderSignal() throws {

@@ -224,7 +224,7 @@ struct StatusTests {
             #expect(s2.int("deleted") == 1)
             #expect(s2.int("materialized") == links + 3)
             #expect(s2.int("dataless") == files - 5)
-            let changes = s2.objects("changes").map { "\($0.string("path") ?? "?"):\($0.string("state") ?? "?")" }
+            let changes = s2.objects("changes").map { "\($0.string("path") ?? "?"):\($0.string("kind") ?? "?")" }
             #expect(changes == ["a.txt:modified", "empty.txt:deleted"])
 
             let text = try box.fprepOK(["status"], cwd: replica).stdout
