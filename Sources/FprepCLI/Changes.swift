@@ -7,17 +7,11 @@ struct Changes: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Enumerate the changes since a sync anchor.",
         discussion: """
-            Reports what changed between anchor --from and --to (default: the replica's anchor): 'updated'
-            items with full metadata (as 'ls' gives them), 'deleted' identifiers, 'moved' items (old and new
-            identifier), the 'anchor' the batch reaches and 'moreComing'. When --limit cuts a batch, the anchor
-            is a continuation token: pass it as --from to get the rest.
+            Reports what changed between anchor --from and --to (default: the replica's anchor): 'updated' items with full metadata (as 'ls' gives them), 'deleted' identifiers, 'moved' items (old and new identifier), the 'anchor' the batch reaches and 'moreComing'. When --limit cuts a batch, the anchor is a continuation token: pass it as --from to get the rest.
 
-            --container narrows to one folder's children (its identifier, or
-            NSFileProviderRootContainerItemIdentifier) or to the working set
-            (NSFileProviderWorkingSetContainerItemIdentifier).
+            --container narrows to one folder's children (its identifier, or NSFileProviderRootContainerItemIdentifier) or to the working set (NSFileProviderWorkingSetContainerItemIdentifier).
 
-            An anchor that is unknown or not an ancestor of the current one (history rewritten) has expired:
-            exit status 65, and the consumer must re-enumerate from scratch.
+            An anchor that is unknown or not an ancestor of the current one (history rewritten) has expired: exit status 65, and the consumer must re-enumerate from scratch.
             """
     )
 

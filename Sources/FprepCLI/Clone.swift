@@ -7,15 +7,9 @@ struct Clone: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Make a dataless replica of a git remote.",
         discussion: """
-            Fetches commits and trees only (a blob:none partial clone), then lays out every file as a
-            placeholder: a sparse file with the real size and date and no data blocks, marked with
-            user.fprep.* extended attributes. Folders and symlinks are laid out as they are; submodules
-            show as empty folders and are reported as unsupported. 'git status' and 'git log' work
-            in the replica.
+            Fetches commits and trees only (a blob:none partial clone), then lays out every file as a placeholder: a sparse file with the real size and date and no data blocks, marked with user.fprep.* extended attributes. Folders and symlinks are laid out as they are; submodules show as empty folders and are reported as unsupported. 'git status' and 'git log' work in the replica.
 
-            URL is a path, file://, git://, ssh or https URL of a remote that allows partial clone.
-            A clone that is interrupted is finished by running the same command again; run on a folder
-            that already is a replica of URL, it changes nothing and says so.
+            URL is a path, file://, git://, ssh or https URL of a remote that allows partial clone. A clone that is interrupted is finished by running the same command again; run on a folder that already is a replica of URL, it changes nothing and says so.
 
             Example: fprep clone git://127.0.0.1/photos.git ~/photos
             """

@@ -9,15 +9,11 @@ public struct Fprep: ParsableCommand {
         commandName: "fprep",
         abstract: "Keep a dataless replica of a git remote: every file visible, content only where asked for.",
         discussion: """
-            A replica shows every file of the remote with its real name, size and date, as a
-            placeholder that takes no disk space; 'materialize' brings content in, 'evict' gives
-            the space back. Commits of the remote are the sync anchors.
+            A replica shows every file of the remote with its real name, size and date, as a placeholder that takes no disk space; 'materialize' brings content in, 'evict' gives the space back. Commits of the remote are the sync anchors.
 
-            Start with a remote ('init-remote', 'import-tree') or any git remote that allows
-            partial clone, then 'clone' it. Run commands inside the replica, or pass -C DIR.
+            Start with a remote ('init-remote', 'import-tree') or any git remote that allows partial clone, then 'clone' it. Run commands inside the replica, or pass -C DIR.
 
-            Exit status: 0 done; 1 failed; 2 done in part (some items refused, listed);
-            64 bad usage; 65 sync anchor expired; 75 replica busy (with --no-wait).
+            Exit status: 0 done; 1 failed; 2 done in part (some items refused, listed); 64 bad usage; 65 sync anchor expired; 75 replica busy (with --no-wait).
             """,
         version: "0.1.0",
         subcommands: [

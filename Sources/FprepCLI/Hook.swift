@@ -7,9 +7,7 @@ struct Hook: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a server-side hook (called by the hooks 'init-remote' installs).",
         discussion: """
-            post-receive reads git's '<old> <new> <ref>' lines on standard input and extends the size
-            manifest for each updated branch. It never fails a push: errors go to fprep-hook.log in
-            the repository and to standard error, and the exit status is 0.
+            post-receive reads git's '<old> <new> <ref>' lines on standard input and extends the size manifest for each updated branch. It never fails a push: errors go to fprep-hook.log in the repository and to standard error, and the exit status is 0.
             """,
         subcommands: [PostReceiveHook.self]
     )

@@ -8,10 +8,7 @@ struct ImportTree: ParsableCommand {
         commandName: "import-tree",
         abstract: "Commit an ordinary folder's files into an fprep remote.",
         discussion: """
-            Makes one commit on the remote's branch whose tree is the folder's files, folders and
-            symlinks (executable bits kept; .git and .fprep folders, empty folders and special files
-            left out and listed), and records every file's size in the remote's size manifest.
-            Devices see the import on their next clone or sync.
+            Makes one commit on the remote's branch whose tree is the folder's files, folders and symlinks (executable bits kept; .git and .fprep folders, empty folders and special files left out and listed), and records every file's size in the remote's size manifest. Devices see the import on their next clone or sync.
 
             Example: fprep import-tree ~/Pictures --into ~/remotes/photos.git
             """

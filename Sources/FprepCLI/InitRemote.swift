@@ -8,12 +8,9 @@ struct InitRemote: ParsableCommand {
         commandName: "init-remote",
         abstract: "Create a bare git repository to serve as an fprep remote.",
         discussion: """
-            The repository allows partial clone (uploadpack.allowFilter, uploadpack.allowAnySHA1InWant),
-            records its domain identifier (carried in every push signal), and gets fprep's server-side
-            hooks, which keep the size manifest that lets devices see file sizes without fetching content.
+            The repository allows partial clone (uploadpack.allowFilter, uploadpack.allowAnySHA1InWant), records its domain identifier (carried in every push signal), and gets fprep's server-side hooks, which keep the size manifest that lets devices see file sizes without fetching content.
 
-            Serve it as a path, file://, git daemon, ssh or HTTPS. Run again on an existing fprep remote
-            to reinstall its hooks; any other non-empty folder is refused.
+            Serve it as a path, file://, git daemon, ssh or HTTPS. Run again on an existing fprep remote to reinstall its hooks; any other non-empty folder is refused.
 
             Example: fprep init-remote ~/remotes/photos.git --domain photos
             """

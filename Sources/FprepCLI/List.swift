@@ -8,12 +8,9 @@ struct List: ParsableCommand {
         commandName: "ls",
         abstract: "List a folder's items, a page at a time, as an enumerator does.",
         discussion: """
-            Each item has its identifier (path), parent, filename, kind (file, folder, symlink), size,
-            content version (blob or tree id), state (dataless, materialized, modified) and date.
-            The root's identifier is NSFileProviderRootContainerItemIdentifier.
+            Each item has its identifier (path), parent, filename, kind (file, folder, symlink), size, content version (blob or tree id), state (dataless, materialized, modified) and date. The root's identifier is NSFileProviderRootContainerItemIdentifier.
 
-            When more items follow, the last line (or 'nextPage' in JSON) is the token for
-            the next page: pass it with --page.
+            When more items follow, the last line (or 'nextPage' in JSON) is the token for the next page: pass it with --page.
 
             Examples: fprep ls docs --page-size 50      fprep ls --json --page p1.Zm9v
             """

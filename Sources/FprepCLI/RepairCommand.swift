@@ -8,10 +8,7 @@ struct RepairCommand: ParsableCommand {
         commandName: "repair",
         abstract: "Rebuild a replica's state database from its git directory.",
         discussion: """
-            For a replica whose .fprep/state.db is lost or corrupt: the database is moved aside and
-            rebuilt from the git config and refs (remote, branch, anchor, domain), the fetched size
-            manifest and the index (which files are materialized). The files are not touched.
-            Interrupted commands need no repair: the next command finishes them on its own.
+            For a replica whose .fprep/state.db is lost or corrupt: the database is moved aside and rebuilt from the git config and refs (remote, branch, anchor, domain), the fetched size manifest and the index (which files are materialized). The files are not touched. Interrupted commands need no repair: the next command finishes them on its own.
             """
     )
 

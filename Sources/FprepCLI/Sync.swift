@@ -5,15 +5,9 @@ import FprepCore
 
 struct Sync: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Move the replica to the remote's latest anchor.",
+        abstract: "Reconcile the replica with its remote: commit local changes, merge, lay out, push.",
         discussion: """
-            Fetches the followed branch (commits and trees only) and applies the tree diff between the
-            replica's anchor and the remote's: new and changed files appear as placeholders with their
-            new size, mode and date; deleted ones go; renames are moves (a materialized file moves with its
-            content, a renamed folder moves as one); materialized files that changed get their new content
-            in one batched fetch. A file with local changes is never overwritten or deleted: it is kept and
-            reported. Signals are raised for the affected containers and the working set.
-            A killed sync is finished by the next fprep command.
+            First the local changes (found by a stat scan: edits, new files, deletions, moves, bytes written into placeholders) become a commit on top of the anchor. Then it fetches the followed branch (commits and trees only), merges three-way when both sides changed (a text file that merges cleanly is merged; otherwise the remote's version keeps the name and yours is kept beside it as 'NAME (conflict DEVICE DATE).EXT'; edit against delete keeps the edit; rename against edit keeps the edit at the new name), applies the tree diff between the replica's anchor and the remote's: new and changed files appear as placeholders with their new size, mode and date; deleted ones go; renames are moves (a materialized file moves with its content, a renamed folder moves as one); materialized files that changed get their new content in one batched fetch. A file with local changes is never overwritten or deleted: it is kept and reported. Signals are raised for the affected containers and the working set. Finally it pushes, fetching and merging again if someone pushed first. Offline, the local commit is kept (status says it waits) and the next sync completes it; exit status 1. A killed sync is finished by the next fprep command; nothing you wrote is lost.
             """
     )
 
@@ -25,13 +19,33 @@ struct Sync: ParsableCommand {
     func run() throws {
         let opened = try replica.open("sync", exclusive: true)
         let report = try opened.sync()
-        if json { return try JSONOutput.print(report) }
+        if json {
+            try JSONOutput.print(report)
+            if report.waitingToPush != nil { throw ExitCode(1) }
+            return
+        }
+        if !report.localChanges.isEmpty {
+            print("committed \(count(report.localChanges.count, "local change"))")
+            for change in report.localChanges.prefix(50) {
+                print("  \(change.kind.rawValue): \(change.from.map { "\($0) → " } ?? "")\(change.path)")
+            }
+            if report.localChanges.count > 50 { print("  … and \(report.localChanges.count - 50) more") }
+        }
+        for conflict in report.conflicts {
+            print("conflict: \(conflict.path) (\(conflict.reason)): the remote's version keeps the name, yours is '\(conflict.copy)'")
+        }
+        if let pushed = report.pushed { print("pushed \(pushed.prefix(12))") }
+        if let waiting = report.waitingToPush {
+            for kept in report.keptLocal where kept.path.isEmpty { Console.error("fprep: \(kept.reason)\n") }
+            Console.error("fprep: commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable\n")
+            throw ExitCode(1)
+        }
         guard report.from != report.to else {
             print("up to date at \(report.to ?? "(empty remote)")")
             return
         }
         print("synced \(report.from.map { String($0.prefix(12)) } ?? "(empty)") → \(report.to.map { String($0.prefix(12)) } ?? "?"): \(report.added) added, \(report.changed) changed, \(report.deleted) deleted, \(report.moved) moved, \(humanSize(report.bytesFetched)) fetched")
-        for kept in report.keptLocal { print("  kept: \(kept.path): \(kept.reason)") }
+        for kept in report.keptLocal where !kept.path.isEmpty { print("  kept: \(kept.path): \(kept.reason)") }
         for signal in report.signals { print("  signal \(signal.seq): \(signal.container) (\(signal.reason))") }
     }
 }

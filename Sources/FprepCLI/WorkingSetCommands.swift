@@ -8,10 +8,7 @@ struct WorkingSetCommand: ParsableCommand {
         commandName: "working-set",
         abstract: "List the working set.",
         discussion: """
-            The working set is what a device keeps close: materialized items, recently used items (used
-            through fprep in the last 30 days, or read since, by the file's access time), tagged items,
-            favorites, and items a sync deleted in the last 30 days. Changes to it are signalled as
-            NSFileProviderWorkingSetContainerItemIdentifier.
+            The working set is what a device keeps close: materialized items, recently used items (used through fprep in the last 30 days, or read since, by the file's access time), tagged items, favorites, and items a sync deleted in the last 30 days. Changes to it are signalled as NSFileProviderWorkingSetContainerItemIdentifier.
             """
     )
 
@@ -88,9 +85,7 @@ struct Signals: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Read the signal log.",
         discussion: """
-            Each signal has a sequence number, the container whose items changed, the domain, the anchor
-            and the reason. --follow keeps printing new signals as later syncs write them (it holds no
-            lock, so syncs run meanwhile).
+            Each signal has a sequence number, the container whose items changed, the domain, the anchor and the reason. --follow keeps printing new signals as later syncs write them (it holds no lock, so syncs run meanwhile).
             """
     )
 
