@@ -32,7 +32,7 @@ extension Replica {
     /// sums up the replica.
     public func status() throws -> StatusReport {
         let scan = try LocalScanner(replica: self, index: repository.index()).scan()
-        let pending = try store.meta("local_head").flatMap { $0 == anchor?.hex || $0.isEmpty ? nil : $0 }
+        let pending = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
         return StatusReport(root: root, domain: domain, remote: remoteURL, branch: branch, anchor: anchor?.hex,
                             items: scan.items, folders: scan.folderCount, dataless: scan.counts[.dataless] ?? 0,
                             materialized: scan.counts[.materialized] ?? 0, modified: scan.counts[.modified] ?? 0,

@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+import FprepGit
+@testable import FprepCore
+
+/// Two replicas of one remote, each changed offline, then synced: both end
+/// with the same tree and nothing either device wrote is lost.
+@Suite(.serialized) struct TwoDeviceTests {
+    static let files = [
+        "shared.txt": "line 1\nline 2\nline 3\nline 4\nline 5\n", "a-only.txt": "a\n", "b-only.txt": "b\n",
+        "gone.txt": "to be deleted on A, edited on B\n", "renamed.txt": "to be renamed on A, edited on B\n",
+        "photo.bin": "binary\u{0}data\n",
+    ]
+
+    /// The file tree of a replica (outside .git and .fprep), path → content
+    /// (placeholders are materialized first, so content can be compared).
+    static func tree(_ h: SyncHarness, _ root: String) throws -> [String: String] {
+        let replica = try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
+        _ = try replica.materialize(["."], relativeTo: root)
+        var result: [String: String] = [:]
+        let enumerator = FileManager.default.enumerator(atPath: root)
+        while let path = enumerator?.nextObject() as? String {
+            if path.hasPrefix(".git") || path.hasPrefix(".fprep") { continue }
+            var isDirectory: ObjCBool = false
+            FileManager.default.fileExists(atPath: root + "/" + path, isDirectory: &isDirectory)
+            if !isDirectory.boolValue { result[path] = try String(contentsOfFile: root + "/" + path, encoding: .utf8) }
+        }
+        return result
+    }
+
+    @Test func concurrentOfflineEditsEndIdenticalWithNothingLost() throws {
+        let h = try SyncHarness(files: Self.files)
+        let second = h.folder + "/replica-b"
+        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
+        func open(_ root: String) throws -> Replica {
+            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
+        }
+        func write(_ root: String, _ path: String, _ text: String) throws {
+            try FileManager.default.createDirectory(atPath: ((root + "/" + path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try Data(text.utf8).write(to: URL(fileURLWithPath: root + "/" + path))
+        }
+        let a = h.replicaRoot, b = second
+        _ = try open(a).materialize(["."], relativeTo: a)
+        _ = try open(b).materialize(["."], relativeTo: b)
+
+        // Device A, offline.
+        try write(a, "shared.txt", "line 1 (A)\nline 2\nline 3\nline 4\nline 5\n")   // merges with B's edit
+        try write(a, "a-only.txt", "a, edited on A\n")
+        try FileManager.default.removeItem(atPath: a + "/gone.txt")
+        try FileManager.default.moveItem(atPath: a + "/renamed.txt", toPath: a + "/renamed-by-A.txt")
+        try write(a, "new/same-path.txt", "created on A\n")
+        try write(a, "photo.bin", "binary\u{0}from A\n")
+        // Device B, offline.
+        try write(b, "shared.txt", "line 1\nline 2\nline 3\nline 4\nline 5 (B)\n")
+        try write(b, "b-only.txt", "b, edited on B\n")
+        try write(b, "gone.txt", "edited on B, deleted on A: must survive\n")
+        try write(b, "renamed.txt", "edited on B; A renamed me\n")
+        try write(b, "new/same-path.txt", "created on B\n")
+        try write(b, "photo.bin", "binary\u{0}from B\n")
+
+        let first = try open(a).sync()
+        #expect(first.pushed != nil && first.conflicts.isEmpty)
+        let merge = try open(b).sync()
+        #expect(merge.pushed != nil)
+        #expect(Set(merge.conflicts.map(\.path)) == ["new/same-path.txt", "photo.bin"])
+        _ = try open(a).sync()
+        _ = try open(b).sync()
+
+        let treeA = try Self.tree(h, a), treeB = try Self.tree(h, b)
+        #expect(treeA == treeB)
+        #expect(treeA["shared.txt"] == "line 1 (A)\nline 2\nline 3\nline 4\nline 5 (B)\n", "a clean text merge")
+        #expect(treeA["a-only.txt"] == "a, edited on A\n" && treeA["b-only.txt"] == "b, edited on B\n")
+        #expect(treeA["gone.txt"] == "edited on B, deleted on A: must survive\n", "edit against delete keeps the edit")
+        #expect(treeA["renamed.txt"] == nil && treeA["renamed-by-A.txt"] == "edited on B; A renamed me\n",
+                "rename against edit keeps the edit at the new name")
+        let sameNew = treeA.filter { $0.key.hasPrefix("new/") }
+        #expect(Set(sameNew.values) == ["created on A\n", "created on B\n"], "two new files at one path both survive")
+        let photos = treeA.filter { $0.key.hasPrefix("photo") }
+        #expect(Set(photos.values) == ["binary\u{0}from A\n", "binary\u{0}from B\n"], "a binary conflict keeps both")
+        #expect(photos.keys.contains("photo.bin") && photos.keys.contains { $0.hasPrefix("photo (conflict ") && $0.hasSuffix(").bin") })
+        // Nothing left to sync on either side; the remote holds the same tree.
+        #expect(try open(a).status().changes.isEmpty && open(b).status().changes.isEmpty)
+        #expect(try open(a).currentAnchor() == open(b).currentAnchor())
+        #expect(try h.git(["--git-dir=\(h.remote)", "rev-parse", "main"], in: h.folder) == open(a).currentAnchor())
+    }
+
+    @Test func offlineCommitWaitsAndTheNextSyncPushesIt() throws {
+        let h = try SyncHarness(files: Self.files)
+        try Data("offline edit\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/new.txt"))
+        try FileManager.default.moveItem(atPath: h.remote, toPath: h.remote + ".away")
+        #expect(throws: FprepError.self) { try h.replica().sync() }
+        let waiting = try h.replica().status()
+        #expect(waiting.waitingToPush != nil && waiting.changes.isEmpty)
+        #expect(FileManager.default.contents(atPath: h.replicaRoot + "/new.txt") == Data("offline edit\n".utf8))
+        try FileManager.default.moveItem(atPath: h.remote + ".away", toPath: h.remote)
+        let report = try h.replica().sync()
+        #expect(report.pushed == waiting.waitingToPush)
+        #expect(try h.replica().status().waitingToPush == nil)
+        #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:new.txt"], in: h.folder) == "offline edit")
+    }
+
+    @Test func aRejectedPushIsRetriedAfterAnotherFetch() throws {
+        let h = try SyncHarness(files: Self.files)
+        try Data("mine\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/mine.txt"))
+        // Someone pushes between our fetch and our push: a wrapper around git
+        // pushes another device's commit right after fprep's first fetch.
+        try h.git(["checkout", "-q", "-b", "race"], in: h.work)
+        try Data("theirs\n".utf8).write(to: URL(fileURLWithPath: h.work + "/theirs.txt"))
+        try h.git(["add", "-A"], in: h.work)
+        try h.git(["commit", "-q", "-m", "race"], in: h.work)
+        let wrapper = h.folder + "/git-wrapper"
+        try """
+            #!/bin/sh
+            /usr/bin/git "$@"; status=$?
+            case "$*" in *" fetch "*"--prune"*)
+              if [ ! -e "\(h.folder)/raced" ]; then touch "\(h.folder)/raced"; /usr/bin/git -C "\(h.work)" push -q origin race:main; fi ;;
+            esac
+            exit $status
+            """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        chmod(wrapper, 0o755)
+        setenv("FPREP_GIT", wrapper, 1)
+        defer { unsetenv("FPREP_GIT") }
+        let report = try h.replica().sync()
+        #expect(FileManager.default.fileExists(atPath: h.folder + "/raced"), "the race was injected")
+        #expect(report.pushed != nil)
+        #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:mine.txt"], in: h.folder) == "mine")
+        #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:theirs.txt"], in: h.folder) == "theirs")
+        #expect(FileManager.default.fileExists(atPath: h.replicaRoot + "/theirs.txt"))
+    }
+}
