@@ -25,7 +25,7 @@ final class StateStore {
         let lastUsedAt: Int64
     }
 
-    static let schemaVersion = 2
+    static let schemaVersion = 3
 
     init(path: String) throws {
         do {
@@ -46,6 +46,14 @@ final class StateStore {
         }
         if version < 1 { try createVersion1() }
         if version < 2 { try createVersion2() }
+        if version < 3 {
+            try database.transaction {
+                try database.execute("""
+                    CREATE TABLE meta_ops(seq INTEGER PRIMARY KEY AUTOINCREMENT, operation BLOB NOT NULL);
+                    PRAGMA user_version = 3;
+                    """)
+            }
+        }
     }
 
     private func createVersion1() throws {

@@ -130,6 +130,8 @@ extension Replica {
                 break
             }
         }
+        // Tags and favorites of every device, merged.
+        try SharedMetadata(replica: self).synchronize()
         report.from = startAnchor?.hex
         report.to = anchor?.hex
         return report
@@ -216,6 +218,10 @@ extension Replica {
             try store.recordMaterialized(applier.rematerialized, at: now)
             for move in changes.moved where move.isFolder || !changes.moved.contains(where: { $0.isFolder && move.from.isWithin($0.from) }) {
                 try store.moveRecords(from: move.from, to: move.to)
+                if move.isFolder || workingSet.contains(move.from) {
+                    try SharedMetadata.record(MetadataOperation(kind: .move, path: move.from.description, name: nil,
+                                                                to: move.to.description, time: now, device: DeviceName.current), in: store)
+                }
             }
             let recorded = try store.appendSignals(signals, domain: domain, anchor: target.hex, at: now)
             try store.endOperation(operation)

@@ -203,13 +203,23 @@ extension Replica {
             throw FprepError(.usage, "a tag is 1-200 characters on one line")
         }
         let item = try existingItem(userPath, relativeTo: directory)
-        try store.setTag(item, trimmed, present: present, at: Int64(Date().timeIntervalSince1970))
+        let now = Int64(Date().timeIntervalSince1970)
+        try store.transaction {
+            try store.setTag(item, trimmed, present: present, at: now)
+            try SharedMetadata.record(MetadataOperation(kind: present ? .tag : .untag, path: item.description, name: trimmed,
+                                                        to: nil, time: now, device: DeviceName.current), in: store)
+        }
     }
 
     /// Marks or unmarks an item as a favorite.
     public func setFavorite(_ userPath: String, relativeTo directory: String, present: Bool) throws {
         let item = try existingItem(userPath, relativeTo: directory)
-        try store.setFavorite(item, present: present, at: Int64(Date().timeIntervalSince1970))
+        let now = Int64(Date().timeIntervalSince1970)
+        try store.transaction {
+            try store.setFavorite(item, present: present, at: now)
+            try SharedMetadata.record(MetadataOperation(kind: present ? .favorite : .unfavorite, path: item.description, name: nil,
+                                                        to: nil, time: now, device: DeviceName.current), in: store)
+        }
     }
 
     /// Materializes an item, records it as used now, and returns its path on disk.

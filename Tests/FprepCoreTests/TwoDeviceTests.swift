@@ -128,3 +128,35 @@ import FprepGit
         #expect(FileManager.default.fileExists(atPath: h.replicaRoot + "/theirs.txt"))
     }
 }
+
+@Suite(.serialized) struct SharedMetadataTests {
+    @Test func favoritesAndTagsReachTheOtherDeviceAlsoAfterOfflineEditsOnBoth() throws {
+        let h = try SyncHarness(files: TwoDeviceTests.files)
+        let second = h.folder + "/replica-b"
+        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
+        func open(_ root: String) throws -> Replica {
+            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
+        }
+        // Offline on both: A favorites a file and tags another; B tags a third.
+        try FileManager.default.moveItem(atPath: h.remote, toPath: h.remote + ".away")
+        try open(h.replicaRoot).setFavorite("a-only.txt", relativeTo: h.replicaRoot, present: true)
+        try open(h.replicaRoot).setTag("shared.txt", relativeTo: h.replicaRoot, name: "red", present: true)
+        try open(second).setTag("b-only.txt", relativeTo: second, name: "blue", present: true)
+        #expect(throws: FprepError.self) { try open(h.replicaRoot).sync() }
+        try FileManager.default.moveItem(atPath: h.remote + ".away", toPath: h.remote)
+        _ = try open(h.replicaRoot).sync()
+        _ = try open(second).sync()
+        _ = try open(h.replicaRoot).sync()
+        for root in [h.replicaRoot, second] {
+            let items = try open(root).workingSetItems()
+            #expect(items.first { $0.identifier == "a-only.txt" }?.reasons.contains(.favorite) == true, "\(root)")
+            #expect(items.first { $0.identifier == "shared.txt" }?.tags == ["red"], "\(root)")
+            #expect(items.first { $0.identifier == "b-only.txt" }?.tags == ["blue"], "\(root)")
+        }
+        // An unfavorite on B reaches A too.
+        try open(second).setFavorite("a-only.txt", relativeTo: second, present: false)
+        _ = try open(second).sync()
+        _ = try open(h.replicaRoot).sync()
+        #expect(try open(h.replicaRoot).workingSetItems().first { $0.identifier == "a-only.txt" }?.reasons.contains(.favorite) != true)
+    }
+}
