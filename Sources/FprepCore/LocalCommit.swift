@@ -56,10 +56,16 @@ struct LocalCommitter {
         // says the files are clean: a crash in between finds the changes
         // again and commits nothing new (same tree), never loses them.
         try repository.setReference("refs/heads/" + replica.branch, to: commit, message: "fprep: local changes")
+        let deletedHere = scan.changes.filter { $0.kind == .deleted }.compactMap { change -> TrashRecord? in
+            let path = RepoPath(identifier: change.path)
+            guard let entry = index.entry(path: path.bytes) else { return nil }
+            return TrashRecord(path: path, blob: entry.id, mode: entry.mode, deletedAt: now, anchor: commit.hex)
+        }
         try replica.store.transaction {
             try replica.store.setMeta("anchor", commit.hex)
             try replica.store.setMeta("unpushed", commit.hex)
             try replica.store.recordBlobInfo(sizes)
+            try replica.store.recordTrash(deletedHere)
         }
         replica.anchor = commit
         for path in scan.removed { try? index.remove(path: path.bytes) }

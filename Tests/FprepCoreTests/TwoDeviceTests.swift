@@ -160,3 +160,26 @@ import FprepGit
         #expect(try open(h.replicaRoot).workingSetItems().first { $0.identifier == "a-only.txt" }?.reasons.contains(.favorite) != true)
     }
 }
+
+@Suite(.serialized) struct TrashTests {
+    @Test func deletionsFromBothSidesAreListedAndRestoreBringsContentBack() throws {
+        let h = try SyncHarness(files: TwoDeviceTests.files)
+        try h.push { work in try h.git(["rm", "-q", "b-only.txt"], in: work) }
+        try FileManager.default.removeItem(atPath: h.replicaRoot + "/a-only.txt")
+        _ = try h.replica().sync()
+        try FileManager.default.removeItem(atPath: h.replicaRoot + "/gone.txt")  // not synced yet
+        let trash = try h.replica().trash()
+        #expect(Set(trash.map(\.identifier)) == ["a-only.txt", "b-only.txt", "gone.txt"])
+        #expect(trash.first { $0.identifier == "gone.txt" }?.commit == nil)
+        #expect(trash.first { $0.identifier == "b-only.txt" }?.commit != nil)
+        #expect(try h.replica().workingSetItems().contains { $0.identifier == "a-only.txt" && $0.reasons.contains(.recentlyDeleted) })
+        // Restore: the remote's deletion comes back with its content (fetched) and syncs.
+        _ = try h.replica().restore("b-only.txt", relativeTo: h.replicaRoot)
+        #expect(try h.read("b-only.txt") == "b\n")
+        #expect(throws: FprepError.self) { try h.replica().restore("b-only.txt", relativeTo: h.replicaRoot) }
+        #expect(throws: FprepError.self) { try h.replica().restore("never-existed.txt", relativeTo: h.replicaRoot) }
+        _ = try h.replica().sync()
+        #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:b-only.txt"], in: h.folder) == "b")
+        #expect(!(try h.replica().trash().contains { $0.identifier == "b-only.txt" }))
+    }
+}
