@@ -43,6 +43,8 @@ struct LocalChangeSet {
     var counts: [ItemState: Int] = [:]
     var items = 0
     var folderCount = 0
+    /// Disk space of the tree outside `.git` and `.fprep`, as `du` counts.
+    var treeBytes: Int64 = 0
 
     var isEmpty: Bool { removed.isEmpty && written.isEmpty }
 }
@@ -57,41 +59,71 @@ struct LocalScanner {
 
     func scan() throws -> LocalChangeSet {
         let classifier = StateClassifier(root: replica.rootFolder)
-        var tracked = Set<[UInt8]>()
-        var folders = Set<[UInt8]>()
-        var deleted: [IndexEntry] = []
         var set = LocalChangeSet()
-        for position in 0..<index.count {
+        // The index, by path. One walk of the tree then looks at every file
+        // once, with a stat relative to its open folder: tracked files are
+        // classified from their stat data, the others are new.
+        let count = index.count
+        var entries: [IndexEntry] = []
+        entries.reserveCapacity(count)
+        var positions: [[UInt8]: Int] = [:]
+        positions.reserveCapacity(count)
+        var folders = Set<[UInt8]>()
+        for position in 0..<count {
             guard let entry = index.entry(at: position) else { continue }
-            tracked.insert(entry.path)
+            positions[entry.path] = entries.count
+            entries.append(entry)
             var parent = RepoPath(bytes: entry.path).parent
             while !parent.isRoot, folders.insert(parent.bytes).inserted { parent = parent.parent }
-            let mode = FileMode(raw: entry.mode)
-            if mode == .submodule { continue }
-            let path = RepoPath(bytes: entry.path)
-            set.items += 1
-            guard let stat = replica.rootFolder.stat(path) else {
-                set.counts[.deleted, default: 0] += 1
-                deleted.append(entry)
-                continue
-            }
-            let state = classifier.state(of: entry, stat: stat)
-            set.counts[state, default: 0] += 1
-            guard state == .modified else { continue }
-            if stat.isDirectory {
-                // A file turned into a folder: the file is gone; what is in
-                // the folder comes as new files below.
-                deleted.append(entry)
-                continue
-            }
-            let newMode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
-            set.written.append(LocalChangeSet.Write(path: path, id: nil, mode: newMode, placeholder: false))
-            set.changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
         }
         set.folderCount = folders.count
-        // New files: walk the folders (git's untracked-file search).
+        var seen = [Bool](repeating: false, count: entries.count)
         var added: [(RepoPath, FileStat)] = []
-        try walk(.root, tracked: tracked, folders: folders, into: &added)
+        var deleted: [IndexEntry] = []
+        var bytes: Int64 = 0
+
+        func visit(_ folder: FolderHandle, _ prefix: [UInt8]) throws {
+            for name in try folder.entryNames() {
+                if prefix.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
+                guard let stat = folder.stat(name: name) else { continue }
+                bytes += stat.blocks * 512
+                // fprep's own temporary files are not the user's.
+                if name.first == 0x2E, name.count > 8, String(decoding: name, as: UTF8.self).contains(".fprep-") { continue }
+                let path = prefix.isEmpty ? name : prefix + [0x2F] + name
+                if let position = positions[path] {
+                    seen[position] = true
+                    let entry = entries[position]
+                    let mode = FileMode(raw: entry.mode)
+                    if mode == .submodule { continue }
+                    set.items += 1
+                    let state = classifier.state(of: entry, stat: stat)
+                    set.counts[state, default: 0] += 1
+                    guard state == .modified else { continue }
+                    let itemPath = RepoPath(bytes: path)
+                    if stat.isDirectory {
+                        // A file turned into a folder: the file is gone; what
+                        // is in the folder comes as new files.
+                        deleted.append(entry)
+                        if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
+                        continue
+                    }
+                    let newMode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
+                    set.written.append(LocalChangeSet.Write(path: itemPath, id: nil, mode: newMode, placeholder: false))
+                    set.changes.append(LocalChange(kind: .modified, path: itemPath.description, from: nil))
+                } else if stat.isDirectory {
+                    if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
+                } else if stat.isRegular || stat.isSymlink {
+                    added.append((RepoPath(bytes: path), stat))
+                }
+            }
+        }
+        try visit(replica.rootFolder, [])
+        for (position, entry) in entries.enumerated() where !seen[position] && FileMode(raw: entry.mode) != .submodule {
+            set.items += 1
+            set.counts[.deleted, default: 0] += 1
+            deleted.append(entry)
+        }
+        set.treeBytes = bytes
 
         // Moves: a deleted entry and a new file with the same content. A
         // moved placeholder carries its blob id in its attributes; other new
@@ -141,25 +173,6 @@ struct LocalScanner {
         return try replica.rootFolder.readFile(path).withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }
     }
 
-    /// Finds files and symlinks below `folder` that the index does not have.
-    /// A folder the index knows nothing of is new as a whole.
-    private func walk(_ folder: RepoPath, tracked: Set<[UInt8]>, folders: Set<[UInt8]>,
-                      into added: inout [(RepoPath, FileStat)]) throws {
-        guard let handle = try? replica.rootFolder.folder(folder) else { return }
-        for name in try handle.entryNames() {
-            if folder.isRoot && Self.ignoredTopLevel.contains(name) { continue }
-            // fprep's own temporary files are not the user's.
-            if name.first == 0x2E, name.count > 8, String(decoding: name, as: UTF8.self).contains(".fprep-") { continue }
-            let path = folder.appending(name)
-            if tracked.contains(path.bytes) { continue }
-            guard let stat = handle.stat(name: name) else { continue }
-            if stat.isDirectory {
-                try walk(path, tracked: tracked, folders: folders, into: &added)
-            } else if stat.isRegular || stat.isSymlink {
-                added.append((path, stat))
-            }
-        }
-    }
 }
 
 extension Replica {

@@ -38,6 +38,15 @@ extension Replica {
                             materialized: scan.counts[.materialized] ?? 0, modified: scan.counts[.modified] ?? 0,
                             deleted: scan.counts[.deleted] ?? 0,
                             logicalSize: Int64(try store.meta("logical_size") ?? "0") ?? 0,
-                            bytesOnDisk: diskUsage(of: root), changes: scan.changes, waitingToPush: pending)
+                            bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
+                            changes: scan.changes, waitingToPush: pending)
+    }
+}
+
+extension Replica {
+    /// The root folder's own blocks, as `du` counts them.
+    func rootBlocks() -> Int64 {
+        var info = stat()
+        return lstat(root, &info) == 0 ? Int64(info.st_blocks) * 512 : 0
     }
 }
