@@ -31,7 +31,11 @@ extension Replica {
     /// files whose stat changed, and for new files that may be moves) and
     /// sums up the replica.
     public func status() throws -> StatusReport {
-        let scan = try LocalScanner(replica: self, index: repository.index()).scan()
+        let index = try repository.index()
+        Trace.mark("read index")
+        let scan = try LocalScanner(replica: self, index: index).scan()
+        Trace.mark("scan")
+        defer { Trace.mark("disk use") }
         let pending = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
         return StatusReport(root: root, domain: domain, remote: remoteURL, branch: branch, anchor: anchor?.hex,
                             items: scan.items, folders: scan.folderCount, dataless: scan.counts[.dataless] ?? 0,
