@@ -150,7 +150,9 @@ public struct Watcher: Sendable {
                                                                  name: "fprep watch \(root)")
                     settings.device = registration.device
                     settings.token = registration.token
-                    settings.lastEventID = nil
+                    // From its first event on: a stream that drops before the
+                    // first push still resumes with everything it missed.
+                    settings.lastEventID = 0
                     shared.set(settings)
                     let saved = settings
                     try withReplica(root) { try $0.savePushSettings(saved) }
