@@ -78,11 +78,6 @@ public struct Watcher: Sendable {
             stopping.set(true)
             input.finish()
         }
-        defer {
-            streamTask.cancel()
-            ticker.cancel()
-            signalTask.cancel()
-        }
 
         var anchor = try await sync(root, shared: shared, eventID: nil)?.to
         var lastSync = ContinuousClock.now
@@ -133,6 +128,11 @@ public struct Watcher: Sendable {
                 }
             }
         }
+        // Every task that may still use the event loops ends before they do.
+        streamTask.cancel()
+        ticker.cancel()
+        signalTask.cancel()
+        await streamTask.value
         await client.shutdown()
         try? await group.shutdownGracefully()
     }

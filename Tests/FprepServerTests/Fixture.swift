@@ -9,6 +9,14 @@ import NIOPosix
 // The focused tests' fixture: a real fprep remote in a temporary folder, the
 // push service in this process on 127.0.0.1 (port chosen by the kernel), and
 // a loopback sink that records what webhooks and APNs requests reach it.
+//
+// Waits and timeouts are long on purpose: the whole suite runs in one
+// process, where synchronous end-to-end tests can hold both threads of
+// Swift's task pool for tens of seconds on a 2-core machine; the service
+// then stalls without being wrong. Nothing here waits that long when it works.
+
+/// How long a test waits for what must come.
+let patience = 120.0
 
 /// Records every request it gets and answers with `status`.
 final class Sink: Sendable {
@@ -33,7 +41,7 @@ final class Sink: Sendable {
     var url: ServiceURL { ServiceURL("http://127.0.0.1:\(server.port)/hook")! }
 
     /// Waits until at least `count` requests arrived (or `timeout` seconds passed).
-    func waitFor(_ count: Int, timeout: Double = 5) async -> [HTTPRequest] {
+    func waitFor(_ count: Int, timeout: Double = patience) async -> [HTTPRequest] {
         let deadline = Date().addingTimeInterval(timeout)
         while received.get().count < count && Date() < deadline { try? await Task.sleep(for: .milliseconds(10)) }
         return received.get()
@@ -82,6 +90,7 @@ final class ServiceFixture: @unchecked Sendable {
         configuration.coalesceWindow = .milliseconds(10)
         configuration.minimumInterval = .milliseconds(50)
         configuration.log = { _ in }
+        configuration.deliveryTimeout = .seconds(Int64(patience))
         configure(&configuration)
         let service = try await PushService(configuration: configuration, folder: PushFolder(remote: remote), client: client)
         let api = ServiceAPI(service: service, hookSecret: secret, limiter: RateLimiter(rate: rateLimit, burst: rateLimit))
@@ -91,7 +100,7 @@ final class ServiceFixture: @unchecked Sendable {
 
     /// Stops the service and starts a new one on the same state, as a restart would.
     func restart() async throws {
-        await service.closeAllStreams()
+        await service.shutdown()
         await server.stop()
         await service.maintain()
         (service, server) = try await Self.startService(remote: remote, domain: domain, group: group, client: client,
@@ -101,7 +110,7 @@ final class ServiceFixture: @unchecked Sendable {
     var url: ServiceURL { ServiceURL("http://127.0.0.1:\(server.port)/")! }
 
     func stop() async {
-        await service.closeAllStreams()
+        await service.shutdown()
         await server.stop()
         await sink.server.stop()
         await client.shutdown()
@@ -115,7 +124,7 @@ final class ServiceFixture: @unchecked Sendable {
         var headers = extra
         if let token { headers.add(name: "authorization", value: "Bearer \(token)") }
         return try await client.send(ClientRequest(method, url.with(path: path), headers: headers, body: Array((body ?? "").utf8)),
-                                     timeout: .seconds(5))
+                                     timeout: .seconds(Int64(patience)))
     }
 
     /// Registers a device with `channel` (JSON) and returns its id and token.
@@ -169,6 +178,16 @@ extension ServiceFixture {
         try repository.setReference("refs/heads/main", to: next, message: "test")
         return ((head ?? .zero).hex, next.hex)
     }
+}
+
+/// Waits until `condition` holds (or `patience` ran out).
+func eventually(_ condition: () async -> Bool) async -> Bool {
+    let deadline = Date().addingTimeInterval(patience)
+    while Date() < deadline {
+        if await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return await condition()
 }
 
 struct FixtureError: Error, CustomStringConvertible {

@@ -150,11 +150,15 @@ struct ServiceTests {
 
     @Test("a flood from one client gets 429s; the service answers again after the pause")
     func flood() async throws {
-        let fixture = try await ServiceFixture(rateLimit: 20)
+        let fixture = try await ServiceFixture(rateLimit: 10)
         var statuses: [Int] = []
+        let started = Date()
         for _ in 0..<60 { statuses.append(try await fixture.call(.GET, "/v1/health").status) }
-        #expect(statuses.filter { $0 == 429 }.count >= 30, "\(statuses)")
-        #expect(statuses.filter { $0 == 200 }.count >= 20)
+        // A burst of 10, then 10 a second: however slow this machine was, no more passed.
+        let allowed = 10 + Int(Date().timeIntervalSince(started) * 10) + 1
+        #expect(statuses.allSatisfy { $0 == 200 || $0 == 429 }, "\(statuses)")
+        #expect(statuses.filter { $0 == 200 }.count <= allowed, "\(statuses)")
+        #expect(statuses.filter { $0 == 200 }.count >= 10)
         try await Task.sleep(for: .milliseconds(1100))
         #expect(try await fixture.call(.GET, "/v1/health").status == 200)
         await fixture.stop()
@@ -166,19 +170,18 @@ struct ServiceTests {
         let device = try await fixture.register(#"{"kind":"stream"}"#)
         try await fixture.openEnumerator("docs", token: device.token)
         try await fixture.push([(anchor(1), anchor(2), ["docs"])])
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(await eventually { await fixture.service.statistics.eventsQueued == 2 })
         try await fixture.restart()
         try await fixture.push([(anchor(2), anchor(3), ["docs"])])
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(await eventually { await fixture.service.statistics.eventsQueued == 2 })
         // The device saw event 2 (the first push's working set) and missed the rest.
         let events = Locked<[ServerSentEvent]>([])
         let reader = DeviceClient(service: fixture.url, client: fixture.client)
         let task = Task {
-            try await reader.events(token: device.token, lastEventID: 2, idleTimeout: .seconds(5), onOpen: {},
+            try await reader.events(token: device.token, lastEventID: 2, idleTimeout: .seconds(Int64(patience)), onOpen: {},
                                     onEvent: { event in events.update { $0.append(event) } })
         }
-        let deadline = Date().addingTimeInterval(5)
-        while events.get().count < 2 && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        _ = await eventually { events.get().count >= 2 }
         task.cancel()
         let received = events.get()
         #expect(received.map(\.id) == ["3", "4"], "\(received)")
@@ -199,11 +202,12 @@ struct ServiceTests {
         try await fixture.push([(anchor(1), anchor(2), [root])])
         _ = await fixture.sink.waitFor(2)
         fixture.sink.status.set(.ok)
-        let before = fixture.sink.received.get().count
-        _ = await fixture.sink.waitFor(before + 1, timeout: 5)
-        try await Task.sleep(for: .milliseconds(1200))
+        // Attempts go on until one is answered 2xx, then stop.
+        #expect(await eventually { await fixture.service.statistics.delivered == 1 })
         let after = fixture.sink.received.get().count
-        #expect(after == before + 1, "one more attempt succeeded, then no more (\(before) → \(after))")
+        try await Task.sleep(for: .milliseconds(1200))
+        #expect(fixture.sink.received.get().count == after, "no attempt after the delivery")
+        #expect(after >= 3)
         await fixture.stop()
     }
 
@@ -216,9 +220,10 @@ struct ServiceTests {
         let started = Date()
         let result = try PushHook.run(gitDirectory: fixture.remote,
                                       updates: PostReceive.parse("\(head) \(next) refs/heads/main\n"))
-        #expect(result.recorded == 1 && result.poked)
+        #expect(result.recorded == 1)
         #expect(Date().timeIntervalSince(started) < 1)
-        let request = try #require(await fixture.sink.waitFor(1, timeout: 2).first)
+        // Nothing but the poke makes this service read its outbox.
+        let request = try #require(await fixture.sink.waitFor(1).first)
         #expect(try JSONCoding.decode(PushPayload.self, from: Array(request.body.readableBytesView)).new == next)
         await fixture.stop()
     }
@@ -238,10 +243,9 @@ struct ServiceTests {
         #expect(try Outbox(path: PushFolder(remote: fixture.remote).outboxPath).pendingCount() == 1)
         try await fixture.restart()
         await fixture.service.drainOutbox()
-        let request = try #require(await fixture.sink.waitFor(1, timeout: 3).first)
+        let request = try #require(await fixture.sink.waitFor(1).first)
         #expect(try JSONCoding.decode(PushPayload.self, from: Array(request.body.readableBytesView)).new == next)
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(try Outbox(path: PushFolder(remote: fixture.remote).outboxPath).pendingCount() == 0)
+        #expect(await eventually { (try? Outbox(path: PushFolder(remote: fixture.remote).outboxPath).pendingCount()) == 0 })
         await fixture.stop()
     }
 }
