@@ -32,9 +32,19 @@ struct Changes: ParsableCommand {
     @Flag(help: "Print the batch as JSON.")
     var json = false
 
+    @Flag(help: "Keep printing a batch after each sync until interrupted (an active enumerator for the push service).")
+    var follow = false
+
     func run() throws {
+        if follow {
+            guard to == nil, limit == nil else { throw FprepError(.usage, "--follow takes neither --to nor --limit") }
+            return try ChangesFollower(replica: replica, from: from, container: container, show: show).run()
+        }
         let opened = try replica.open("changes", exclusive: false)
-        let batch = try opened.changes(from: from, to: to, container: container, limit: limit)
+        try show(try opened.changes(from: from, to: to, container: container, limit: limit))
+    }
+
+    func show(_ batch: ChangeBatch) throws {
         if json { return try JSONOutput.print(batch) }
         for path in batch.deleted { print("deleted  \(path)") }
         for move in batch.moved { print("moved    \(move.from) → \(move.to)") }

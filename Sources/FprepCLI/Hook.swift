@@ -2,12 +2,13 @@ import ArgumentParser
 import FoundationEssentials
 import Glibc
 import FprepCore
+import FprepServer
 
 struct Hook: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a server-side hook (called by the hooks 'init-remote' installs).",
         discussion: """
-            post-receive reads git's '<old> <new> <ref>' lines on standard input and extends the size manifest for each updated branch. It never fails a push: errors go to fprep-hook.log in the repository and to standard error, and the exit status is 0.
+            post-receive reads git's '<old> <new> <ref>' lines on standard input, extends the size manifest for each updated branch, and records the push's affected containers in the remote's outbox (fprep/outbox.db) for the push service, which it pokes with one short request. It never fails or holds up a push: errors go to fprep-hook.log in the repository and to standard error, and the exit status is 0.
             """,
         subcommands: [PostReceiveHook.self]
     )
@@ -15,16 +16,22 @@ struct Hook: ParsableCommand {
 
 struct PostReceiveHook: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "post-receive",
-                                                    abstract: "Extend the size manifest for pushed branches.")
+                                                    abstract: "Extend the size manifest and record push signals for pushed branches.")
 
     @Option(name: .customLong("git-dir"), help: "The repository (default: $GIT_DIR, else the current folder).")
     var gitDirectory: String?
 
     func run() throws {
         let directory = gitDirectory ?? ProcessInfo.processInfo.environment["GIT_DIR"] ?? "."
-        let input = String(decoding: Console.readInput(), as: UTF8.self)
+        let updates = PostReceive.parse(String(decoding: Console.readInput(), as: UTF8.self))
+        // Two independent steps: a failure of one stops neither the other nor the push.
+        attempt(in: directory) { try PostReceive.run(gitDirectory: directory, updates: updates) }
+        attempt(in: directory) { try PushHook.run(gitDirectory: directory, updates: updates) }
+    }
+
+    private func attempt(in directory: String, _ step: () throws -> Void) {
         do {
-            try PostReceive.run(gitDirectory: directory, updates: PostReceive.parse(input))
+            try step()
         } catch {
             let line = "\(Replica.isoDate(Int64(Date().timeIntervalSince1970))) post-receive: \(error)\n"
             Console.error("fprep hook: \(error)\n")

@@ -2,6 +2,7 @@ import ArgumentParser
 import FoundationEssentials
 import Glibc
 import FprepCore
+import FprepServer
 
 struct InitRemote: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -30,6 +31,8 @@ struct InitRemote: ParsableCommand {
 
     func run() throws {
         let setup = try Remote.create(at: path, domain: domain, branch: branch, fprepBinary: currentExecutablePath())
+        // The secret the hook authenticates to the push service with.
+        try PushFolder(remote: setup.path).ensureSecret()
         if json { return try JSONOutput.print(setup) }
         let verb = setup.created ? "created fprep remote" : "already an fprep remote; hooks reinstalled:"
         print("\(verb) \(setup.path) (domain \(setup.domain), branch \(setup.branch))")

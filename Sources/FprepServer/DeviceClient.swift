@@ -1,6 +1,7 @@
 import FoundationEssentials
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// The service refused a call (an answer other than 2xx).
 public struct ServiceRefused: Error, CustomStringConvertible, Sendable {
@@ -19,6 +20,12 @@ public struct DeviceClient: Sendable {
         self.service = service
         self.client = client
         self.timeout = timeout
+    }
+
+    /// A client on NIO's shared event loops, for a command's few calls.
+    public static func make(service: ServiceURL, timeoutSeconds: Int64) -> DeviceClient {
+        DeviceClient(service: service, client: HTTPClient(group: MultiThreadedEventLoopGroup.singleton),
+                     timeout: .seconds(timeoutSeconds))
     }
 
     /// A registration: the device's id and bearer token.

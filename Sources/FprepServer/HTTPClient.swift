@@ -40,6 +40,8 @@ public final class HTTPClient: Sendable {
     let group: any EventLoopGroup
     private let pool = ConnectionPool()
     private let maxResponseBytes: Int
+    /// Set by `shutdown`: no new connection may be asked of the event loops.
+    let isShutDown = Locked(false)
 
     public init(group: any EventLoopGroup, maxResponseBytes: Int = 1 << 20) {
         self.group = group
@@ -49,6 +51,7 @@ public final class HTTPClient: Sendable {
     /// Sends `request` and reads the answer, within `timeout` in all
     /// (connect, write and read); the connection goes back to the pool.
     public func send(_ request: ClientRequest, timeout: TimeAmount) async throws -> ClientResponse {
+        guard !isShutDown.get() else { throw HTTPClientError("the client is shut down") }
         let deadline = NIODeadline.now() + timeout
         let key = request.url.authority
         if let idle = await pool.take(key) {
@@ -74,7 +77,10 @@ public final class HTTPClient: Sendable {
     }
 
     /// Closes every pooled connection.
-    public func shutdown() async { await pool.closeAll() }
+    public func shutdown() async {
+        isShutDown.set(true)
+        await pool.closeAll()
+    }
 }
 
 /// Idle keep-alive connections per `host:port`.

@@ -15,6 +15,7 @@ public enum PushHook {
 
     /// Records the push signals of `updates` in `gitDirectory`'s outbox and
     /// pokes the service recorded in its config.
+    @discardableResult
     public static func run(gitDirectory: String, updates: [PostReceive.Update],
                            pokeTimeoutMilliseconds: Int = 200) throws -> Result {
         let branches = updates.filter { $0.reference.hasPrefix("refs/heads/") && !$0.new.isZero }

@@ -16,7 +16,9 @@ actor PushSender {
     private let onRejected: @Sendable (_ device: String, _ reason: String) async -> Void
     private let log: @Sendable (String) -> Void
     private var queues: [String: (channel: DeliveryChannel, events: [DeviceEvent])] = [:]
-    private var running: Set<String> = []
+    /// The sender task of each device with a queue.
+    private var workers: [String: Task<Void, Never>] = [:]
+    private var stopped = false
     private let slots: Slots
     /// Pauses between attempts, seconds; after the last the events wait for
     /// the device's next push (its anchors then show the gap).
@@ -40,19 +42,31 @@ actor PushSender {
 
     /// Queues events for a device and starts its sender when idle.
     func enqueue(device: String, channel: DeliveryChannel, events: [DeviceEvent]) {
-        guard !events.isEmpty else { return }
+        guard !events.isEmpty, !stopped else { return }
         queues[device, default: (channel, [])].events += events
-        guard running.insert(device).inserted else { return }
-        Task { await self.drain(device) }
+        guard workers[device] == nil else { return }
+        workers[device] = Task { await self.drain(device) }
+    }
+
+    /// Stops sending: queues dropped, every sender task ended (before the
+    /// event loops the client uses shut down).
+    func stop() async {
+        stopped = true
+        queues = [:]
+        let running = Array(workers.values)
+        workers = [:]
+        for task in running { task.cancel() }
+        await slots.wakeAll()
+        for task in running { await task.value }
     }
 
     /// Drops a device's queue (it unregistered).
     func forget(device: String) { queues[device] = nil }
 
     private func next(_ device: String) -> (DeliveryChannel, DeviceEvent)? {
-        guard var queue = queues[device], !queue.events.isEmpty else {
+        guard !stopped, var queue = queues[device], !queue.events.isEmpty else {
             queues[device] = nil
-            running.remove(device)
+            workers[device] = nil
             return nil
         }
         let event = queue.events.removeFirst()
@@ -65,6 +79,10 @@ actor PushSender {
             var attempt = 0
             while true {
                 await slots.acquire()
+                if stopped || Task.isCancelled {
+                    await slots.release()
+                    return
+                }
                 let outcome = await send(event, on: channel)
                 await slots.release()
                 switch outcome {
@@ -73,11 +91,11 @@ actor PushSender {
                 case .rejected(let reason):
                     // The endpoint will never take it (unknown device token…).
                     queues[device] = nil
-                    running.remove(device)
+                    workers[device] = nil
                     await onRejected(device, reason)
                     return
                 case .retry(let reason):
-                    if attempt < backoff.count {
+                    if attempt < backoff.count && !stopped && !Task.isCancelled {
                         try? await Task.sleep(for: .milliseconds(Int64(backoff[attempt] * 1000)))
                         attempt += 1
                         continue
@@ -144,6 +162,15 @@ actor Slots {
             return
         }
         await withCheckedContinuation { waiting.append($0) }
+    }
+
+    /// Lets every waiter go (the sender stops; they see it and return).
+    func wakeAll() {
+        let woken = waiting[head...]
+        waiting = []
+        head = 0
+        free = Int.max / 2
+        for waiter in woken { waiter.resume() }
     }
 
     func release() {

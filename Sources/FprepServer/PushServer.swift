@@ -81,7 +81,7 @@ public enum PushServer {
         configuration.log("stopping (signal \(signal))")
         poller.cancel()
         heart.cancel()
-        await service.closeAllStreams()
+        await service.shutdown()
         await server.stop()
         await service.maintain()
         await client.shutdown()

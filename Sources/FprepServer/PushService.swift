@@ -230,6 +230,14 @@ public actor PushService {
         for list in streams.values { for continuation in list.values { continuation.yield(comment) } }
     }
 
+    /// Stops the work in flight: the flush timer, the streams and the
+    /// webhook and APNs senders (before the event loops shut down).
+    public func shutdown() async {
+        flushTask?.cancel()
+        closeAllStreams()
+        await sender?.stop()
+    }
+
     /// Ends every stream (the service stops).
     public func closeAllStreams() {
         for list in streams.values { for continuation in list.values { continuation.finish() } }

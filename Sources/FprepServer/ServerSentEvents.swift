@@ -96,6 +96,7 @@ extension HTTPClient {
     public func events(_ request: ClientRequest, connectTimeout: TimeAmount, idleTimeout: TimeAmount,
                        onOpen: @Sendable () async -> Void,
                        onEvent: @Sendable (ServerSentEvent) async -> Void) async throws {
+        guard !isShutDown.get() else { throw HTTPClientError("the client is shut down") }
         let url = request.url
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {

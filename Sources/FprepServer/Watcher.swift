@@ -78,11 +78,6 @@ public struct Watcher: Sendable {
             stopping.set(true)
             input.finish()
         }
-        defer {
-            streamTask.cancel()
-            ticker.cancel()
-            signalTask.cancel()
-        }
 
         var anchor = try await sync(root, shared: shared, eventID: nil)?.to
         var lastSync = ContinuousClock.now
@@ -133,6 +128,11 @@ public struct Watcher: Sendable {
                 }
             }
         }
+        // Every task that may still use the event loops ends before they do.
+        streamTask.cancel()
+        ticker.cancel()
+        signalTask.cancel()
+        await streamTask.value
         await client.shutdown()
         try? await group.shutdownGracefully()
     }
@@ -150,7 +150,9 @@ public struct Watcher: Sendable {
                                                                  name: "fprep watch \(root)")
                     settings.device = registration.device
                     settings.token = registration.token
-                    settings.lastEventID = nil
+                    // From its first event on: a stream that drops before the
+                    // first push still resumes with everything it missed.
+                    settings.lastEventID = 0
                     shared.set(settings)
                     let saved = settings
                     try withReplica(root) { try $0.savePushSettings(saved) }

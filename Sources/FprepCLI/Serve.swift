@@ -1,0 +1,112 @@
+import ArgumentParser
+import FoundationEssentials
+import Glibc
+import FprepCore
+import FprepServer
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the push service of a remote: devices register and get pushes as the remote changes.",
+        discussion: """
+            The remote's post-receive hook writes each push's affected containers to an outbox in the remote (fprep/outbox.db) and pokes this service, whose address it finds in the remote's config (fprep.service, recorded when the service starts). The service reads the outbox (also at start and every few seconds, so nothing is lost while it was down) and sends each registered device what the File Provider rules give it: a container only while the device actively enumerates it, the working set always, and to a replicated device the working set only; pushes to one device are coalesced and throttled. Every payload is {"container-identifier", "domain", "old-anchor", "new-anchor"}.
+
+            Devices receive pushes over a server-sent event stream (what 'fprep watch' uses; Last-Event-ID resumes it), as webhook POSTs signed with HMAC-SHA256 (x-fprep-signature: sha256=HEX), or as APNs requests (apns-topic BUNDLE.pushkit.fileprovider, apns-push-type fileprovider, an ES256 provider token) sent to --apns-endpoint, which must speak plain HTTP/1.1 (a TLS relay in front of APNs, or a test sink).
+
+            State (devices, token hashes, active enumerators, numbered events) is in fprep/service.db and survives a restart. Stop with SIGINT or SIGTERM.
+
+            Example: fprep serve --remote ~/remotes/photos.git --listen 127.0.0.1:7411
+            """
+    )
+
+    @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks).", valueName: "PATH"))
+    var remote: String
+
+    @Option(help: ArgumentHelp("Address to listen on; port 0 lets the system choose.", valueName: "HOST:PORT"))
+    var listen = "127.0.0.1:7411"
+
+    @Option(name: .customLong("rate-limit"), help: "Requests a second each client address may make (0: no limit).")
+    var rateLimit: Double = 50
+
+    @Option(help: "Requests a client may make in a burst above the rate.")
+    var burst: Double = 100
+
+    @Option(name: .customLong("coalesce-ms"), help: "How long a device's first push waits for more to join it.")
+    var coalesceMilliseconds = 25
+
+    @Option(name: .customLong("throttle-ms"), help: "At most one batch of pushes per device per this many milliseconds.")
+    var throttleMilliseconds = 250
+
+    @Option(name: .customLong("heartbeat"), help: "Seconds between keep-alive comments on event streams.")
+    var heartbeatSeconds = 15
+
+    @Option(name: .customLong("poll-interval"), help: "Seconds between outbox reads when no poke came.")
+    var pollSeconds = 2.0
+
+    @Option(name: .customLong("token-lifetime"), help: "Seconds a device token stays valid.")
+    var tokenLifetime: Int64 = 30 * 24 * 3600
+
+    @Option(name: .customLong("apns-endpoint"), help: ArgumentHelp("Where APNs requests go (http://HOST:PORT).", valueName: "URL"))
+    var apnsEndpoint: String?
+
+    @Option(name: .customLong("apns-bundle-id"), help: "The app's bundle identifier (the topic is BUNDLE.pushkit.fileprovider).")
+    var apnsBundleID: String?
+
+    @Option(name: .customLong("apns-key-id"), help: "The APNs key's identifier (the JWT's kid).")
+    var apnsKeyID: String?
+
+    @Option(name: .customLong("apns-team-id"), help: "The developer team's identifier (the JWT's iss).")
+    var apnsTeamID: String?
+
+    @Option(name: .customLong("apns-key"), help: ArgumentHelp("The APNs signing key (.p8, PEM).", valueName: "FILE"))
+    var apnsKey: String?
+
+    @Flag(help: "Log every registration and enumerator change.")
+    var verbose = false
+
+    func run() throws {
+        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+              (0...65535).contains(port), colon > listen.startIndex else {
+            throw FprepError(.usage, "'\(listen)' is not HOST:PORT for --listen")
+        }
+        let apnsValues = [apnsEndpoint, apnsBundleID, apnsKeyID, apnsTeamID, apnsKey]
+        let apns: APNsConfiguration?
+        if apnsValues.contains(where: { $0 != nil }) {
+            guard let apnsEndpoint, let apnsBundleID, let apnsKeyID, let apnsTeamID, let apnsKey else {
+                throw FprepError(.usage, "APNs needs all of --apns-endpoint, --apns-bundle-id, --apns-key-id, --apns-team-id and --apns-key")
+            }
+            apns = try APNsConfiguration(endpoint: apnsEndpoint, bundleID: apnsBundleID, keyID: apnsKeyID,
+                                         teamID: apnsTeamID, keyFile: apnsKey)
+        } else {
+            apns = nil
+        }
+        guard coalesceMilliseconds >= 0, throttleMilliseconds >= 0, heartbeatSeconds > 0, pollSeconds > 0, tokenLifetime > 0 else {
+            throw FprepError(.usage, "the intervals and the token lifetime must be positive")
+        }
+        var options = PushServer.Options(remote: remote)
+        options.host = String(listen[..<colon]).trimmingBrackets
+        options.port = port
+        options.rateLimit = rateLimit
+        options.rateBurst = burst
+        options.pollInterval = .milliseconds(Int64(pollSeconds * 1000))
+        let (coalesce, throttle, heartbeat, lifetime, verbose) = (coalesceMilliseconds, throttleMilliseconds, heartbeatSeconds, tokenLifetime, self.verbose)
+        options.configure = { configuration in
+            configuration.coalesceWindow = .milliseconds(coalesce)
+            configuration.minimumInterval = .milliseconds(throttle)
+            configuration.heartbeat = .seconds(heartbeat)
+            configuration.tokenLifetime = lifetime
+            configuration.apns = apns
+            configuration.verbose = verbose
+        }
+        let settings = options
+        try runBlocking {
+            try await PushServer.run(settings) { url in Console.output("listening on \(url)\n") }
+        }
+    }
+}
+
+extension String {
+    /// `[::1]` → `::1`, for a bracketed IPv6 host.
+    fileprivate var trimmingBrackets: String {
+        hasPrefix("[") && hasSuffix("]") ? String(dropFirst().dropLast()) : self
+    }
+}

@@ -1,0 +1,46 @@
+import ArgumentParser
+import FoundationEssentials
+import Glibc
+import FprepCore
+import FprepServer
+
+struct Watch: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Keep the replica in step with the remote: sync on each push from the push service.",
+        discussion: """
+            Registers the replica with the remote's push service ('fprep serve') the first time (the service's address and the device's token are kept in the replica's state, so later runs need no options), keeps its event stream open, and syncs shortly after each push (--debounce-ms; pushes that arrive meanwhile join the same sync). A push whose anchors show nothing new is dropped; one whose old anchor is not the replica's shows a gap, and the sync catches up all the same. When the stream drops, it reconnects with growing pauses (up to 10 s) and resumes after the last push it acted on; while the service is unreachable it syncs every --fallback-interval seconds. The replica is locked only while a sync runs.
+
+            Stop with SIGINT or SIGTERM.
+
+            Example: fprep watch -C ~/photos --service http://127.0.0.1:7411
+            """
+    )
+
+    @OptionGroup var replica: ReplicaOptions
+
+    @Option(help: ArgumentHelp("The push service to use from now on (recorded in the replica).", valueName: "URL"))
+    var service: String?
+
+    @Flag(help: "Register as a replicated device: only working-set pushes, never per-folder ones.")
+    var replicated = false
+
+    @Option(name: .customLong("debounce-ms"), help: "How long after a push the sync starts.")
+    var debounceMilliseconds = 200
+
+    @Option(name: .customLong("fallback-interval"), help: "Seconds between syncs while the service is unreachable.")
+    var fallbackSeconds = 30.0
+
+    func run() throws {
+        guard debounceMilliseconds >= 0, fallbackSeconds > 0 else {
+            throw FprepError(.usage, "--debounce-ms must be 0 or more and --fallback-interval positive")
+        }
+        Verbosity.verbose = replica.verbose
+        var options = Watcher.Options(replica: replica.baseDirectory)
+        options.service = service
+        options.replicated = replicated
+        options.debounce = .milliseconds(debounceMilliseconds)
+        options.fallbackInterval = .milliseconds(Int64(fallbackSeconds * 1000))
+        let watcher = Watcher(options)
+        try runBlocking { try await watcher.run() }
+    }
+}

@@ -1,0 +1,257 @@
+import Foundation
+import Glibc
+import Testing
+
+// End-to-end tests of push signals: real `fprep serve`, `fprep watch` and
+// `fprep changes --follow` processes, commits pushed with plain git into a
+// remote whose post-receive hook runs fprep, all on 127.0.0.1.
+
+/// A running `fprep serve`.
+struct PushService {
+    let process: Spawned
+    let port: UInt16
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    /// Stops it with SIGTERM and returns what it did.
+    func stop() -> RunResult {
+        process.signal(SIGTERM)
+        return process.wait(timeout: 10)
+    }
+}
+
+extension Sandbox {
+    /// Starts `fprep serve` for `remote` on `port` (a free one when nil) and
+    /// waits until it listens.
+    func startService(_ remote: String, port: UInt16? = nil, extra: [String] = []) throws -> PushService {
+        let port = try port ?? GitDaemon.freePort()
+        let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(port)"] + extra)
+        let deadline = monotonicSeconds() + 20
+        while !tcpSocket(local: port, state: "0A") {
+            guard process.isRunning, monotonicSeconds() < deadline else {
+                throw HarnessError("fprep serve did not listen: \(process.kill9())")
+            }
+            usleep(10_000)
+        }
+        return PushService(process: process, port: port)
+    }
+
+    /// Commits a new file in the plain clone `work` and pushes it; returns
+    /// the commit and how long `git push` took.
+    func commitAndPush(_ work: String, file: String, content: String) throws -> (commit: String, push: RunResult) {
+        let path = work + "/" + file
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: path, contents: Data(content.utf8))
+        try gitOK(["add", "-A"], cwd: work)
+        try gitOK(["commit", "-q", "-m", "add \(file)"], cwd: work)
+        let push = try git(["push", "-q", "origin", "HEAD:main"], cwd: work)
+        return (try gitOK(["rev-parse", "HEAD"], cwd: work), push)
+    }
+}
+
+/// Whether a 127.0.0.1 socket is in `state` (0A listening, 01 established)
+/// with that local or remote port, from /proc/net/tcp.
+func tcpSocket(local: UInt16? = nil, remote: UInt16? = nil, state: String) -> Bool {
+    let table = String(decoding: readWholeFile("/proc/net/tcp"), as: UTF8.self)
+    return table.split(separator: "\n").contains { line in
+        let fields = line.split(separator: " ")
+        guard fields.count > 3, fields[3] == state else { return false }
+        if let local { return fields[1] == "0100007F:" + String(format: "%04X", Int(local)) }
+        if let remote { return fields[2] == "0100007F:" + String(format: "%04X", Int(remote)) }
+        return false
+    }
+}
+
+/// Whether the watcher's event stream (a client connection to the port) is open.
+func streamOpen(to port: UInt16) -> Bool { tcpSocket(remote: port, state: "01") }
+
+/// A file read to its end with read(2). /proc files report size 0 and give
+/// a page per read: `String(contentsOfFile:)` stops after the first page,
+/// which holds only ~26 sockets of /proc/net/tcp.
+func readWholeFile(_ path: String) -> [UInt8] {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return [] }
+    defer { close(fd) }
+    var result: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        if count <= 0 { return result }
+        result += buffer[0..<count]
+    }
+}
+
+/// The commit a replica's branch points at (what a finished sync wrote),
+/// read from git's loose ref, so that polling costs no process.
+func replicaHead(_ replica: String) -> String? {
+    guard let data = FileManager.default.contents(atPath: replica + "/.git/refs/heads/main") else { return nil }
+    return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+@Suite("push signals end to end", .serialized)
+struct PushTests {
+    /// The bound the push → synced time is held to (measured and printed).
+    static let bound = 5.0
+
+    @Test("a git push reaches another replica's fprep watch, which has synced within the bound")
+    func pushReachesWatcher() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("B")
+            _ = try box.clone(remote.path, replica)
+            let service = try box.startService(remote.path)
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            #expect(waitUntil(60) { streamOpen(to: service.port) }, "the watcher never opened its stream")
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+
+            var timings: [Double] = []
+            for round in 1...3 {
+                let (commit, push) = try box.commitAndPush(work, file: "docs/new-\(round).md", content: "round \(round)\n")
+                let pushed = monotonicSeconds()
+                #expect(push.status == 0, "\(push)")
+                #expect(!push.stderr.contains("fprep hook:"), "\(push)")
+                let synced = waitUntil(15) { replicaHead(replica) == commit }
+                let elapsed = monotonicSeconds() - pushed
+                #expect(synced, "replica B did not sync \(commit)")
+                timings.append(elapsed)
+                print("push → replica B synced: \(Int(elapsed * 1000)) ms (git push took \(Int(push.seconds * 1000)) ms)")
+                #expect(elapsed < Self.bound, "push → synced took \(elapsed) s, over \(Self.bound) s")
+            }
+            #expect(try box.fprepOK(["anchor", "-C", replica]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == replicaHead(replica))
+            let info = try #require(lstatInfo(replica + "/docs/new-3.md"))
+            #expect(info.size == 8 && info.blocks == 0, "a placeholder with the real size")
+
+            watch.signal(SIGTERM)
+            let watched = watch.wait(timeout: 10)
+            #expect(watched.status == 0, "\(watched)")
+            #expect(watched.stdout.contains("registered as dev-") && watched.stdout.contains("connected to"), "\(watched)")
+            let served = service.stop()
+            #expect(served.status == 0, "\(served)")
+            #expect(served.stderr.contains("1 devices"), "\(served)")
+            print("push → synced over 3 pushes: \(timings.map { "\(Int($0 * 1000)) ms" }.joined(separator: ", "))")
+        }
+    }
+
+    @Test("with the service stopped during the push, the replica gets the change when the service is back")
+    func serviceDownDuringPush() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("B")
+            _ = try box.clone(remote.path, replica)
+            let service = try box.startService(remote.path)
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            #expect(waitUntil(60) { streamOpen(to: service.port) })
+            #expect(service.stop().status == 0)
+
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            let (commit, push) = try box.commitAndPush(work, file: "while-down.txt", content: "written while the service was down\n")
+            #expect(push.status == 0, "\(push)")
+            #expect(push.seconds < 5, "the push waited for the service: \(push.seconds) s")
+            #expect(!push.stderr.contains("fprep hook:"), "\(push)")
+            usleep(1_000_000)
+            #expect(replicaHead(replica) != commit, "no service and no fallback sync yet: the replica must not have moved")
+
+            let restarted = try box.startService(remote.path, port: service.port)
+            let back = monotonicSeconds()
+            #expect(waitUntil(20) { replicaHead(replica) == commit }, "the push never arrived after the restart")
+            print("service back → replica B synced: \(Int((monotonicSeconds() - back) * 1000)) ms")
+            #expect(exists(replica + "/while-down.txt"))
+            watch.signal(SIGTERM)
+            #expect(watch.wait(timeout: 10).status == 0)
+            #expect(restarted.stop().status == 0)
+        }
+    }
+
+    @Test("fprep changes --follow prints each sync's changes and holds an enumerator open while it runs")
+    func changesFollow() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("B")
+            _ = try box.clone(remote.path, replica)
+            let start = try box.fprepOK(["anchor", "-C", replica]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let service = try box.startService(remote.path, extra: ["--verbose"])
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            #expect(waitUntil(60) { streamOpen(to: service.port) })
+            let follow = try box.spawnFprep(["changes", "--follow", "--from", start, "--container", "docs", "-C", replica])
+            usleep(500_000)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            let (commit, _) = try box.commitAndPush(work, file: "docs/followed.md", content: "followed\n")
+            #expect(waitUntil(15) { replicaHead(replica) == commit })
+            usleep(600_000)
+            follow.signal(SIGTERM)
+            let followed = follow.wait(timeout: 10)
+            #expect(followed.status == 0, "\(followed)")
+            #expect(followed.stdout.contains("updated  docs/followed.md"), "\(followed)")
+            #expect(followed.stdout.contains("anchor: \(commit)"), "\(followed)")
+            watch.signal(SIGTERM)
+            _ = watch.wait(timeout: 10)
+            let served = service.stop()
+            #expect(served.stderr.contains("opened docs") && served.stderr.contains("closed docs"), "\(served)")
+        }
+    }
+
+    @Test("the hook never fails a push: a broken outbox is logged, the push goes through")
+    func hookNeverFails() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            try FileManager.default.createDirectory(atPath: remote.path + "/fprep/outbox.db", withIntermediateDirectories: true)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            let (commit, push) = try box.commitAndPush(work, file: "x.txt", content: "x\n")
+            #expect(push.status == 0, "\(push)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == commit)
+            let log = String(decoding: contents(remote.path + "/fprep-hook.log") ?? Data(), as: UTF8.self)
+            #expect(log.contains("push outbox"), "hook log: \(log)")
+            // Garbage on standard input and a folder that is no repository: still 0.
+            let hook = try box.fprep(["hook", "post-receive"], env: ["GIT_DIR": box.at("nothing-here")],
+                                     stdin: Data("garbage\n\(String(repeating: "0", count: 40)) 1234 refs/heads/main\n".utf8))
+            #expect(hook.status == 0, "\(hook)")
+        }
+    }
+
+    @Test("install-hooks makes a plain bare repository an fprep remote: config, sizes, hook, secret")
+    func installHooks() throws {
+        try withSandbox { box in
+            let bare = box.at("plain.git")
+            try box.gitOK(["init", "-q", "--bare", "-b", "main", bare])
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", bare, work])
+            let (commit, push) = try box.commitAndPush(work, file: "docs/a.bin", content: String(repeating: "a", count: 4321))
+            #expect(push.status == 0)
+            let installed = try box.fprepJSON(["install-hooks", bare, "--domain", "plain"])
+            #expect(installed.string("domain") == "plain" && installed.string("branch") == "main")
+            #expect(installed.int("blobsListed") == 1)
+            #expect(try box.gitOK(["config", "--get", "fprep.domain"], cwd: bare) == "plain")
+            #expect(try box.gitOK(["config", "--get", "uploadpack.allowFilter"], cwd: bare) == "true")
+            #expect(try box.gitOK(["config", "--get", "uploadpack.allowAnySHA1InWant"], cwd: bare) == "true")
+            #expect((lstatInfo(bare + "/hooks/post-receive")?.permissions ?? 0) & 0o111 != 0)
+            #expect(lstatInfo(bare + "/fprep/hook-secret")?.permissions == 0o600)
+            let replica = box.at("R")
+            let clone = try box.clone(bare, replica)
+            #expect(clone.int("unknownSizes") == 0)
+            #expect(clone.string("anchor") == commit)
+            #expect(lstatInfo(replica + "/docs/a.bin")?.size == 4321)
+            // Again: nothing new to list, the hooks refreshed.
+            #expect(try box.fprepJSON(["install-hooks", bare]).int("blobsListed") == 0)
+            expectOneLineError(try box.fprep(["install-hooks", box.at("not-a-repo")]), status: 64, mentioning: ["not a bare git repository"])
+            expectOneLineError(try box.fprep(["install-hooks", bare, "--domain", "other"]), status: 64, mentioning: ["already"])
+        }
+    }
+
+    @Test("serve and watch refuse bad options in one line")
+    func badOptions() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            expectOneLineError(try box.fprep(["serve", "--remote", box.at("missing.git")]), status: 64, mentioning: ["not a bare git repository"])
+            expectOneLineError(try box.fprep(["serve", "--remote", remote.path, "--listen", "nonsense"]), status: 64, mentioning: ["HOST:PORT"])
+            let replica = box.at("B")
+            _ = try box.clone(remote.path, replica)
+            expectOneLineError(try box.fprep(["watch", "-C", replica]), status: 64, mentioning: ["--service"])
+            expectOneLineError(try box.fprep(["watch", "-C", replica, "--service", "ftp://x"]), status: 64, mentioning: ["http://"])
+            #expect(lstatInfo(remote.path + "/fprep/hook-secret")?.permissions == 0o600, "init-remote makes the hook secret")
+        }
+    }
+}

@@ -1,0 +1,251 @@
+import Crypto
+import Foundation
+import FprepCore
+import NIOCore
+import NIOHTTP1
+import Testing
+@testable import FprepServer
+
+@Suite("push service")
+struct ServiceTests {
+    @Test("only devices enumerating a container get it; every device gets the working set; replicated ones only that")
+    func deliveryRules() async throws {
+        let fixture = try await ServiceFixture()
+        let enumerating = try await fixture.registerWebhook()
+        let idle = try await fixture.registerWebhook()
+        let replicated = try await fixture.registerWebhook(replicated: true)
+        try await fixture.openEnumerator("docs", token: enumerating.token)
+        try await fixture.openEnumerator("docs", token: replicated.token)
+        try await fixture.openEnumerator("photos", token: idle.token)
+        try await fixture.push([(anchor(1), anchor(2), [root, "docs", "src"])])
+        _ = await fixture.sink.waitFor(4)
+        try await Task.sleep(for: .milliseconds(200))  // nothing more may come
+        #expect(fixture.sink.received.get().count == 4)
+        let all = fixture.sink.payloads().map(\.container).sorted()
+        #expect(all == ["docs", workingSet, workingSet, workingSet].sorted())
+        #expect(fixture.sink.payloads().allSatisfy { $0.domain == fixture.domain && $0.old == anchor(1) && $0.new == anchor(2) })
+        await fixture.stop()
+    }
+
+    @Test("many pushes and 10,000 changed folders make a handful of pushes per device")
+    func coalescing() async throws {
+        let fixture = try await ServiceFixture { $0.coalesceWindow = .milliseconds(50) }
+        let device = try await fixture.registerWebhook()
+        try await fixture.openEnumerator("docs", token: device.token)
+        try await fixture.openEnumerator("dir-5", token: device.token)
+        let folders = (0..<10_000).map { "dir-\($0)" }
+        let pushes = (1...50).map { (anchor($0), anchor($0 + 1), $0 == 1 ? folders + ["docs"] : ["docs"]) }
+        try await fixture.push(pushes)
+        _ = await fixture.sink.waitFor(3)
+        try await Task.sleep(for: .milliseconds(300))
+        let payloads = fixture.sink.payloads()
+        #expect(payloads.map(\.container).sorted() == ["dir-5", "docs", workingSet].sorted())
+        #expect(payloads.allSatisfy { $0.old == anchor(1) && $0.new == anchor(51) }, "one span from the first old to the last new commit")
+        await fixture.stop()
+    }
+
+    @Test("a webhook carries the HMAC-SHA256 of its body in x-fprep-signature")
+    func webhookSignature() async throws {
+        let fixture = try await ServiceFixture()
+        let secret = "a-webhook-secret-of-some-length"
+        _ = try await fixture.registerWebhook(secret: secret)
+        try await fixture.push([(anchor(1), anchor(2), [root])])
+        let request = try #require(await fixture.sink.waitFor(1).first)
+        let body = Array(request.body.readableBytesView)
+        let expected = HMAC<SHA256>.authenticationCode(for: body, using: SymmetricKey(data: Array(secret.utf8)))
+        let hex = expected.map { String(format: "%02x", $0) }.joined()
+        #expect(request.headers.first(name: "x-fprep-signature") == "sha256=" + hex)
+        #expect(request.method == .POST && request.path == "/hook")
+        #expect(request.headers.first(name: "x-fprep-event-id") == "1")
+        #expect(try JSONCoding.decode(PushPayload.self, from: body).container == workingSet)
+        await fixture.stop()
+    }
+
+    @Test("an APNs request: path, topic, push type, payload and an ES256 provider token")
+    func apnsRequest() async throws {
+        let key = P256.Signing.PrivateKey()
+        let keyFile = NSTemporaryDirectory() + "fprep-apns-\(UUID().uuidString).p8"
+        try key.pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        defer { unlink(keyFile) }
+        let sinkHolder = Locked<String>("")
+        let fixture = try await ServiceFixture { configuration in
+            configuration.apns = try? APNsConfiguration(endpoint: sinkHolder.get(), bundleID: "com.example.app", keyID: "KEY1234567",
+                                                        teamID: "TEAM123456", keyFile: keyFile)
+        }
+        // The sink exists only once the fixture does: restart the service with its address.
+        sinkHolder.set("http://127.0.0.1:\(fixture.sink.server.port)")
+        try await fixture.restart()
+        let deviceToken = String(repeating: "ab", count: 32)
+        _ = try await fixture.register(#"{"kind":"apns","device-token":"\#(deviceToken)"}"#)
+        try await fixture.push([(anchor(1), anchor(2), [root])])
+        let request = try #require(await fixture.sink.waitFor(1).first)
+        #expect(request.method == .POST)
+        #expect(request.path == "/3/device/\(deviceToken)")
+        #expect(request.headers.first(name: "apns-topic") == "com.example.app.pushkit.fileprovider")
+        #expect(request.headers.first(name: "apns-push-type") == "fileprovider")
+        let body = try JSONSerialization.jsonObject(with: Data(request.body.readableBytesView)) as? [String: String]
+        #expect(body?["container-identifier"] == workingSet)
+        #expect(body?["domain"] == fixture.domain)
+        #expect(body?["old-anchor"] == anchor(1) && body?["new-anchor"] == anchor(2))
+
+        let authorization = try #require(request.headers.first(name: "authorization"))
+        #expect(authorization.hasPrefix("bearer "))
+        let parts = authorization.dropFirst(7).split(separator: ".").map(String.init)
+        try #require(parts.count == 3)
+        func decode(_ part: String) -> Data {
+            var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            while text.count % 4 != 0 { text += "=" }
+            return Data(base64Encoded: text) ?? Data()
+        }
+        let header = try JSONSerialization.jsonObject(with: decode(parts[0])) as? [String: String]
+        #expect(header == ["alg": "ES256", "kid": "KEY1234567"])
+        let claims = try JSONSerialization.jsonObject(with: decode(parts[1])) as? [String: Any]
+        #expect(claims?["iss"] as? String == "TEAM123456")
+        let issued = (claims?["iat"] as? NSNumber)?.int64Value ?? 0
+        #expect(abs(issued - Int64(Date().timeIntervalSince1970)) < 60)
+        let signature = try P256.Signing.ECDSASignature(rawRepresentation: decode(parts[2]))
+        #expect(key.publicKey.isValidSignature(signature, for: Data((parts[0] + "." + parts[1]).utf8)))
+        await fixture.stop()
+    }
+
+    @Test("bad input gets a clear 4xx and the service stays up")
+    func badInput() async throws {
+        let fixture = try await ServiceFixture { $0.tokenLifetime = 3600 }
+        func expect(_ response: ClientResponse, _ status: Int, _ words: String, sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(response.status == status, "\(response.status) \(response.text)", sourceLocation: sourceLocation)
+            #expect(ServiceError.message(in: response.body).contains(words), "\(response.text)", sourceLocation: sourceLocation)
+        }
+        expect(try await fixture.call(.POST, "/v1/devices", body: "{not json"), 400, "not valid JSON")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain"}"#), 400, "lacks 'channel'")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":7,"channel":{"kind":"stream"}}"#), 400, "wrong type")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"other","channel":{"kind":"stream"}}"#), 404, "unknown domain")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain","channel":{"kind":"carrier-pigeon"}}"#),
+               400, "unknown channel kind")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain","channel":{"kind":"webhook","url":"ftp://x"}}"#),
+               400, "needs 'url'")
+        expect(try await fixture.call(.POST, "/v1/devices", body: String(repeating: " ", count: 100_000)), 413, "larger than")
+        expect(try await fixture.call(.GET, "/v1/events"), 401, "bearer token is required")
+        expect(try await fixture.call(.GET, "/v1/events", token: "nonsense"), 401, "unknown token")
+        expect(try await fixture.call(.POST, "/v1/enumerators", token: "nonsense", body: "{}"), 401, "unknown token")
+        expect(try await fixture.call(.POST, "/v1/outbox/poke", token: "not-the-secret"), 401, "secret")
+        expect(try await fixture.call(.GET, "/v2/anything"), 404, "no such endpoint")
+        expect(try await fixture.call(.PUT, "/v1/devices"), 405, "not allowed")
+        let webhook = try await fixture.registerWebhook()
+        expect(try await fixture.call(.GET, "/v1/events", token: webhook.token), 409, "by webhook")
+        expect(try await fixture.call(.POST, "/v1/enumerators", token: webhook.token, body: #"{"container":"","active":true}"#), 400, "1-4096 bytes")
+        #expect(try await fixture.call(.POST, "/v1/outbox/poke", token: fixture.secret).status == 202)
+        #expect(try await fixture.call(.GET, "/v1/health").status == 200)
+        await fixture.stop()
+    }
+
+    @Test("an expired token is refused")
+    func expiredToken() async throws {
+        let fixture = try await ServiceFixture { $0.tokenLifetime = 0 }
+        let device = try await fixture.registerWebhook()
+        let response = try await fixture.call(.GET, "/v1/devices/me", token: device.token)
+        #expect(response.status == 401)
+        #expect(response.text.contains("expired"))
+        await fixture.stop()
+    }
+
+    @Test("a flood from one client gets 429s; the service answers again after the pause")
+    func flood() async throws {
+        let fixture = try await ServiceFixture(rateLimit: 10)
+        var statuses: [Int] = []
+        let started = Date()
+        for _ in 0..<60 { statuses.append(try await fixture.call(.GET, "/v1/health").status) }
+        // A burst of 10, then 10 a second: however slow this machine was, no more passed.
+        let allowed = 10 + Int(Date().timeIntervalSince(started) * 10) + 1
+        #expect(statuses.allSatisfy { $0 == 200 || $0 == 429 }, "\(statuses)")
+        #expect(statuses.filter { $0 == 200 }.count <= allowed, "\(statuses)")
+        #expect(statuses.filter { $0 == 200 }.count >= 10)
+        try await Task.sleep(for: .milliseconds(1100))
+        #expect(try await fixture.call(.GET, "/v1/health").status == 200)
+        await fixture.stop()
+    }
+
+    @Test("an event stream resumes after Last-Event-ID, also across a restart of the service")
+    func streamResume() async throws {
+        let fixture = try await ServiceFixture()
+        let device = try await fixture.register(#"{"kind":"stream"}"#)
+        try await fixture.openEnumerator("docs", token: device.token)
+        try await fixture.push([(anchor(1), anchor(2), ["docs"])])
+        #expect(await eventually { await fixture.service.statistics.eventsQueued == 2 })
+        try await fixture.restart()
+        try await fixture.push([(anchor(2), anchor(3), ["docs"])])
+        #expect(await eventually { await fixture.service.statistics.eventsQueued == 2 })
+        // The device saw event 2 (the first push's working set) and missed the rest.
+        let events = Locked<[ServerSentEvent]>([])
+        let reader = DeviceClient(service: fixture.url, client: fixture.client)
+        let task = Task {
+            try await reader.events(token: device.token, lastEventID: 2, idleTimeout: .seconds(Int64(patience)), onOpen: {},
+                                    onEvent: { event in events.update { $0.append(event) } })
+        }
+        _ = await eventually { events.get().count >= 2 }
+        task.cancel()
+        let received = events.get()
+        #expect(received.map(\.id) == ["3", "4"], "\(received)")
+        let payloads = received.compactMap { try? JSONCoding.decode(PushPayload.self, from: Array($0.data.utf8)) }
+        #expect(payloads.map(\.container) == ["docs", workingSet])
+        #expect(payloads.allSatisfy { $0.old == anchor(2) && $0.new == anchor(3) })
+        // The enumerator survived the restart too.
+        let me = try await fixture.call(.GET, "/v1/devices/me", token: device.token)
+        #expect(me.text.contains(#""enumerators":["docs"]"#), "\(me.text)")
+        await fixture.stop()
+    }
+
+    @Test("a webhook that fails is retried until it answers")
+    func webhookRetry() async throws {
+        let fixture = try await ServiceFixture()
+        fixture.sink.status.set(.serviceUnavailable)
+        _ = try await fixture.registerWebhook()
+        try await fixture.push([(anchor(1), anchor(2), [root])])
+        _ = await fixture.sink.waitFor(2)
+        fixture.sink.status.set(.ok)
+        // Attempts go on until one is answered 2xx, then stop.
+        #expect(await eventually { await fixture.service.statistics.delivered == 1 })
+        let after = fixture.sink.received.get().count
+        try await Task.sleep(for: .milliseconds(1200))
+        #expect(fixture.sink.received.get().count == after, "no attempt after the delivery")
+        #expect(after >= 3)
+        await fixture.stop()
+    }
+
+    @Test("the hook's step writes the outbox and pokes the service, which delivers at once")
+    func hookPokes() async throws {
+        let fixture = try await ServiceFixture { $0.coalesceWindow = .milliseconds(1) }
+        try PushFolder(remote: fixture.remote).recordServiceURL(fixture.url.description)
+        _ = try await fixture.registerWebhook()
+        let (head, next) = try fixture.commitNewFile()
+        let started = Date()
+        let result = try PushHook.run(gitDirectory: fixture.remote,
+                                      updates: PostReceive.parse("\(head) \(next) refs/heads/main\n"))
+        #expect(result.recorded == 1)
+        #expect(Date().timeIntervalSince(started) < 1)
+        // Nothing but the poke makes this service read its outbox.
+        let request = try #require(await fixture.sink.waitFor(1).first)
+        #expect(try JSONCoding.decode(PushPayload.self, from: Array(request.body.readableBytesView)).new == next)
+        await fixture.stop()
+    }
+
+    @Test("with the service down the hook records the push, returns at once, and the service sends it when back")
+    func hookWithoutService() async throws {
+        let fixture = try await ServiceFixture()
+        _ = try await fixture.registerWebhook()
+        try PushFolder(remote: fixture.remote).recordServiceURL(fixture.url.description)
+        await fixture.server.stop()
+        let (head, next) = try fixture.commitNewFile()
+        let started = Date()
+        let result = try PushHook.run(gitDirectory: fixture.remote,
+                                      updates: PostReceive.parse("\(head) \(next) refs/heads/main\n"))
+        #expect(result.recorded == 1 && !result.poked)
+        #expect(Date().timeIntervalSince(started) < 1)
+        #expect(try Outbox(path: PushFolder(remote: fixture.remote).outboxPath).pendingCount() == 1)
+        try await fixture.restart()
+        await fixture.service.drainOutbox()
+        let request = try #require(await fixture.sink.waitFor(1).first)
+        #expect(try JSONCoding.decode(PushPayload.self, from: Array(request.body.readableBytesView)).new == next)
+        #expect(await eventually { (try? Outbox(path: PushFolder(remote: fixture.remote).outboxPath).pendingCount()) == 0 })
+        await fixture.stop()
+    }
+}
