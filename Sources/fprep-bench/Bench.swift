@@ -41,6 +41,8 @@ struct Bench: ParsableCommand {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == SyncBench.mode {
             SyncBench.main(Array(arguments.dropFirst()))
+        } else if arguments.first == PushBench.mode {
+            PushBench.main(Array(arguments.dropFirst()))
         } else {
             Bench.main(arguments)
         }
