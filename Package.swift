@@ -53,7 +53,7 @@ let package = Package(
         .executableTarget(
             name: "fprep-bench",
             dependencies: [
-                "CFprepSys",
+                "CFprepSys", "FprepServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

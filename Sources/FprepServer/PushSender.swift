@@ -48,6 +48,11 @@ actor PushSender {
         workers[device] = Task { await self.drain(device) }
     }
 
+    /// Queues one flush's events for many devices in one call.
+    func enqueue(_ batch: [(device: String, channel: DeliveryChannel, events: [DeviceEvent])]) {
+        for item in batch { enqueue(device: item.device, channel: item.channel, events: item.events) }
+    }
+
     /// Stops sending: queues dropped, every sender task ended (before the
     /// event loops the client uses shut down).
     func stop() async {
@@ -94,6 +99,8 @@ actor PushSender {
                     workers[device] = nil
                     await onRejected(device, reason)
                     return
+                case .dropped(let reason):
+                    log("event \(event.seq) for device \(device) dropped: \(reason)")
                 case .retry(let reason):
                     if attempt < backoff.count && !stopped && !Task.isCancelled {
                         try? await Task.sleep(for: .milliseconds(Int64(backoff[attempt] * 1000)))
@@ -110,6 +117,9 @@ actor PushSender {
     private enum Outcome {
         case delivered
         case retry(String)
+        /// The endpoint refused this event; the next ones are still sent.
+        case dropped(String)
+        /// The endpoint will never take anything for this device (APNs: bad or unregistered token).
         case rejected(String)
     }
 
@@ -137,7 +147,9 @@ actor PushSender {
                 await tokens?.invalidate()
                 return .retry("the provider token expired")
             case 400, 404, 410, 413:
-                return .rejected("\(response.status) \(ServiceError.message(in: response.body))")
+                let reason = "\(response.status) \(ServiceError.message(in: response.body))"
+                if case .apns = channel { return .rejected(reason) }
+                return .dropped(reason)
             default:
                 return .retry("\(response.status) \(ServiceError.message(in: response.body))")
             }

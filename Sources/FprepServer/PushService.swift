@@ -66,6 +66,7 @@ public actor PushService {
     private var streams: [String: [Int: AsyncStream<[UInt8]>.Continuation]] = [:]
     private var nextStreamID = 0
     private var unsavedAcks: [String: Int64] = [:]
+    private var lastPrune = ContinuousClock.now
     /// Outbox entries read into mailboxes; marked delivered once every
     /// mailbox is flushed.
     private var dispatchedSeqs: [Int64] = []
@@ -152,7 +153,7 @@ public actor PushService {
         active[id] = nil
         mailboxes[id] = nil
         mailboxSince[id] = nil
-        for continuation in streams.removeValue(forKey: id)?.values ?? [:].values { continuation.finish() }
+        if let open = streams.removeValue(forKey: id) { for continuation in open.values { continuation.finish() } }
         do { try store.delete(device: id) } catch { throw APIError(.internalServerError, "cannot forget the device: \(error)") }
         if let sender { Task { await sender.forget(device: id) } }
         if configuration.verbose { configuration.log("unregistered \(id)") }
@@ -361,10 +362,8 @@ public actor PushService {
             }
         }
         if let sender, !pushBatches.isEmpty {
-            for (id, events) in pushBatches {
-                guard let channel = devices[id]?.channel else { continue }
-                await sender.enqueue(device: id, channel: channel, events: events)
-            }
+            let batch = pushBatches.compactMap { id, events in devices[id].map { (id, $0.channel, events) } }
+            await sender.enqueue(batch)
         }
         if let later { schedule(at: later) }
         if mailboxes.isEmpty { markDispatchedDelivered() }
@@ -401,6 +400,9 @@ public actor PushService {
         do {
             try store.saveAcknowledgements(unsavedAcks)
             unsavedAcks = [:]
+            // Pruning scans the event log: once a minute is plenty.
+            guard ContinuousClock.now - lastPrune >= .seconds(60) else { return }
+            lastPrune = .now
             let now = wallClockNow()
             try store.prune(eventsBefore: now - configuration.eventRetention,
                             devicesExpiredBefore: now - configuration.eventRetention, now: now)
@@ -410,7 +412,4 @@ public actor PushService {
             configuration.log("maintenance failed: \(error)")
         }
     }
-
-    /// Counts for `GET /v1/devices/me` and the benchmark.
-    func deviceCount() -> Int { devices.count }
 }
