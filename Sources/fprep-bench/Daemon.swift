@@ -108,7 +108,11 @@ final class GitDaemon {
     /// rather than by connecting: a probe connection makes the daemon fork a
     /// child that logs "the remote end hung up unexpectedly".
     private static func listening(port: UInt16) -> Bool {
-        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .ascii) else { return false }
+        // Read to the end: procfs files report size 0, and a read sized from
+        // that returns only the first page of sockets.
+        guard let handle = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return false }
+        defer { try? handle.close() }
+        let table = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
         // Columns: sl local_address rem_address st …; 0100007F is 127.0.0.1, 0A is LISTEN.
         let local = "0100007F:" + String(format: "%04X", Int(port))
         return table.split(separator: "\n").contains { line in

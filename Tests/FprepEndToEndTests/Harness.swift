@@ -473,7 +473,11 @@ final class GitDaemon: @unchecked Sendable {
     /// Whether 127.0.0.1:port is in LISTEN state (read from /proc/net/tcp, so
     /// no probe connection makes the daemon log a hung-up client).
     static func listening(port: UInt16) -> Bool {
-        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .ascii) else { return false }
+        // Read to the end: procfs files report size 0, and a read sized from
+        // that returns only the first page of sockets.
+        guard let handle = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return false }
+        defer { try? handle.close() }
+        let table = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
         let local = "0100007F:" + String(format: "%04X", Int(port))
         return table.split(separator: "\n").contains { line in
             let fields = line.split(separator: " ")
