@@ -60,24 +60,12 @@ struct LocalScanner {
     func scan() throws -> LocalChangeSet {
         let classifier = StateClassifier(root: replica.rootFolder)
         var set = LocalChangeSet()
-        // The index, by path. One walk of the tree then looks at every file
-        // once, with a stat relative to its open folder: tracked files are
-        // classified from their stat data, the others are new.
+        // One walk of the tree looks at every file once, with a stat relative
+        // to its open folder: a file the index has (found by binary search in
+        // libgit2's own index, nothing copied) is classified from its stat
+        // data; the others are new.
         let count = index.count
-        var entries: [IndexEntry] = []
-        entries.reserveCapacity(count)
-        var positions: [[UInt8]: Int] = [:]
-        positions.reserveCapacity(count)
-        var folders = Set<[UInt8]>()
-        for position in 0..<count {
-            guard let entry = index.entry(at: position) else { continue }
-            positions[entry.path] = entries.count
-            entries.append(entry)
-            var parent = RepoPath(bytes: entry.path).parent
-            while !parent.isRoot, folders.insert(parent.bytes).inserted { parent = parent.parent }
-        }
-        set.folderCount = folders.count
-        var seen = [Bool](repeating: false, count: entries.count)
+        var seen = [Bool](repeating: false, count: count)
         var added: [(RepoPath, FileStat)] = []
         var deleted: [IndexEntry] = []
         var bytes: Int64 = 0
@@ -90,9 +78,8 @@ struct LocalScanner {
                 // fprep's own temporary files are not the user's.
                 if name.first == 0x2E, name.count > 8, String(decoding: name, as: UTF8.self).contains(".fprep-") { continue }
                 let path = prefix.isEmpty ? name : prefix + [0x2F] + name
-                if let position = positions[path] {
+                if let (position, entry) = index.find(path) {
                     seen[position] = true
-                    let entry = entries[position]
                     let mode = FileMode(raw: entry.mode)
                     if mode == .submodule { continue }
                     set.items += 1
@@ -111,6 +98,7 @@ struct LocalScanner {
                     set.written.append(LocalChangeSet.Write(path: itemPath, id: nil, mode: newMode, placeholder: false))
                     set.changes.append(LocalChange(kind: .modified, path: itemPath.description, from: nil))
                 } else if stat.isDirectory {
+                    if index.firstPosition(withPrefix: path + [0x2F]) != nil { set.folderCount += 1 }
                     if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
                 } else if stat.isRegular || stat.isSymlink {
                     added.append((RepoPath(bytes: path), stat))
@@ -118,7 +106,8 @@ struct LocalScanner {
             }
         }
         try visit(replica.rootFolder, [])
-        for (position, entry) in entries.enumerated() where !seen[position] && FileMode(raw: entry.mode) != .submodule {
+        for position in 0..<count where !seen[position] {
+            guard let entry = index.entry(at: position), FileMode(raw: entry.mode) != .submodule else { continue }
             set.items += 1
             set.counts[.deleted, default: 0] += 1
             deleted.append(entry)

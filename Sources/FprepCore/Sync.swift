@@ -474,7 +474,12 @@ struct SyncApplier {
                 try addIndexEntry(move.to, move.entry, skipWorktree: skip)
                 return nil
             }
-            return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)', but a file of yours is in the way; both are kept")
+            // A file of the user's is in the way: it steps aside, then the move.
+            guard let copy = try setAside(move.to) else {
+                return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)', but a file of yours is in the way; both are kept")
+            }
+            if let kept = try moveItem(move) { return kept }
+            return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)'; your file that was here is now '\(copy)'")
         }
         guard root.stat(move.from) != nil else {
             // Gone locally: lay out the moved item fresh at its new place.
@@ -509,9 +514,16 @@ struct SyncApplier {
             try addIndexEntry(path, new, skipWorktree: skip)
             return nil
         case .userChanged:
-            return Skipped(path: path.description, reason: update.old == nil
-                ? "added on the remote, but a file of yours is in the way; yours is kept"
-                : "changed on the remote and here; your version is kept")
+            // Both versions survive: the user's file steps aside under a
+            // conflict name (a new file, which the next sync commits) and the
+            // remote's version takes the name, so no index entry goes stale.
+            guard let copy = try setAside(path) else {
+                return Skipped(path: path.description, reason: "changed on the remote and here; your version is kept")
+            }
+            let kept = try applyUpdate(update, .absent)
+            return kept ?? Skipped(path: path.description, reason: update.old == nil
+                ? "added on the remote where a file of yours was; yours is now '\(copy)'"
+                : "changed on the remote and here; yours is now '\(copy)'")
         case .absent, .old:
             break
         }
@@ -564,6 +576,28 @@ struct SyncApplier {
             try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, skipWorktree: true))
         default:
             break
+        }
+        return nil
+    }
+
+    /// Renames the user's file at `path` to `NAME (conflict DEVICE DATE).EXT`
+    /// in the same folder; returns the new identifier (nil when no free name).
+    private func setAside(_ path: RepoPath) throws -> String? {
+        let folder = try replica.rootFolder.folder(path.parent)
+        let name = String(decoding: path.name, as: UTF8.self)
+        var stem = name, ext = ""
+        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
+            stem = String(name[..<dot])
+            ext = String(name[dot...])
+        }
+        for counter in 1...100 {
+            let suffix = counter == 1 ? "" : " \(counter)"
+            let candidate = Array("\(stem) (conflict \(DeviceName.current) \(Replica.conflictDate())\(suffix))\(ext)".utf8)
+            if folder.stat(name: candidate) != nil { continue }
+            guard renameat(folder.fd, cPath(path.name), folder.fd, cPath(candidate)) == 0 else {
+                throw SystemError("rename", path.description)
+            }
+            return path.parent.appending(candidate).description
         }
         return nil
     }

@@ -87,6 +87,19 @@ public final class Index {
         return Self.copy(raw.pointee)
     }
 
+    /// The stage-0 entry for `path` and its position, found by binary search
+    /// without copying any other entry; wraps `git_index_find`.
+    public func find(_ path: [UInt8]) -> (position: Int, entry: IndexEntry)? {
+        var position = 0
+        let found = path.withUnsafeBufferPointer { buffer -> Bool in
+            var cPath = [CChar](repeating: 0, count: buffer.count + 1)
+            for i in 0..<buffer.count { cPath[i] = CChar(bitPattern: buffer[i]) }
+            return git_index_find(&position, pointer, cPath) == 0
+        }
+        guard found, let raw = git_index_get_byindex(pointer, position) else { return nil }
+        return (position, Self.copy(raw.pointee, path: path))
+    }
+
     /// The position of the first entry whose path starts with `prefix`, or
     /// nil when none does; wraps `git_index_find_prefix`.
     public func firstPosition(withPrefix prefix: [UInt8]) -> Int? {
@@ -130,10 +143,15 @@ public final class Index {
         try check(git_index_write(pointer), "git_index_write")
     }
 
-    static func copy(_ raw: git_index_entry) -> IndexEntry {
-        let length = strlen(raw.path)
-        let path = raw.path.withMemoryRebound(to: UInt8.self, capacity: length) {
-            Array(UnsafeBufferPointer(start: $0, count: length))
+    static func copy(_ raw: git_index_entry, path known: [UInt8]? = nil) -> IndexEntry {
+        let path: [UInt8]
+        if let known {
+            path = known
+        } else {
+            let length = strlen(raw.path)
+            path = raw.path.withMemoryRebound(to: UInt8.self, capacity: length) {
+                Array(UnsafeBufferPointer(start: $0, count: length))
+            }
         }
         var stat = StatData()
         stat.ctimeSeconds = raw.ctime.seconds

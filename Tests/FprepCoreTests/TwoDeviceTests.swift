@@ -183,3 +183,37 @@ import FprepGit
         #expect(!(try h.replica().trash().contains { $0.identifier == "b-only.txt" }))
     }
 }
+
+@Suite(.serialized) struct RaceTests {
+    /// A file changed between a sync's scan and its layout (or any edit the
+    /// layout meets) steps aside under a conflict name; the remote's version
+    /// takes the name, and the next sync shares the user's copy.
+    @Test func anEditTheLayoutMeetsIsKeptAsAConflictCopyAndSyncedNext() throws {
+        let h = try SyncHarness(files: TwoDeviceTests.files)
+        try h.replica().materialize(["a-only.txt"], relativeTo: h.replicaRoot)
+        try h.push { work in try Data("remote edit\n".utf8).write(to: URL(fileURLWithPath: work + "/a-only.txt")) }
+        // Pull the remote change into a replica whose file changed after its
+        // scan: apply the incoming step directly, as a sync would after a scan.
+        try Data("edited during the sync\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/a-only.txt"))
+        let report: SyncReport = try {
+            // This replica (and its lock) is released before the next open.
+            let replica = try h.replica()
+            try Transport.fetchTrees(gitDirectory: replica.gitDirectory)
+            try replica.ingestManifest()
+            let theirs = try #require(try replica.repository.referenceTarget("refs/remotes/origin/main"))
+            let journal = SyncJournal(from: replica.anchor?.hex, to: theirs.hex)
+            return try replica.applySync(journal, operation: try replica.store.beginOperation("sync", payload: journal.encoded()))
+        }()
+        #expect(report.keptLocal.contains { $0.path == "a-only.txt" })
+        // The remote's version takes the name (as a placeholder, then materialized).
+        #expect(h.stat("a-only.txt")?.size == 12)
+        _ = try h.replica().materialize(["a-only.txt"], relativeTo: h.replicaRoot)
+        #expect(try h.read("a-only.txt") == "remote edit\n")
+        let copies = try FileManager.default.contentsOfDirectory(atPath: h.replicaRoot).filter { $0.hasPrefix("a-only (conflict ") }
+        #expect(copies.count == 1)
+        #expect(try h.read(copies[0]) == "edited during the sync\n")
+        _ = try h.replica().sync()
+        #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:\(copies[0])"], in: h.folder) == "edited during the sync")
+        #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:a-only.txt"], in: h.folder) == "remote edit")
+    }
+}
