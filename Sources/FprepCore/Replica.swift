@@ -75,6 +75,7 @@ public final class Replica {
             replica = try Replica(root: root, access: access, exclusive: true)
         }
         guard let opened = replica else { throw FprepError("cannot open the replica at '\(root)'") }
+        if access.exclusive || recoveryNeeded { opened.removeStaleGitLocks() }
         try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
         return opened
     }
@@ -108,6 +109,27 @@ public final class Replica {
 
     func needsRecovery() throws -> Bool {
         try store.meta("phase") != "ready" || !store.pendingOperations().isEmpty
+    }
+
+    /// Removes git lock files a killed fprep command left (a commit of the
+    /// index, a ref update). fprep holds the replica's lock here, so such a
+    /// file is either stale or a user's own git command finishing: one that
+    /// stays for two seconds is taken as stale.
+    func removeStaleGitLocks() {
+        let candidates = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "refs/heads/\(branch).lock",
+                          "refs/remotes/origin/\(branch).lock"]
+        for name in candidates {
+            let path = gitDirectory + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue }
+            let age = Double(time(nil)) - Double(info.st_mtim.tv_sec)
+            var waited = 0.0
+            while age + waited < 2, access(path, F_OK) == 0 {
+                usleep(50_000)
+                waited += 0.05
+            }
+            unlink(path)
+        }
     }
 
     /// Finishes an interrupted layout and settles journaled operations.

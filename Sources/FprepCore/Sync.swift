@@ -286,7 +286,15 @@ struct SyncApplier {
         case .blob, .executable:
             guard stat.isRegular else { return nil }
             if stat.blocks == 0, ContentOperations.placeholderBlob(replica.rootFolder, path) == new.id { return true }
-            if let entry = index.entry(path: path.bytes), entry.id == new.id, !entry.skipWorktree { return nil }
+            // The index already names the new blob (a sync killed after it
+            // wrote the index): its stat data says whether the file is it.
+            if let entry = index.entry(path: path.bytes), entry.id == new.id {
+                switch classifier.state(of: entry, stat: stat) {
+                case .dataless: return true
+                case .materialized: return false
+                default: break
+                }
+            }
             guard stat.blocks > 0, let bytes = try? replica.rootFolder.readFile(path),
                   (try? bytes.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == new.id else { return nil }
             return false
