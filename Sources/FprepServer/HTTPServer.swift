@@ -1,4 +1,6 @@
 import FoundationEssentials
+import FprepCore
+
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -16,16 +18,19 @@ public final class HTTPServer: Sendable {
     public let host: String
     private let serverChannel: any Channel
     private let acceptLoop: Task<Void, Never>
+    private let open: OpenChannels
 
     /// Binds `host:port` and starts serving; returns once the socket listens.
     public static func start(host: String, port: Int, group: any EventLoopGroup, maxBodyBytes: Int = 64 * 1024,
                              idleTimeout: TimeAmount = .seconds(60), handler: @escaping Handler) async throws -> HTTPServer {
+        let open = OpenChannels()
         let listener = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 4096)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: host, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
+                open.add(channel)
+                return channel.eventLoop.makeCompletedFuture {
                     // Idle in both directions for this long: closed. A
                     // server-sent event stream writes heartbeats to stay open.
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idleTimeout))
@@ -48,19 +53,23 @@ public final class HTTPServer: Sendable {
                 connections.cancelAll()
             }
         }
-        return HTTPServer(port: boundPort, host: host, serverChannel: listener.channel, acceptLoop: loop)
+        return HTTPServer(port: boundPort, host: host, serverChannel: listener.channel, acceptLoop: loop, open: open)
     }
 
-    private init(port: Int, host: String, serverChannel: any Channel, acceptLoop: Task<Void, Never>) {
+    private init(port: Int, host: String, serverChannel: any Channel, acceptLoop: Task<Void, Never>, open: OpenChannels) {
         self.port = port
         self.host = host
         self.serverChannel = serverChannel
         self.acceptLoop = acceptLoop
+        self.open = open
     }
 
     /// Stops listening and closes every connection.
     public func stop() async {
         try? await serverChannel.close()
+        // A long-lived event stream does not end on cancellation alone:
+        // close every connection's channel, which ends its handler.
+        for channel in open.all() { try? await channel.close() }
         acceptLoop.cancel()
         await acceptLoop.value
     }
@@ -147,5 +156,30 @@ final class CloseWhenIdle: ChannelInboundHandler, Sendable {
         } else {
             context.fireUserInboundEventTriggered(event)
         }
+    }
+}
+
+/// The connections a server has open, so that stopping it closes them all.
+final class OpenChannels: @unchecked Sendable {
+    private let lock = Lock()
+    private var channels: [ObjectIdentifier: any Channel] = [:]
+
+    func add(_ channel: any Channel) {
+        let key = ObjectIdentifier(channel)
+        lock.lock()
+        channels[key] = channel
+        lock.unlock()
+        channel.closeFuture.whenComplete { [weak self] _ in
+            guard let self else { return }
+            self.lock.lock()
+            self.channels.removeValue(forKey: key)
+            self.lock.unlock()
+        }
+    }
+
+    func all() -> [any Channel] {
+        lock.lock()
+        defer { lock.unlock() }
+        return Array(channels.values)
     }
 }

@@ -82,6 +82,7 @@ public struct Watcher: Sendable {
         var anchor = try await sync(root, shared: shared, eventID: nil)?.to
         var lastSync = ContinuousClock.now
         var connected = false
+        var wasDisconnected = false
         var pending: (since: ContinuousClock.Instant, eventID: Int64?)?
         for await next in inputs {
             if stopping.get() { break }
@@ -89,9 +90,17 @@ public struct Watcher: Sendable {
             case .connected:
                 connected = true
                 options.output("connected to \(url)")
+                if wasDisconnected {
+                    // Whatever was pushed while the stream was down (and a
+                    // service that came back may not know to resend) is
+                    // caught up by one sync, as after a push.
+                    pending = (pending?.since ?? ContinuousClock.now, pending?.eventID)
+                }
+                wasDisconnected = false
             case .disconnected(let reason):
                 if connected { options.output("lost the push service (\(reason)); syncing every \(options.fallbackInterval) until it is back") }
                 connected = false
+                wasDisconnected = true
             case .push(let event):
                 let id = event.id.flatMap { Int64($0) }
                 guard let payload = try? JSONCoding.decode(PushPayload.self, from: Array(event.data.utf8)),

@@ -142,7 +142,8 @@ struct PushTests {
             let service = try box.startService(remote.path)
             let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
             #expect(waitUntil(60) { streamOpen(to: service.port) })
-            #expect(service.stop().status == 0)
+            let stopped = service.stop()
+            #expect(stopped.status == 0, "\(stopped)")
 
             let work = box.at("work")
             try box.gitOK(["clone", "-q", remote.path, work])
