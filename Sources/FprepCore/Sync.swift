@@ -592,15 +592,9 @@ struct SyncApplier {
     /// in the same folder; returns the new identifier (nil when no free name).
     private func setAside(_ path: RepoPath) throws -> String? {
         let folder = try replica.rootFolder.folder(path.parent)
-        let name = String(decoding: path.name, as: UTF8.self)
-        var stem = name, ext = ""
-        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
-            stem = String(name[..<dot])
-            ext = String(name[dot...])
-        }
         for counter in 1...100 {
-            let suffix = counter == 1 ? "" : " \(counter)"
-            let candidate = Array("\(stem) (conflict \(DeviceName.current) \(Replica.conflictDate())\(suffix))\(ext)".utf8)
+            let candidate = TreeMerge.conflictFileName(path.name, device: DeviceName.current, date: Replica.conflictDate(),
+                                                       counter: counter)
             if folder.stat(name: candidate) != nil { continue }
             guard renameat(folder.fd, cPath(path.name), folder.fd, cPath(candidate)) == 0 else {
                 throw SystemError("rename", path.description)

@@ -130,22 +130,28 @@ struct TreeMerge {
 
     /// `NAME (conflict DEVICE DATE).EXT`, numbered when taken.
     private func conflictName(for path: RepoPath, taken: inout Set<RepoPath>, existing: [RepoPath: TreeEntry]) -> RepoPath {
-        let name = String(decoding: path.name, as: UTF8.self)
-        var stem = name, ext = ""
-        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
-            stem = String(name[..<dot])
-            ext = String(name[dot...])
-        }
         var counter = 1
         while true {
-            let suffix = counter == 1 ? "" : " \(counter)"
-            let candidate = path.parent.appending(Array("\(stem) (conflict \(device) \(date)\(suffix))\(ext)".utf8))
+            let candidate = path.parent.appending(Self.conflictFileName(path.name, device: device, date: date, counter: counter))
             if !taken.contains(candidate) && existing[candidate] == nil {
                 taken.insert(candidate)
                 return candidate
             }
             counter += 1
         }
+    }
+
+    /// The name a conflict copy of `name` gets: `NAME (conflict DEVICE
+    /// DATE).EXT`, with ` N` after the date from the second one on.
+    static func conflictFileName(_ name: [UInt8], device: String, date: String, counter: Int) -> [UInt8] {
+        let text = String(decoding: name, as: UTF8.self)
+        var stem = text, ext = ""
+        if let dot = text.lastIndex(of: "."), dot != text.startIndex {
+            stem = String(text[..<dot])
+            ext = String(text[dot...])
+        }
+        let suffix = counter == 1 ? "" : " \(counter)"
+        return Array("\(stem) (conflict \(device) \(date)\(suffix))\(ext)".utf8)
     }
 
     /// The entries of `tree` at the given paths (those that exist there), plus
