@@ -39,5 +39,10 @@ step "$fprep" evict photos
 step ls -ls photos
 step "$fprep" status
 step git status --short --branch
+# Work offline, then reconcile: the change is committed and pushed to the remote.
+printf 'written in the replica\n' > docs/notes/from-replica.md
+step "$fprep" status
+step "$fprep" sync
 step git log --oneline
+step git --git-dir=../remote.git log --oneline
 printf '\nThe replica is at %s/replica\n' "$work"
