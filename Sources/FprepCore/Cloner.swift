@@ -27,6 +27,21 @@ public enum Cloner {
         /// `finished` (a killed clone's layout completed now) or `existing`
         /// (the folder already was a replica of this remote; nothing changed).
         public var resumed: String? = nil
+
+        /// What a clone of `plan`'s tree holds.
+        init(root: String, url: String, domain: String, branch: String, anchor: String?, plan: LayoutPlan) {
+            self.root = root
+            self.url = url
+            self.domain = domain
+            self.branch = branch
+            self.anchor = anchor
+            files = plan.fileCount
+            folders = plan.folders.count - plan.submodules.count
+            symlinks = plan.entries.count { $0.kind == .symlink }
+            unsupportedSubmodules = plan.submodules.map(\.description)
+            unknownSizes = plan.unknownSizes
+            logicalSize = plan.logicalSize
+        }
     }
 
     public static func clone(url given: String, into directory: String?, branch: String?,
@@ -71,11 +86,8 @@ public enum Cloner {
         let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress))
         let plan = try replica.currentPlan()
         progress.finish()
-        var result = Result(root: root, url: url, domain: replica.domain, branch: replica.branch, anchor: replica.anchor?.hex,
-                            files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
-                            symlinks: plan.entries.count { $0.kind == .symlink },
-                            unsupportedSubmodules: plan.submodules.map(\.description),
-                            unknownSizes: plan.unknownSizes, logicalSize: plan.logicalSize)
+        var result = Result(root: root, url: url, domain: replica.domain, branch: replica.branch,
+                            anchor: replica.anchor?.hex, plan: plan)
         result.resumed = phase == "layout" ? "finished" : "existing"
         return result
     }
@@ -212,11 +224,7 @@ public enum Cloner {
                                        layoutPlan: plan, beforeReady: { try recorder.wait() })
         _ = replica
         progress.finish()
-        return Result(root: root, url: url, domain: domain, branch: followed, anchor: anchor?.hex,
-                      files: plan.fileCount, folders: plan.folders.count - plan.submodules.count,
-                      symlinks: plan.entries.count { $0.kind == .symlink },
-                      unsupportedSubmodules: plan.submodules.map(\.description),
-                      unknownSizes: plan.unknownSizes, logicalSize: plan.logicalSize)
+        return Result(root: root, url: url, domain: domain, branch: followed, anchor: anchor?.hex, plan: plan)
     }
 
     /// Settings every replica's git directory gets: no automatic gc (lazy

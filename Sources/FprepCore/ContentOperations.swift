@@ -28,20 +28,15 @@ public struct Skipped: Sendable, Encodable {
     public let reason: String
 }
 
-/// The journal payload of materialize and evict: which paths, the temporary
-/// name token, and the packs fetched for the operation.
+/// The journal payload of materialize and evict: which paths, and the
+/// temporary name token. (Fetched content lives in `.fprep/fetch-*`
+/// quarantines, which recovery removes whole.)
 struct ContentJournal: Codable {
     var token: String
     var paths: [Data]
-    var packs: [String] = []
 
     func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
     static func decode(_ bytes: [UInt8]) -> ContentJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
-}
-
-/// The packs a background fetch added.
-final class FetchResult: @unchecked Sendable {
-    var packs: [String] = []
 }
 
 /// Materialize and evict: content in and out of placeholders, journaled so a
@@ -80,9 +75,8 @@ struct ContentOperations {
             return Self.placeholderBlob(replica.rootFolder, item.0)
         })).filter { !odb.contains($0) }
         let gitDirectory = replica.gitDirectory
-        let earlyFetched = FetchResult()
         let earlyFetch = BackgroundWork {
-            earlyFetched.packs = try Transport.fetchObjects(early, gitDirectory: gitDirectory, quarantine: quarantine)
+            try Transport.fetchObjects(early, gitDirectory: gitDirectory, quarantine: quarantine)
         }
 
         let index = try replica.repository.index()
@@ -103,12 +97,11 @@ struct ContentOperations {
         // its blob fetched for nothing, which costs less than waiting.
         let asked = Set(early)
         let missing = Array(Set(entries.filter(\.skipWorktree).map(\.id))).filter { !asked.contains($0) && !odb.contains($0) }
-        var journal = ContentJournal(token: Self.newToken(), paths: entries.filter(\.skipWorktree).map { Data($0.path) })
+        let journal = ContentJournal(token: Self.newToken(), paths: entries.filter(\.skipWorktree).map { Data($0.path) })
         let operation = journal.paths.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
         replica.progress.report("fetching \(early.count + missing.count) blobs", done: 0, total: entries.count)
-        let fetched = FetchResult()
         let fetch = BackgroundWork {
-            fetched.packs = try Transport.fetchObjects(missing, gitDirectory: gitDirectory, quarantine: quarantine)
+            try Transport.fetchObjects(missing, gitDirectory: gitDirectory, quarantine: quarantine)
         }
 
         var wanted: [IndexEntry] = []
@@ -365,7 +358,6 @@ struct ContentOperations {
             try replica.store.forgetMaterialized(dataless)
             try replica.store.endOperation(record.id)
         }
-        Self.removePacks(journal.packs)
         replica.removeFetchQuarantines()
     }
 
@@ -406,11 +398,6 @@ struct ContentOperations {
         String(UInt64.random(in: 0...UInt64.max), radix: 36)
     }
 
-    static func removePacks(_ packs: [String]) {
-        for pack in packs where pack.hasSuffix(".pack") || pack.hasSuffix(".idx") || pack.hasSuffix(".promisor") || pack.hasSuffix(".rev") {
-            unlink(pack)
-        }
-    }
 }
 
 extension Replica {

@@ -59,6 +59,16 @@ struct StateClassifier {
 }
 
 extension StatData {
+    /// What the index keeps of a placeholder: its size and date only (see
+    /// `StateClassifier`: a placeholder is unchanged while it has no data
+    /// blocks and that size).
+    static func placeholder(size: Int64, mtime: Int64) -> StatData {
+        var recorded = StatData()
+        recorded.fileSize = UInt32(truncatingIfNeeded: max(size, 0))
+        recorded.mtimeSeconds = Int32(truncatingIfNeeded: mtime)
+        return recorded
+    }
+
     init(_ stat: FileStat) {
         self.init(ctime: stat.ctime, mtime: stat.mtime, device: stat.device, inode: stat.inode,
                   uid: stat.uid, gid: stat.gid, size: stat.size)

@@ -33,12 +33,7 @@ struct LocalCommitter {
             if !write.placeholder { sizes.append((id, BlobInfo(size: stat.size, mtime: stat.mtime.0))) }
             // The index takes what is on disk now, so the file is clean; a
             // moved placeholder stays a placeholder.
-            var recorded = StatData(stat)
-            if write.placeholder {
-                recorded = StatData()
-                recorded.fileSize = UInt32(truncatingIfNeeded: stat.size)
-                recorded.mtimeSeconds = Int32(truncatingIfNeeded: stat.mtime.0)
-            }
+            let recorded = write.placeholder ? StatData.placeholder(size: stat.size, mtime: stat.mtime.0) : StatData(stat)
             entries.append(IndexEntry(path: write.path.bytes, id: id, mode: write.mode.raw, stat: recorded,
                                       skipWorktree: write.placeholder))
         }
@@ -80,7 +75,8 @@ struct LocalCommitter {
 enum DeviceName {
     static var current: String {
         var buffer = [CChar](repeating: 0, count: 256)
-        let host = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "device"
+        let host = gethostname(&buffer, buffer.count) == 0
+            ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "device"
         return host.isEmpty ? "device" : host
     }
 }

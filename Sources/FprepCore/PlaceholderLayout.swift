@@ -87,14 +87,10 @@ struct PlaceholderLayout {
         counter.add(sinceReport)
     }
 
-    /// What the index keeps of a placeholder: its size and date.
+    /// What the index keeps of a plan entry laid out as a placeholder.
     static func recordedStat(of entry: LayoutPlan.Entry) -> StatData {
-        var recorded = StatData()
-        if case .file = entry.kind {
-            recorded.fileSize = UInt32(truncatingIfNeeded: max(entry.size, 0))
-            recorded.mtimeSeconds = Int32(truncatingIfNeeded: entry.mtime)
-        }
-        return recorded
+        if case .file = entry.kind { return .placeholder(size: entry.size, mtime: entry.mtime) }
+        return StatData()
     }
 
     private func layOutSymlinks(_ plan: LayoutPlan, targets: [ObjectID: [UInt8]], results: StatResults) throws {

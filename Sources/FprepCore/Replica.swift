@@ -194,7 +194,4 @@ public final class Replica {
         if result.isEmpty { throw FprepError.notInReplica(shown) }
         return result
     }
-
-    /// The item's size and date as the remote knows them.
-    func blobInfo(_ id: ObjectID) throws -> BlobInfo? { try store.blobInfo(id) }
 }

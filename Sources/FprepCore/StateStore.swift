@@ -111,11 +111,6 @@ final class StateStore {
         }
     }
 
-    func blobInfo(_ id: ObjectID) throws -> BlobInfo? {
-        let statement = try database.prepare("SELECT size, mtime FROM blob_info WHERE oid = ?1").bind(.blob(id.bytes))
-        return try statement.step() ? BlobInfo(size: statement.int(0), mtime: statement.int(1)) : nil
-    }
-
     /// A reusable lookup for many blobs in a row.
     func blobInfoLookup() throws -> (ObjectID) throws -> BlobInfo? {
         let statement = try database.prepare("SELECT size, mtime FROM blob_info WHERE oid = ?1")

@@ -566,10 +566,8 @@ struct SyncApplier {
                 }
                 guard created == 0 else { throw SystemError("create placeholder", path.description) }
                 try renameInto(folder, temporary, path)
-                var recorded = StatData()
-                recorded.fileSize = UInt32(truncatingIfNeeded: size)
-                recorded.mtimeSeconds = Int32(truncatingIfNeeded: mtime)
-                try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, stat: recorded, skipWorktree: true))
+                try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw,
+                                         stat: .placeholder(size: size, mtime: mtime), skipWorktree: true))
                 if case .old(.materialized) = state { dematerialized.append(path) }
             }
         case .symlink:
@@ -628,10 +626,7 @@ struct SyncApplier {
     private func addIndexEntry(_ path: RepoPath, _ entry: TreeEntry, skipWorktree: Bool) throws {
         var stat = StatData()
         if !skipWorktree, let onDisk = replica.rootFolder.stat(path) { stat = StatData(onDisk) }
-        else if let info = try sizes(entry.id) {
-            stat.fileSize = UInt32(truncatingIfNeeded: info.size)
-            stat.mtimeSeconds = Int32(truncatingIfNeeded: info.mtime)
-        }
+        else if let info = try sizes(entry.id) { stat = .placeholder(size: info.size, mtime: info.mtime) }
         try index.add(IndexEntry(path: path.bytes, id: entry.id, mode: entry.mode.raw, stat: stat, skipWorktree: skipWorktree))
     }
 }

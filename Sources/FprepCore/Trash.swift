@@ -52,9 +52,9 @@ extension Replica {
             }
         }
         // Not what exists again at the anchor.
-        let treeDiff = TreeEditorLookup(repository: repository, tree: current)
+        let atAnchor = TreeLookup(repository: repository, tree: current)
         return try found.values.filter { item in
-            try item.commit == nil || treeDiff.entry(at: RepoPath(identifier: item.identifier)) == nil
+            try item.commit == nil || atAnchor.entry(at: RepoPath(identifier: item.identifier)) == nil
         }.sorted { $0.identifier < $1.identifier }
     }
 
@@ -101,20 +101,3 @@ extension Replica {
     }
 }
 
-/// Looks up entries of one tree by path.
-struct TreeEditorLookup {
-    let repository: Repository
-    let tree: ObjectID
-
-    func entry(at path: RepoPath) throws -> TreeEntry? {
-        var current = try repository.tree(tree)
-        let names = path.components
-        for (i, name) in names.enumerated() {
-            guard let entry = current.entry(named: name) else { return nil }
-            if i == names.count - 1 { return entry }
-            guard entry.mode == .tree else { return nil }
-            current = try repository.tree(entry.id)
-        }
-        return nil
-    }
-}

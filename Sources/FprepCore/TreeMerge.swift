@@ -154,22 +154,11 @@ struct TreeMerge {
         return Array("\(stem) (conflict \(device) \(date)\(suffix))\(ext)".utf8)
     }
 
-    /// The entries of `tree` at the given paths (those that exist there), plus
-    /// those of every conflict-copy name's folder are looked up lazily.
+    /// The entries of `tree` at the given paths (those that exist there).
     private func entries(of tree: ObjectID, at paths: Set<RepoPath>) throws -> [RepoPath: TreeEntry] {
+        let lookup = TreeLookup(repository: replica.repository, tree: tree)
         var result: [RepoPath: TreeEntry] = [:]
-        for path in paths {
-            var current = try replica.repository.tree(tree)
-            var found: TreeEntry?
-            for (i, name) in path.components.enumerated() {
-                guard let entry = current.entry(named: name) else { found = nil; break }
-                if i == path.components.count - 1 { found = entry } else {
-                    guard entry.mode == .tree else { found = nil; break }
-                    current = try replica.repository.tree(entry.id)
-                }
-            }
-            if let found { result[path] = found }
-        }
+        for path in paths { if let entry = try lookup.entry(at: path) { result[path] = entry } }
         return result
     }
 
