@@ -19,10 +19,12 @@ struct ChangesFollower {
 
     func run() throws {
         let stop = StopRequest.install()
-        var anchor = try step(from: from)
+        // The enumerator is registered before the first batch is printed, so
+        // a reader who has seen that batch knows later pushes will reach it.
         let lease = EnumeratorLease(replica: replica, container: container ?? ContainerIdentifier.root, seconds: leaseSeconds)
         lease.open()
         defer { lease.close() }
+        var anchor = try step(from: from)
         while !stop.requested {
             usleep(pollInterval)
             lease.renewIfDue()

@@ -145,6 +145,11 @@ final class Spawned: @unchecked Sendable {
 
     func signal(_ sig: Int32) { if reaped == nil { kill(pid, sig) } }
 
+    /// What it has written to stdout so far (it may still be running).
+    var stdoutSoFar: String {
+        String(decoding: FileManager.default.contents(atPath: outPath) ?? Data(), as: UTF8.self)
+    }
+
     /// Waits up to `timeout` seconds; on timeout kills it (-9) and marks the result.
     func wait(timeout: Double = 60) -> RunResult {
         var timedOut = false

@@ -176,7 +176,8 @@ struct PushTests {
             let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
             #expect(waitUntil(60) { streamOpen(to: service.port) })
             let follow = try box.spawnFprep(["changes", "--follow", "--from", start, "--container", "docs", "-C", replica])
-            usleep(500_000)
+            // Its first batch is printed once its enumerator is registered; a push before that would not reach this device.
+            #expect(waitUntil(30) { follow.stdoutSoFar.contains("anchor: \(start)") })
             let work = box.at("work")
             try box.gitOK(["clone", "-q", remote.path, work])
             let (commit, _) = try box.commitAndPush(work, file: "docs/followed.md", content: "followed\n")
