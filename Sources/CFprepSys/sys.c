@@ -159,3 +159,29 @@ ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *
     errno = saved;
     return n;
 }
+
+int fprep_holds_no_data_at(int dirfd, const char *path) {
+    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    int result = 1;
+    off_t at = lseek(fd, 0, SEEK_DATA);
+    if (at < 0) {
+        /* ENXIO: no data anywhere; the blocks are attributes. */
+        result = errno == ENXIO ? 1 : -1;
+    } else {
+        /* Data extents: only zeros (a copy that wrote the holes out) are no data. */
+        static __thread char buffer[65536];
+        for (;;) {
+            ssize_t n = pread(fd, buffer, sizeof buffer, at);
+            if (n < 0) { if (errno == EINTR) continue; result = -1; break; }
+            if (n == 0) break;
+            for (ssize_t i = 0; i < n; i++) if (buffer[i]) { result = 0; break; }
+            if (result != 1) break;
+            at += n;
+        }
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return result;
+}

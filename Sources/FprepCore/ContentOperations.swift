@@ -71,7 +71,8 @@ struct ContentOperations {
         replica.removeFetchQuarantines()
         let quarantine = replica.stateFolder + "/fetch-" + Self.newToken()
         let early = Array(Set(items.compactMap { item -> ObjectID? in
-            guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular, stat.blocks == 0 else { return nil }
+            guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular,
+                  Self.holdsNoData(replica.rootFolder, item.0, stat) else { return nil }
             return Self.placeholderBlob(replica.rootFolder, item.0)
         })).filter { !odb.contains($0) }
         let gitDirectory = replica.gitDirectory
@@ -320,7 +321,7 @@ struct ContentOperations {
                 unlinkat(folder.fd, cPath(Self.temporaryName(for: path.name, token: journal.token)), 0)
             }
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
-            if stat.blocks == 0, entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size),
+            if entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size), Self.holdsNoData(replica.rootFolder, path, stat),
                Self.isMarkedDataless(replica.rootFolder, path) {
                 // Punched: finish it, with the item's date (the kill may have
                 // come before the date was put back).
@@ -382,6 +383,14 @@ struct ContentOperations {
         let count = fprep_get_xattr_at(root.fd, cPath(path.bytes), "user.fprep.blob", &buffer, buffer.count)
         guard count == 20 else { return nil }
         return ObjectID(bytes: buffer[0..<20].map { UInt8(bitPattern: $0) })
+    }
+
+    /// Whether a regular file holds no content of its own: no blocks, or
+    /// blocks that are only its attributes or zeros (a copy made with
+    /// `cp -a` or restored from a backup). Such a file is still a placeholder,
+    /// never content to commit.
+    static func holdsNoData(_ root: FolderHandle, _ path: RepoPath, _ stat: FileStat) -> Bool {
+        stat.blocks == 0 || fprep_holds_no_data_at(root.fd, cPath(path.bytes)) == 1
     }
 
     static func isMarkedDataless(_ root: FolderHandle, _ path: RepoPath) -> Bool {

@@ -94,8 +94,8 @@ extension Replica {
     /// attributes); only other files need the index, read on first need.
     private func itemState(_ entry: TreeEntry, path: RepoPath, stat: FileStat?, index: LazyIndex) throws -> ItemState {
         guard let stat else { return .deleted }
-        if entry.mode.isFile, stat.isRegular, stat.blocks == 0,
-           ContentOperations.placeholderBlob(rootFolder, path) == entry.id,
+        if entry.mode.isFile, stat.isRegular, ContentOperations.placeholderBlob(rootFolder, path) == entry.id,
+           ContentOperations.holdsNoData(rootFolder, path, stat),
            ContentOperations.isMarkedDataless(rootFolder, path) {
             return .dataless
         }

@@ -43,7 +43,8 @@ struct StateClassifier {
             // A placeholder is unchanged while it holds no data and keeps its
             // size; a touch or chmod alone does not make content.
             if matches(entry.stat, stat) { return .dataless }
-            return stat.blocks == 0 && UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize ? .dataless : .modified
+            guard UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize else { return .modified }
+            return ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) ? .dataless : .modified
         }
         if matches(entry.stat, stat) && stat.isExecutable == (mode == .executable) { return .materialized }
         guard stat.isExecutable == (mode == .executable),

@@ -124,7 +124,8 @@ struct LocalScanner {
             let mode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
             var id: ObjectID?
             var placeholder = false
-            if stat.isRegular, stat.blocks == 0, let marked = ContentOperations.placeholderBlob(replica.rootFolder, path),
+            if stat.isRegular, let marked = ContentOperations.placeholderBlob(replica.rootFolder, path),
+               ContentOperations.holdsNoData(replica.rootFolder, path, stat),
                ContentOperations.isMarkedDataless(replica.rootFolder, path),
                let candidates = deletedByID[marked], candidates.contains(where: { Int64($0.stat.fileSize) == stat.size & 0xFFFF_FFFF }) {
                 id = marked

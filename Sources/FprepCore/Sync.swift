@@ -285,7 +285,8 @@ struct SyncApplier {
         switch new.mode {
         case .blob, .executable:
             guard stat.isRegular else { return nil }
-            if stat.blocks == 0, ContentOperations.placeholderBlob(replica.rootFolder, path) == new.id { return true }
+            if ContentOperations.placeholderBlob(replica.rootFolder, path) == new.id,
+               ContentOperations.holdsNoData(replica.rootFolder, path, stat) { return true }
             // The index already names the new blob (a sync killed after it
             // wrote the index): its stat data says whether the file is it.
             if let entry = index.entry(path: path.bytes), entry.id == new.id {

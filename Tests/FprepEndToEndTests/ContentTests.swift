@@ -287,4 +287,25 @@ struct EvictTests {
             #expect(after.int("modified") == 2)
         }
     }
+
+    @Test("a copy of a replica that wrote its holes out as zeros (cp --sparse=never) still has placeholders, not changes")
+    func copiedReplicaKeepsPlaceholders() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let copy = box.at("copy")
+            let cp = try Shell.run(["cp", "-a", "--sparse=never", replica, copy])
+            #expect(cp.status == 0, "\(cp)")
+            #expect(try #require(lstatInfo(copy + "/bin.dat")).blocks > 0, "the copy is meant to hold written zeros")
+
+            let status = try box.fprepJSON(["status"], cwd: copy)
+            #expect(status.int("modified") == 0, "\(status)")
+            #expect(status.objects("changes").isEmpty, "\(status)")
+            let sync = try box.fprepJSON(["sync"], cwd: copy)
+            #expect(sync.objects("localChanges").isEmpty && sync.string("pushed") == nil, "zeros must never be committed: \(sync)")
+            _ = try box.fprepOK(["materialize", "bin.dat"], cwd: copy)
+            expectMaterialized(copy, remote, "bin.dat")
+        }
+    }
 }

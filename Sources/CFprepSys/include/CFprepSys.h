@@ -36,6 +36,10 @@ int fprep_syncfs(int fd);
 
 /* Reads xattr `name` of the file at `dirfd`/`name` without following a symlink
  * into `buf`; returns its length or -1. */
+/* Whether a regular file beneath dirfd holds no data: no data extents (its
+ * blocks are extended attributes), or only zeros. 1 yes, 0 no, -1 error. */
+int fprep_holds_no_data_at(int dirfd, const char *path);
+
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len);
 
 /* fstatat(AT_SYMLINK_NOFOLLOW) with the nanosecond fields flattened, so Swift
