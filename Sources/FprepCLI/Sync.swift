@@ -13,12 +13,18 @@ struct Sync: ParsableCommand {
 
     @OptionGroup var replica: ReplicaOptions
 
+    @Flag(help: ArgumentHelp(
+        "Only bring the remote's changes in: no scan of the tree and no new commit, so the cost follows the size of the remote's change.",
+        discussion: "Each path the remote changes is still checked: a file you changed there is kept as a conflict copy, never overwritten. Your other changes wait for the next full sync (a commit already waiting to be pushed is pushed)."))
+    var incoming = false
+
     @Flag(help: "Print the result as JSON.")
     var json = false
 
     func run() throws {
+        Trace.start()
         let opened = try replica.open("sync", exclusive: true)
-        let report = try opened.sync()
+        let report = try opened.sync(incoming: incoming)
         if json {
             try JSONOutput.print(report)
             if report.waitingToPush != nil { throw ExitCode(1) }

@@ -61,6 +61,18 @@ struct LocalCommitter {
             try replica.store.setMeta("unpushed", commit.hex)
             try replica.store.recordBlobInfo(sizes)
             try replica.store.recordTrash(deletedHere)
+            // A moved item keeps its tags and favorites, here and, through
+            // the shared log, on every device.
+            for change in scan.changes where change.kind == .moved {
+                guard let from = change.from else { continue }
+                let old = RepoPath(identifier: from), new = RepoPath(identifier: change.path)
+                let carriesMetadata = try replica.store.hasSharedMetadata(atOrUnder: old)
+                try replica.store.moveRecords(from: old, to: new)
+                if carriesMetadata {
+                    try SharedMetadata.record(MetadataOperation(kind: .move, path: from, name: nil, to: change.path,
+                                                                time: now, device: DeviceName.current), in: replica.store)
+                }
+            }
         }
         replica.anchor = commit
         for path in scan.removed { try? index.remove(path: path.bytes) }

@@ -83,20 +83,23 @@ struct SharedMetadata {
     /// Rebuilds the local tags and favorites from the remote's chain plus
     /// the pending operations.
     func fold(remoteTip: ObjectID?) throws {
-        var operations: [MetadataOperation] = []
-        var next = remoteTip
+        // The chain is walked from its tip; its commits, reversed, are oldest
+        // first, and each device's operations keep that order (then the
+        // pending ones) when several fall in the same second.
+        var commits: [[MetadataOperation]] = []
         var seen = Set<ObjectID>()
-        var queue: [ObjectID] = next.map { [$0] } ?? []
+        var queue: [ObjectID] = remoteTip.map { [$0] } ?? []
         while let id = queue.popLast() {
             guard seen.insert(id).inserted, let commit = try? replica.repository.commit(id) else { continue }
-            for line in commit.message.split(separator: "\n") where line.hasPrefix("{") {
-                if let operation = try? JSONDecoder().decode(MetadataOperation.self, from: Data(line.utf8)) { operations.append(operation) }
-            }
+            commits.append(commit.message.split(separator: "\n").filter { $0.hasPrefix("{") }.compactMap { line in
+                try? JSONDecoder().decode(MetadataOperation.self, from: Data(line.utf8))
+            })
             queue += commit.parentIDs
         }
-        next = nil
-        operations += try pendingOperations().map(\.1)
-        operations.sort { ($0.time, $0.device, $0.kind.rawValue, $0.path) < ($1.time, $1.device, $1.kind.rawValue, $1.path) }
+        let ordered = Array(commits.reversed().joined()) + (try pendingOperations().map(\.1))
+        let operations = ordered.enumerated()
+            .sorted { ($0.element.time, $0.element.device, $0.offset) < ($1.element.time, $1.element.device, $1.offset) }
+            .map(\.element)
         var tags: [String: Set<String>] = [:]
         var favorites = Set<String>()
         for operation in operations {

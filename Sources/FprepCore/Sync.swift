@@ -38,24 +38,33 @@ struct SyncJournal: Codable {
 }
 
 extension Replica {
-    /// Fetches the followed branch (commits and trees) and moves the replica
-    /// from its anchor to the remote's: the tree diff between the two is
-    /// applied to the placeholders and materialized files, and the affected
-    /// containers are signalled. Journaled: a killed sync is finished by the
-    /// next command.
-    public func sync() throws -> SyncReport {
-        Trace.start()
+    /// Commits the local changes, fetches the followed branch (commits and
+    /// trees), merges, and moves the replica from its anchor to the result:
+    /// the tree diff between the two is applied to the placeholders and
+    /// materialized files, and the affected containers are signalled; then
+    /// pushes. Journaled: a killed sync is finished by the next command.
+    ///
+    /// `incoming` brings only the remote's changes in, at a cost that follows
+    /// their size: no scan of the tree, no new local commit (a commit that
+    /// already waits to be pushed is still merged and pushed). Each path the
+    /// remote changes is still checked on disk, so a file the user changed
+    /// there steps aside as a conflict copy instead of being overwritten;
+    /// other local changes stay where they are for the next full sync.
+    public func sync(incoming: Bool = false) throws -> SyncReport {
+        Trace.mark("open")
         var report = SyncReport()
         let startAnchor = anchor
 
         // 1. The local changes become a commit on top of the anchor.
-        let index = try repository.index()
-        let scan = try LocalScanner(replica: self, index: index).scan()
-        Trace.mark("scan")
-        if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: index) {
-            report.localChanges = changes
+        if !incoming {
+            let index = try repository.index()
+            let scan = try LocalScanner(replica: self, index: index).scan()
+            Trace.mark("scan")
+            if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: index) {
+                report.localChanges = changes
+            }
+            Trace.mark("local commit")
         }
-        Trace.mark("local commit")
 
         // 2. Fetch, then merge, lay out and push until the push lands.
         for attempt in 1...5 {
@@ -132,6 +141,7 @@ extension Replica {
         }
         // Tags and favorites of every device, merged.
         try SharedMetadata(replica: self).synchronize()
+        Trace.mark("shared metadata")
         report.from = startAnchor?.hex
         report.to = anchor?.hex
         return report
@@ -217,8 +227,11 @@ extension Replica {
             try store.forgetMaterialized(applier.dematerialized)
             try store.recordMaterialized(applier.rematerialized, at: now)
             for move in changes.moved where move.isFolder || !changes.moved.contains(where: { $0.isFolder && move.from.isWithin($0.from) }) {
+                // Tags and favorites are rebuilt from the shared log, so a move
+                // that carries some goes into it (nothing to push otherwise).
+                let carriesMetadata = try store.hasSharedMetadata(atOrUnder: move.from)
                 try store.moveRecords(from: move.from, to: move.to)
-                if move.isFolder || workingSet.contains(move.from) {
+                if carriesMetadata {
                     try SharedMetadata.record(MetadataOperation(kind: .move, path: move.from.description, name: nil,
                                                                 to: move.to.description, time: now, device: DeviceName.current), in: store)
                 }

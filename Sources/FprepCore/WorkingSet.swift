@@ -145,6 +145,17 @@ extension StateStore {
         return result
     }
 
+    /// Whether a tag or favorite is on `path` or below it: only then does a
+    /// move of it need an operation in the shared metadata log.
+    func hasSharedMetadata(atOrUnder path: RepoPath) throws -> Bool {
+        for table in ["tags", "favorites"] {
+            let select = try database.prepare("SELECT 1 FROM \(table) WHERE path = ?1 OR (path >= ?2 AND path < ?3) LIMIT 1")
+                .bind(.blob(path.bytes), .blob(path.bytes + [0x2F]), .blob(path.bytes + [0x30]))
+            if try select.step() { return true }
+        }
+        return false
+    }
+
     /// Carries every per-path record from `from` (and below) to `to` after a move.
     func moveRecords(from: RepoPath, to: RepoPath) throws {
         for table in ["materialized", "recents", "tags", "favorites"] {

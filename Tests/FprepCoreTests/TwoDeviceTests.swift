@@ -161,6 +161,32 @@ import FprepGit
     }
 }
 
+extension SharedMetadataTests {
+    @Test func aTagFollowsItsFileMovedOnOneDeviceOnBothDevices() throws {
+        let h = try SyncHarness(files: TwoDeviceTests.files)
+        let second = h.folder + "/replica-b"
+        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
+        func open(_ root: String) throws -> Replica {
+            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
+        }
+        try open(h.replicaRoot).setTag("a-only.txt", relativeTo: h.replicaRoot, name: "red", present: true)
+        _ = try open(h.replicaRoot).sync()
+        _ = try open(second).sync()
+        #expect(try open(second).workingSetItems().first { $0.identifier == "a-only.txt" }?.tags == ["red"])
+
+        try FileManager.default.createDirectory(atPath: h.replicaRoot + "/moved", withIntermediateDirectories: true)
+        try FileManager.default.moveItem(atPath: h.replicaRoot + "/a-only.txt", toPath: h.replicaRoot + "/moved/a.txt")
+        let sync = try open(h.replicaRoot).sync()
+        #expect(sync.localChanges.contains { $0.kind == .moved && $0.path == "moved/a.txt" }, "\(sync.localChanges)")
+        _ = try open(second).sync()
+        for root in [h.replicaRoot, second] {
+            let items = try open(root).workingSetItems()
+            #expect(items.first { $0.identifier == "moved/a.txt" }?.tags == ["red"], "\(root): \(items)")
+            #expect(items.first { $0.identifier == "a-only.txt" }?.tags.isEmpty != false, "\(root): \(items)")
+        }
+    }
+}
+
 @Suite(.serialized) struct TrashTests {
     @Test func deletionsFromBothSidesAreListedAndRestoreBringsContentBack() throws {
         let h = try SyncHarness(files: TwoDeviceTests.files)
