@@ -27,9 +27,16 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // OpenSSL's libcrypto (Debian: libssl-dev), already loaded by libgit2:
+        // the SHA-1 checksum of the index file fprep reads and writes itself.
+        .systemLibrary(
+            name: "CLibCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // Linux calls Glibc's Swift overlay does not expose (openat2, fallocate flags, syncfs).
         .target(name: "CFprepSys"),
-        .target(name: "FprepGit", dependencies: ["CLibGit2"]),
+        .target(name: "FprepGit", dependencies: ["CLibGit2", "CLibCrypto"]),
         .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"]),
         // Push signals: the hook's outbox, the delivery service, the device's watcher.
         .target(

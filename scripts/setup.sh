@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what fprep needs to build and run on a fresh Debian machine:
-# libgit2 and SQLite (headers for the build), pkg-config, git, and attr
+# libgit2, SQLite and OpenSSL's libcrypto (headers for the build), pkg-config, git, and attr
 # (getfattr, used by the quickstart to show placeholder attributes).
 set -euo pipefail
 need=()
 pkg-config --exists libgit2 2>/dev/null || need+=(libgit2-dev)
 pkg-config --exists sqlite3 2>/dev/null || need+=(libsqlite3-dev)
+pkg-config --exists libcrypto 2>/dev/null || need+=(libssl-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v git >/dev/null || need+=(git)
 command -v getfattr >/dev/null || need+=(attr)

@@ -46,7 +46,6 @@ struct ContentOperations {
 
     init(_ replica: Replica) { self.replica = replica }
 
-    private var classifier: StateClassifier { StateClassifier(root: replica.rootFolder) }
 
     /// The file entries named by `items` (folders expanded), each once.
     private func fileEntries(_ items: [(RepoPath, String)], index: Index) throws -> [IndexEntry] {
@@ -109,7 +108,7 @@ struct ContentOperations {
         var alreadyThere: [RepoPath] = []
         for entry in entries {
             let path = RepoPath(bytes: entry.path)
-            switch classifier.state(of: entry) {
+            switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
             case .dataless where entry.skipWorktree: wanted.append(entry)
             case .materialized, .dataless: alreadyThere.append(path)
             case .modified:
@@ -168,7 +167,7 @@ struct ContentOperations {
         for (entry, folder, temporary) in written {
             let path = RepoPath(bytes: entry.path)
             // A program may have written into the placeholder meanwhile: its bytes win.
-            guard classifier.state(of: entry) == .dataless else {
+            guard StateClassifier(root: replica.rootFolder, index: index).state(of: entry) == .dataless else {
                 unlinkat(folder.fd, cPath(temporary), 0)
                 result.skipped.append(Skipped(path: path.description, reason: "changed while it was being materialized; the change is kept"))
                 continue
@@ -234,7 +233,7 @@ struct ContentOperations {
         var candidates: [IndexEntry] = []
         for entry in try fileEntries(items, index: index) {
             let path = RepoPath(bytes: entry.path)
-            switch classifier.state(of: entry) {
+            switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
             case .dataless: result.alreadyDataless += 1
             case .materialized: candidates.append(entry)
             case .modified:

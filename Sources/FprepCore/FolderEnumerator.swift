@@ -99,8 +99,9 @@ extension Replica {
            ContentOperations.isMarkedDataless(rootFolder, path) {
             return .dataless
         }
-        guard let indexEntry = try index.get().entry(path: path.bytes) else { return .modified }
-        return StateClassifier(root: rootFolder).state(of: indexEntry, stat: stat)
+        let loaded = try index.get()
+        guard let indexEntry = loaded.entry(path: path.bytes) else { return .modified }
+        return StateClassifier(root: rootFolder, index: loaded).state(of: indexEntry, stat: stat)
     }
 
     static func encodePageToken(_ name: [UInt8]) -> String {

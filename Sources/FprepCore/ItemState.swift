@@ -20,6 +20,15 @@ public enum ItemState: String, Sendable, Codable {
 /// stat changed is read.
 struct StateClassifier {
     let root: FolderHandle
+    /// When the index file was written: a file whose date is not before it
+    /// may have changed after its stat data was taken, within the same tick
+    /// of the clock (git's "racily clean" entry), so its content is checked.
+    let indexTime: (seconds: Int64, nanoseconds: Int64)
+
+    init(root: FolderHandle, index: Index) {
+        self.root = root
+        indexTime = index.fileTime
+    }
 
     func state(of entry: IndexEntry) -> ItemState {
         let path = RepoPath(bytes: entry.path)
@@ -32,7 +41,7 @@ struct StateClassifier {
         if mode == .submodule { return stat.isDirectory ? .dataless : .modified }
         if mode == .symlink {
             guard stat.isSymlink else { return .modified }
-            if matches(entry.stat, stat) { return .materialized }
+            if matches(entry.stat, stat) && !isRacy(entry.stat) { return .materialized }
             let path = RepoPath(bytes: entry.path)
             guard let target = try? root.readLink(path),
                   let id = try? target.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) else { return .modified }
@@ -46,11 +55,16 @@ struct StateClassifier {
             guard UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize else { return .modified }
             return ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) ? .dataless : .modified
         }
-        if matches(entry.stat, stat) && stat.isExecutable == (mode == .executable) { return .materialized }
+        if matches(entry.stat, stat) && !isRacy(entry.stat) && stat.isExecutable == (mode == .executable) { return .materialized }
         guard stat.isExecutable == (mode == .executable),
               let bytes = try? root.readFile(RepoPath(bytes: entry.path)),
               let id = try? bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) else { return .modified }
         return id == entry.id ? .materialized : .modified
+    }
+
+    func isRacy(_ recorded: StatData) -> Bool {
+        let seconds = Int64(recorded.mtimeSeconds)
+        return seconds > indexTime.seconds || (seconds == indexTime.seconds && Int64(recorded.mtimeNanoseconds) >= indexTime.nanoseconds)
     }
 
     /// Whether the index's stat data still describes the file.

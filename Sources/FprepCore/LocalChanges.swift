@@ -58,7 +58,7 @@ struct LocalScanner {
     static let ignoredTopLevel: Set<[UInt8]> = [Array(".git".utf8), Array(Replica.stateFolderName.utf8)]
 
     func scan() throws -> LocalChangeSet {
-        let classifier = StateClassifier(root: replica.rootFolder)
+        let classifier = StateClassifier(root: replica.rootFolder, index: index)
         var set = LocalChangeSet()
         // One walk of the tree looks at every file once, with a stat relative
         // to its open folder: a file the index has (found by binary search in

@@ -56,11 +56,13 @@ extension Replica {
         let startAnchor = anchor
 
         // 1. The local changes become a commit on top of the anchor.
+        var index: Index?
         if !incoming {
-            let index = try repository.index()
-            let scan = try LocalScanner(replica: self, index: index).scan()
+            let scanned = try repository.index()
+            index = scanned
+            let scan = try LocalScanner(replica: self, index: scanned).scan()
             Trace.mark("scan")
-            if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: index) {
+            if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: scanned) {
                 report.localChanges = changes
             }
             Trace.mark("local commit")
@@ -68,7 +70,11 @@ extension Replica {
 
         // 2. Fetch, then merge, lay out and push until the push lands.
         for attempt in 1...5 {
+            // The index (a large file) is read while git fetches; nothing
+            // else touches the repository until both are done.
+            let indexRead = index == nil ? IndexRead(repository) : nil
             do {
+                defer { if let indexRead { index = try? indexRead.get() } }
                 try Transport.fetchTrees(gitDirectory: gitDirectory)
             } catch let error as GitCommandError {
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
@@ -84,7 +90,7 @@ extension Replica {
             guard let ours = anchor else {
                 // An empty replica: take the remote as it is.
                 let journal = SyncJournal(from: nil, to: theirs.hex)
-                merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded())))
+                merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index))
                 break
             }
             var target = ours
@@ -113,7 +119,7 @@ extension Replica {
             if target != ours {
                 let journal = SyncJournal(from: ours.hex, to: target.hex, conflicts: report.conflicts)
                 let operation = try store.beginOperation("sync", payload: journal.encoded())
-                merge(&report, try applySync(journal, operation: operation))
+                merge(&report, try applySync(journal, operation: operation, index: index))
             }
             // Push what the remote does not have yet.
             guard try !repository.isAncestor(target, of: theirs) else {
@@ -178,7 +184,7 @@ extension Replica {
     /// Applies the change from `journal.from` to `journal.to`. Every step
     /// checks what is already on disk, so running it again after a crash
     /// finishes the same sync.
-    func applySync(_ journal: SyncJournal, operation: Int64, resuming: Bool = false) throws -> SyncReport {
+    func applySync(_ journal: SyncJournal, operation: Int64, resuming: Bool = false, index: Index? = nil) throws -> SyncReport {
         guard let target = ObjectID(hex: journal.to) else {
             try store.endOperation(operation)
             throw FprepError("the journal of an interrupted sync is unreadable; run 'fprep sync' again")
@@ -199,7 +205,8 @@ extension Replica {
         let now = Int64(Date().timeIntervalSince1970)
         let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
         Trace.mark("working set")
-        var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex)
+        var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex,
+                                      index: index ?? repository.index())
         if resuming { applier.removeStaleTemporaries() }
         Trace.mark("read index")
         var report = try applier.apply()
@@ -263,13 +270,13 @@ struct SyncApplier {
     var rematerialized: [(RepoPath, ObjectID)] = []
     var sizeDelta: Int64 = 0
 
-    init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String) throws {
+    init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index) throws {
         self.replica = replica
         self.changes = changes
         self.commitTime = commitTime
         self.anchor = anchor
-        index = try replica.repository.index()
-        classifier = StateClassifier(root: replica.rootFolder)
+        self.index = index
+        classifier = StateClassifier(root: replica.rootFolder, index: index)
         sizes = try replica.store.blobInfoLookup()
     }
 
@@ -642,5 +649,26 @@ struct SyncApplier {
         if !skipWorktree, let onDisk = replica.rootFolder.stat(path) { stat = StatData(onDisk) }
         else if let info = try sizes(entry.id) { stat = .placeholder(size: info.size, mtime: info.mtime) }
         try index.add(IndexEntry(path: path.bytes, id: entry.id, mode: entry.mode.raw, stat: stat, skipWorktree: skipWorktree))
+    }
+}
+
+/// The replica's index, read on another thread; `get` waits for it.
+private final class IndexRead: @unchecked Sendable {
+    private let work: BackgroundWork
+    private let box = ResultBox()
+
+    init(_ repository: Repository) {
+        let box = self.box
+        work = BackgroundWork { box.result = Result { try repository.index() } }
+    }
+
+    func get() throws -> Index {
+        try work.wait()
+        guard let result = box.result else { throw FprepError("the index was not read") }
+        return try result.get()
+    }
+
+    private final class ResultBox: @unchecked Sendable {
+        var result: Result<Index, Error>?
     }
 }

@@ -1,3 +1,4 @@
+import CLibCrypto
 import CLibGit2
 import Glibc
 
@@ -32,7 +33,7 @@ public struct StatData: Equatable, Sendable {
     }
 }
 
-/// One index entry copied out of libgit2.
+/// One index entry, copied out of the index.
 public struct IndexEntry: Sendable {
     /// The full path, bytes, '/'-separated.
     public var path: [UInt8]
@@ -52,118 +53,471 @@ public struct IndexEntry: Sendable {
     }
 }
 
-/// A repository index; owns a `git_index` (freed with `git_index_free`).
+/// The repository's index file (`.git/index`), read and written by fprep
+/// itself in git's format (versions 2, 3 and 4 read; 2 or 3 written).
+///
+/// libgit2's index copies and hashes every entry on each read (0.1 s for
+/// 10^5 entries); this one maps the file and finds its entries in place, so
+/// a command that looks at a few paths costs what those paths cost. Edits
+/// wait in a small table and are merged into the entry order once, when
+/// positions are asked for or the file is written. Optional extensions
+/// (the cache tree, the untracked cache…) are dropped on write, which git
+/// allows; an index that needs a mandatory one fprep does not know (split
+/// or sparse index) is refused with a clear error.
 public final class Index {
-    let pointer: OpaquePointer
+    /// The index file.
+    public let filePath: String
+    /// The bytes entries are read from: the mapped file (or, for version 4,
+    /// its entries re-encoded in the version 2/3 layout).
+    private var storage: IndexStorage
+    /// The entries in path order: a non-negative value is the offset of an
+    /// entry in `storage`, a negative one `~i` is `owned[i]`.
+    private var slots: [Int32] = []
+    private var owned: [IndexEntry] = []
+    /// Adds and removals not merged into `slots` yet, by path.
+    private var pending: [[UInt8]: Edit] = [:]
+    private var stamp: FileStamp?
 
-    init(taking pointer: OpaquePointer) { self.pointer = pointer }
-    deinit { git_index_free(pointer) }
+    private enum Edit {
+        case put(IndexEntry)
+        case remove
+    }
 
-    /// Rereads the index file from disk; wraps `git_index_read`. Unforced,
-    /// it reads only when the file changed since the last read.
+    /// When the index file was last written: git's racy-clean rule says an
+    /// entry whose file changed at or after this moment cannot be trusted
+    /// on its stat data alone.
+    public var fileTime: (seconds: Int64, nanoseconds: Int64) { stamp.map { ($0.mtime, $0.mtimeNanoseconds) } ?? (0, 0) }
+
+    /// Reads `path` (an index that does not exist is empty).
+    public init(path: String) throws {
+        filePath = path
+        storage = IndexStorage.empty
+        try reload(force: true)
+    }
+
+    /// Rereads the file; unforced, only when it changed since it was read or written here.
     public func reload(force: Bool = true) throws {
-        try check(git_index_read(pointer, force ? 1 : 0), "git_index_read")
+        let current = FileStamp(path: filePath)
+        if !force, current == stamp { return }
+        pending = [:]
+        owned = []
+        slots = []
+        storage = .empty
+        stamp = current
+        guard current != nil else { return }
+        let (storage, slots) = try IndexStorage.read(filePath)
+        self.storage = storage
+        self.slots = slots
     }
 
-    public var count: Int { git_index_entrycount(pointer) }
+    public var count: Int {
+        settle()
+        return slots.count
+    }
 
-    /// Removes every entry (in memory until `write`); wraps `git_index_clear`.
+    /// Removes every entry (in memory until `write`).
     public func clear() throws {
-        try check(git_index_clear(pointer), "git_index_clear")
+        pending = [:]
+        owned = []
+        slots = []
     }
 
-    /// The entry at position `i` in path order; wraps `git_index_get_byindex`.
+    /// The entry at position `i` in path order.
     public func entry(at i: Int) -> IndexEntry? {
-        // "the entry is owned by the index": copy it out at once.
-        guard let raw = git_index_get_byindex(pointer, i) else { return nil }
-        return Self.copy(raw.pointee)
+        settle()
+        guard i >= 0, i < slots.count else { return nil }
+        return decode(slots[i])
     }
 
-    /// The stage-0 entry for `path`; wraps `git_index_get_bypath`.
+    /// The stage-0 entry for `path`.
     public func entry(path: [UInt8]) -> IndexEntry? {
-        var cPath = path.map { CChar(bitPattern: $0) }
-        cPath.append(0)
-        guard let raw = git_index_get_bypath(pointer, cPath, 0) else { return nil }
-        return Self.copy(raw.pointee)
+        if let edit = pending[path] {
+            if case .put(let entry) = edit { return entry }
+            return nil
+        }
+        guard let position = search(path) else { return nil }
+        return decode(slots[position])
     }
 
-    /// The stage-0 entry for `path` and its position, found by binary search
-    /// without copying any other entry; wraps `git_index_find`.
+    /// The stage-0 entry for `path` and its position, by binary search.
     public func find(_ path: [UInt8]) -> (position: Int, entry: IndexEntry)? {
-        var position = 0
-        let found = path.withUnsafeBufferPointer { buffer -> Bool in
-            var cPath = [CChar](repeating: 0, count: buffer.count + 1)
-            for i in 0..<buffer.count { cPath[i] = CChar(bitPattern: buffer[i]) }
-            return git_index_find(&position, pointer, cPath) == 0
+        settle()
+        guard let position = search(path) else { return nil }
+        var entry = decode(slots[position])
+        entry.path = path
+        return (position, entry)
+    }
+
+    /// Whether `path` has a stage-0 entry, without copying it out.
+    public func contains(_ path: [UInt8]) -> Bool {
+        if let edit = pending[path] {
+            if case .put = edit { return true }
+            return false
         }
-        guard found, let raw = git_index_get_byindex(pointer, position) else { return nil }
-        return (position, Self.copy(raw.pointee, path: path))
+        return search(path) != nil
     }
 
     /// The position of the first entry whose path starts with `prefix`, or
-    /// nil when none does; wraps `git_index_find_prefix`.
+    /// nil when none does.
     public func firstPosition(withPrefix prefix: [UInt8]) -> Int? {
-        var cPrefix = prefix.map { CChar(bitPattern: $0) }
-        cPrefix.append(0)
-        var position = 0
-        guard git_index_find_prefix(&position, pointer, cPrefix) == 0 else { return nil }
-        return position
+        settle()
+        let position = prefix.withUnsafeBufferPointer { lowerBound($0) }
+        guard position < slots.count else { return nil }
+        let starts = withPath(slots[position]) { $0.starts(with: prefix) }
+        return starts ? position : nil
     }
 
-    /// Adds or replaces the entry for its path; wraps `git_index_add`.
+    /// Adds or replaces the entry for its path (every stage of it).
     public func add(_ entry: IndexEntry) throws {
-        var cPath = entry.path.map { CChar(bitPattern: $0) }
-        cPath.append(0)
-        try cPath.withUnsafeBufferPointer { pathBuffer in
-            var raw = git_index_entry()
-            raw.ctime = git_index_time(seconds: entry.stat.ctimeSeconds, nanoseconds: entry.stat.ctimeNanoseconds)
-            raw.mtime = git_index_time(seconds: entry.stat.mtimeSeconds, nanoseconds: entry.stat.mtimeNanoseconds)
-            raw.dev = entry.stat.device
-            raw.ino = entry.stat.inode
-            raw.uid = entry.stat.uid
-            raw.gid = entry.stat.gid
-            raw.file_size = entry.stat.fileSize
-            raw.mode = entry.mode
-            raw.id = entry.id.raw
-            raw.flags_extended = entry.skipWorktree ? UInt16(GIT_INDEX_ENTRY_SKIP_WORKTREE.rawValue) : 0
-            raw.path = pathBuffer.baseAddress
-            try check(git_index_add(pointer, &raw), "git_index_add")
+        guard !entry.path.isEmpty, !entry.path.contains(0) else {
+            throw GitError(code: .invalid, message: "invalid path in an index entry", function: "index add")
         }
+        pending[entry.path] = .put(entry)
     }
 
-    /// Removes the stage-0 entry for `path`; wraps `git_index_remove`.
+    /// Removes the entry for `path` (every stage of it).
     public func remove(path: [UInt8]) throws {
-        var cPath = path.map { CChar(bitPattern: $0) }
-        cPath.append(0)
-        try check(git_index_remove(pointer, cPath, 0), "git_index_remove")
+        pending[path] = .remove
     }
 
-    /// Writes the index file atomically (lock file, then rename); wraps `git_index_write`.
+    /// Writes the index file atomically: `index.lock`, then a rename, as
+    /// git does (a lock file that exists means another writer; nothing is
+    /// written then).
     public func write() throws {
-        try check(git_index_write(pointer), "git_index_write")
+        settle()
+        var extended = false
+        for slot in slots where hasExtendedFlags(slot) { extended = true; break }
+        var output: [UInt8] = []
+        output.reserveCapacity(storage.count + owned.count * 96 + 32)
+        output += Array("DIRC".utf8)
+        appendBigEndian(&output, UInt32(extended ? 3 : 2))
+        appendBigEndian(&output, UInt32(slots.count))
+        // Entries kept from the file are copied in runs of adjacent bytes.
+        var i = 0
+        while i < slots.count {
+            let slot = slots[i]
+            if slot < 0 {
+                encode(owned[Int(~slot)], into: &output)
+                i += 1
+                continue
+            }
+            let start = Int(slot)
+            var end = start + storage.entrySize(at: start)
+            i += 1
+            while i < slots.count, slots[i] >= 0, Int(slots[i]) == end {
+                end += storage.entrySize(at: end)
+                i += 1
+            }
+            output.append(contentsOf: UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
+        }
+        var checksum = [UInt8](repeating: 0, count: 20)
+        guard output.withUnsafeBytes({ fprep_sha1($0.baseAddress, $0.count, &checksum) }) == 0 else {
+            throw GitError(code: .other(-1), message: "SHA-1 of the index failed", function: "index write")
+        }
+        output += checksum
+
+        let lock = filePath + ".lock"
+        let fd = open(lock, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            let code = errno
+            if code == EEXIST {
+                throw GitError(code: .locked, message: "'\(lock)' exists: another git process is writing the index (remove it if none is)",
+                               function: "index write")
+            }
+            throw GitError(code: .other(-1), message: "cannot create '\(lock)': \(String(cString: strerror(code)))", function: "index write")
+        }
+        var written = 0
+        let failure: Int32? = output.withUnsafeBytes { bytes in
+            while written < bytes.count {
+                let n = Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                written += n
+            }
+            return nil
+        }
+        close(fd)
+        if let failure {
+            unlink(lock)
+            throw GitError(code: .other(-1), message: "cannot write '\(lock)': \(String(cString: strerror(failure)))", function: "index write")
+        }
+        guard rename(lock, filePath) == 0 else {
+            let code = errno
+            unlink(lock)
+            throw GitError(code: .other(-1), message: "cannot rename '\(lock)': \(String(cString: strerror(code)))", function: "index write")
+        }
+        stamp = FileStamp(path: filePath)
     }
 
-    static func copy(_ raw: git_index_entry, path known: [UInt8]? = nil) -> IndexEntry {
-        let path: [UInt8]
-        if let known {
-            path = known
-        } else {
-            let length = strlen(raw.path)
-            path = raw.path.withMemoryRebound(to: UInt8.self, capacity: length) {
-                Array(UnsafeBufferPointer(start: $0, count: length))
+    // MARK: entries in place
+
+    /// Merges the pending edits into the path order.
+    private func settle() {
+        guard !pending.isEmpty else { return }
+        let edits = pending.sorted { $0.key.lexicographicallyPrecedes($1.key) }
+        pending = [:]
+        var merged: [Int32] = []
+        merged.reserveCapacity(slots.count + edits.count)
+        var i = 0
+        for (path, edit) in edits {
+            let order: (Int32) -> Int = { slot in self.withPath(slot) { existing in
+                path.withUnsafeBufferPointer { Self.compare(existing, $0) }
+            } }
+            while i < slots.count, order(slots[i]) < 0 {
+                merged.append(slots[i])
+                i += 1
+            }
+            while i < slots.count, order(slots[i]) == 0 { i += 1 }  // replaced or removed, every stage
+            if case .put(let entry) = edit {
+                owned.append(entry)
+                merged.append(~Int32(owned.count - 1))
             }
         }
+        merged.append(contentsOf: slots[i...])
+        slots = merged
+    }
+
+    /// The position of the stage-0 entry for `path` in `slots` as they are.
+    private func search(_ path: [UInt8]) -> Int? {
+        path.withUnsafeBufferPointer { key in
+            let position = lowerBound(key)
+            guard position < slots.count else { return nil }
+            let slot = slots[position]
+            guard withPath(slot, { Self.compare($0, key) }) == 0, stage(slot) == 0 else { return nil }
+            return position
+        }
+    }
+
+    /// The first position whose path is not before `key`.
+    private func lowerBound(_ key: UnsafeBufferPointer<UInt8>) -> Int {
+        var low = 0, high = slots.count
+        while low < high {
+            let middle = (low + high) / 2
+            if withPath(slots[middle], { Self.compare($0, key) }) < 0 { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    private static func compare(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+        let common = min(a.count, b.count)
+        if common > 0, let left = a.baseAddress, let right = b.baseAddress {
+            let order = memcmp(left, right, common)
+            if order != 0 { return Int(order) }
+        }
+        return a.count - b.count
+    }
+
+    private func withPath<T>(_ slot: Int32, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        if slot < 0 { return owned[Int(~slot)].path.withUnsafeBufferPointer(body) }
+        return body(storage.path(at: Int(slot)))
+    }
+
+    private func stage(_ slot: Int32) -> Int {
+        slot < 0 ? 0 : Int((storage.u16(Int(slot) + 60) >> 12) & 3)
+    }
+
+    private func hasExtendedFlags(_ slot: Int32) -> Bool {
+        if slot < 0 { return owned[Int(~slot)].skipWorktree }
+        return storage.u16(Int(slot) + 60) & 0x4000 != 0
+    }
+
+    private func decode(_ slot: Int32) -> IndexEntry {
+        if slot < 0 { return owned[Int(~slot)] }
+        let at = Int(slot)
         var stat = StatData()
-        stat.ctimeSeconds = raw.ctime.seconds
-        stat.ctimeNanoseconds = raw.ctime.nanoseconds
-        stat.mtimeSeconds = raw.mtime.seconds
-        stat.mtimeNanoseconds = raw.mtime.nanoseconds
-        stat.device = raw.dev
-        stat.inode = raw.ino
-        stat.uid = raw.uid
-        stat.gid = raw.gid
-        stat.fileSize = raw.file_size
-        let skip = (raw.flags_extended & UInt16(GIT_INDEX_ENTRY_SKIP_WORKTREE.rawValue)) != 0
-        return IndexEntry(path: path, id: ObjectID(raw.id), mode: raw.mode, stat: stat, skipWorktree: skip)
+        stat.ctimeSeconds = Int32(bitPattern: storage.u32(at))
+        stat.ctimeNanoseconds = storage.u32(at + 4)
+        stat.mtimeSeconds = Int32(bitPattern: storage.u32(at + 8))
+        stat.mtimeNanoseconds = storage.u32(at + 12)
+        stat.device = storage.u32(at + 16)
+        stat.inode = storage.u32(at + 20)
+        stat.uid = storage.u32(at + 28)
+        stat.gid = storage.u32(at + 32)
+        stat.fileSize = storage.u32(at + 36)
+        var oid = git_oid()
+        withUnsafeMutableBytes(of: &oid.id) { $0.copyMemory(from: UnsafeRawBufferPointer(start: storage.base + at + 40, count: 20)) }
+        let flags = storage.u16(at + 60)
+        let skip = flags & 0x4000 != 0 && storage.u16(at + 62) & 0x4000 != 0
+        return IndexEntry(path: Array(storage.path(at: at)), id: ObjectID(oid), mode: storage.u32(at + 24), stat: stat, skipWorktree: skip)
+    }
+
+    private func encode(_ entry: IndexEntry, into output: inout [UInt8]) {
+        let start = output.count
+        for value in [UInt32(bitPattern: entry.stat.ctimeSeconds), entry.stat.ctimeNanoseconds,
+                      UInt32(bitPattern: entry.stat.mtimeSeconds), entry.stat.mtimeNanoseconds,
+                      entry.stat.device, entry.stat.inode, entry.mode, entry.stat.uid, entry.stat.gid, entry.stat.fileSize] {
+            appendBigEndian(&output, value)
+        }
+        output += entry.id.bytes
+        let nameLength = UInt16(min(entry.path.count, 0xFFF))
+        appendBigEndian(&output, (entry.skipWorktree ? 0x4000 : 0) | nameLength)
+        if entry.skipWorktree { appendBigEndian(&output, UInt16(0x4000)) }
+        output += entry.path
+        // NUL-padded to a multiple of 8, with at least one NUL.
+        let size = (output.count - start + 8) & ~7
+        output += [UInt8](repeating: 0, count: start + size - output.count)
+    }
+}
+
+private func appendBigEndian<T: FixedWidthInteger>(_ output: inout [UInt8], _ value: T) {
+    withUnsafeBytes(of: value.bigEndian) { output.append(contentsOf: $0) }
+}
+
+/// What says an index file changed: size, date and inode.
+private struct FileStamp: Equatable {
+    let size: Int64
+    let mtime: Int64
+    let mtimeNanoseconds: Int64
+    let inode: UInt64
+
+    init?(path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        size = Int64(info.st_size)
+        mtime = Int64(info.st_mtim.tv_sec)
+        mtimeNanoseconds = Int64(info.st_mtim.tv_nsec)
+        inode = UInt64(info.st_ino)
+    }
+}
+
+/// The bytes of an index's entries in the version 2/3 layout: the mapped
+/// file, or a buffer of re-encoded version 4 entries.
+private final class IndexStorage {
+    let base: UnsafeRawPointer
+    let count: Int
+    private let release: () -> Void
+
+    init(base: UnsafeRawPointer, count: Int, release: @escaping () -> Void) {
+        self.base = base
+        self.count = count
+        self.release = release
+    }
+
+    deinit { release() }
+
+    static var empty: IndexStorage {
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: 8, alignment: 8)
+        return IndexStorage(base: UnsafeRawPointer(buffer), count: 0) { buffer.deallocate() }
+    }
+
+    @inline(__always) func u32(_ at: Int) -> UInt32 { UInt32(bigEndian: base.loadUnaligned(fromByteOffset: at, as: UInt32.self)) }
+    @inline(__always) func u16(_ at: Int) -> UInt16 { UInt16(bigEndian: base.loadUnaligned(fromByteOffset: at, as: UInt16.self)) }
+
+    /// Where the path of the entry at `at` starts.
+    @inline(__always) func pathStart(_ at: Int) -> Int { at + (u16(at + 60) & 0x4000 != 0 ? 64 : 62) }
+
+    @inline(__always) func path(at: Int) -> UnsafeBufferPointer<UInt8> {
+        let start = pathStart(at)
+        var length = Int(u16(at + 60) & 0xFFF)
+        if length == 0xFFF { length = strlen(base.advanced(by: start).assumingMemoryBound(to: CChar.self)) }
+        return UnsafeBufferPointer(start: base.advanced(by: start).assumingMemoryBound(to: UInt8.self), count: length)
+    }
+
+    /// The size of the entry at `at`, padding included.
+    @inline(__always) func entrySize(at: Int) -> Int {
+        let start = pathStart(at)
+        return (start - at + path(at: at).count + 8) & ~7
+    }
+
+    /// Maps `path` and lists its entries' offsets.
+    static func read(_ path: String) throws -> (IndexStorage, [Int32]) {
+        func failure(_ message: String) -> GitError {
+            GitError(code: .invalid, message: "the index '\(path)' \(message); 'fprep repair' rebuilds it", function: "index read")
+        }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("cannot be opened: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw failure("cannot be read") }
+        let size = Int(info.st_size)
+        guard size >= 32 else { throw failure("is truncated") }
+        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
+            throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
+        }
+        let file = IndexStorage(base: UnsafeRawPointer(mapped), count: size) { munmap(mapped, size) }
+        guard memcmp(file.base, "DIRC", 4) == 0 else { throw failure("is not an index file") }
+        let version = file.u32(4)
+        let entries = Int(file.u32(8))
+        guard (2...4).contains(version) else { throw failure("has version \(version), which fprep does not read") }
+        let end = size - 20
+        var slots: [Int32] = []
+        slots.reserveCapacity(entries)
+        var at = 12
+        let result: IndexStorage
+        if version == 4 {
+            let (buffer, offsets, next) = try decodeVersion4(file, entries: entries, end: end, failure: failure)
+            result = buffer
+            slots = offsets
+            at = next
+        } else {
+            for _ in 0..<entries {
+                guard at + 62 <= end else { throw failure("is truncated") }
+                if version == 2, file.u16(at + 60) & 0x4000 != 0 { throw failure("has an extended entry in version 2") }
+                let path = file.path(at: at)
+                guard path.count > 0, file.pathStart(at) + path.count < end else { throw failure("is truncated") }
+                slots.append(Int32(at))
+                at += file.entrySize(at: at)
+            }
+            result = file
+        }
+        // Extensions: optional ones (uppercase) are skipped; a mandatory one
+        // (split index, sparse index) changes what the entries mean.
+        while at + 8 <= end {
+            let signature = (0..<4).map { file.base.load(fromByteOffset: at + $0, as: UInt8.self) }
+            let length = Int(file.u32(at + 4))
+            if !(0x41...0x5A).contains(signature[0]) {
+                let name = String(decoding: signature, as: UTF8.self)
+                throw GitError(code: .invalid, message: "the index '\(path)' uses the '\(name)' extension (a split or sparse index), which fprep does not support; run 'git update-index --no-split-index' or 'git sparse-checkout disable'",
+                               function: "index read")
+            }
+            at += 8 + length
+        }
+        return (result, slots)
+    }
+
+    /// Version 4 compresses each path against the one before; the entries
+    /// are re-encoded in the version 3 layout, so the rest reads one layout.
+    private static func decodeVersion4(_ file: IndexStorage, entries: Int, end: Int,
+                                       failure: (String) -> GitError) throws -> (IndexStorage, [Int32], Int) {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(entries * 112)
+        var offsets: [Int32] = []
+        offsets.reserveCapacity(entries)
+        var previous: [UInt8] = []
+        var at = 12
+        for _ in 0..<entries {
+            guard at + 62 <= end else { throw failure("is truncated") }
+            let flags = file.u16(at + 60)
+            let fixed = flags & 0x4000 != 0 ? 64 : 62
+            var cursor = at + fixed
+            // The number of bytes to drop from the previous path: git's offset varint.
+            var byte = file.base.load(fromByteOffset: cursor, as: UInt8.self)
+            cursor += 1
+            var drop = Int(byte & 0x7F)
+            while byte & 0x80 != 0 {
+                guard cursor < end else { throw failure("is truncated") }
+                byte = file.base.load(fromByteOffset: cursor, as: UInt8.self)
+                cursor += 1
+                drop = ((drop + 1) << 7) | Int(byte & 0x7F)
+            }
+            guard drop <= previous.count else { throw failure("has a malformed version 4 path") }
+            let suffixLength = strlen(file.base.advanced(by: cursor).assumingMemoryBound(to: CChar.self))
+            guard cursor + suffixLength < end else { throw failure("is truncated") }
+            var path = Array(previous.prefix(previous.count - drop))
+            path.append(contentsOf: UnsafeRawBufferPointer(start: file.base + cursor, count: suffixLength))
+            let start = buffer.count
+            offsets.append(Int32(start))
+            buffer.append(contentsOf: UnsafeRawBufferPointer(start: file.base + at, count: fixed))
+            buffer += path
+            buffer += [UInt8](repeating: 0, count: ((fixed + path.count + 8) & ~7) - fixed - path.count)
+            previous = path
+            at = cursor + suffixLength + 1
+        }
+        let copy = UnsafeMutableRawPointer.allocate(byteCount: max(buffer.count, 8), alignment: 8)
+        buffer.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        let storage = IndexStorage(base: UnsafeRawPointer(copy), count: buffer.count) { copy.deallocate() }
+        return (storage, offsets, at)
     }
 }

@@ -201,16 +201,9 @@ public final class Repository {
         return Config(taking: cfg)
     }
 
-    /// The repository's index, as the file on disk has it now; wraps
-    /// `git_repository_index` (which reads the file once) and
-    /// `git_index_read` unforced (which rereads it only if it changed).
+    /// The repository's index, as the file on disk has it now.
     public func index() throws -> Index {
-        var index: OpaquePointer?
-        try check(git_repository_index(&index, pointer), "git_repository_index")
-        guard let index else { throw GitError(code: .notFound, message: "no index", function: "git_repository_index") }
-        let wrapped = Index(taking: index)
-        try wrapped.reload(force: false)
-        return wrapped
+        try Index(path: gitDirectory + "index")
     }
 }
 
