@@ -185,3 +185,37 @@ int fprep_holds_no_data_at(int dirfd, const char *path) {
     errno = saved;
     return result;
 }
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct prefetch_job {
+    int dirfd;
+    const char *const *paths;
+    size_t count;
+    atomic_size_t next;
+};
+
+static void *prefetch_worker(void *argument) {
+    struct prefetch_job *job = argument;
+    for (;;) {
+        size_t i = atomic_fetch_add(&job->next, 1);
+        if (i >= job->count) break;
+        struct stat st;
+        (void)fstatat(job->dirfd, job->paths[i], &st, AT_SYMLINK_NOFOLLOW);
+    }
+    return NULL;
+}
+
+void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads) {
+    struct prefetch_job job = { .dirfd = dirfd, .paths = paths, .count = count };
+    atomic_init(&job.next, 0);
+    if (threads > 64) threads = 64;
+    pthread_t workers[64];
+    int started = 0;
+    for (int i = 0; i < threads && (size_t)i < count; i++) {
+        if (pthread_create(&workers[started], NULL, prefetch_worker, &job) == 0) started++;
+    }
+    prefetch_worker(&job);
+    for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
+}

@@ -186,3 +186,24 @@ func diskUsage(of path: String) -> Int64 {
     if fd >= 0 { walk(fd) }
     return total
 }
+
+extension FolderHandle {
+    /// Warms the cache for `paths` beneath this folder with lookups on
+    /// several threads: on a cold cache, a change of scattered paths then
+    /// waits for its folder and inode reads together, not one by one.
+    func prefetch(_ paths: [RepoPath]) {
+        guard paths.count > 1 else { return }
+        // NUL-terminated copies of the raw bytes (paths need not be UTF-8).
+        let copies = paths.map { path -> UnsafeMutablePointer<CChar> in
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: path.bytes.count + 1)
+            path.bytes.withUnsafeBytes { UnsafeMutableRawPointer(copy).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            copy[path.bytes.count] = 0
+            return copy
+        }
+        defer { for copy in copies { copy.deallocate() } }
+        let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
+        pointers.withUnsafeBufferPointer { buffer in
+            fprep_prefetch_paths(fd, buffer.baseAddress, buffer.count, Int32(min(16, paths.count)))
+        }
+    }
+}

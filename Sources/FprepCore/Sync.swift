@@ -202,6 +202,8 @@ extension Replica {
             }
         }
         Trace.mark("diff")
+        rootFolder.prefetch(changes.updated.map(\.path) + changes.deleted.map(\.0) + changes.moved.flatMap { [$0.from, $0.to] })
+        Trace.mark("prefetch")
         let now = Int64(Date().timeIntervalSince1970)
         let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
         Trace.mark("working set")

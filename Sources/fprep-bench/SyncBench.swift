@@ -17,14 +17,16 @@ struct SyncBench: ParsableCommand {
         main into refs/bench/mutation-K with `git fast-import` (~40% modified, 20% added, \
         some in new folders, 20% deleted, 15% exact renames across folders, one small \
         folder renamed). Untimed, with main at the base: one fprep replica per run \
-        (WORK/sync-replica-N-R, with --materialize files materialized, among them \
+        (WORK/sync-replica-N-R and WORK/sync-replica-both-N-R, with --materialize files materialized, among them \
         modified, renamed and deleted ones) and one `git clone --filter=blob:none \
         --no-checkout` per run (WORK/sync-git-N-R). Then the mutation is published: \
         main moves with `git update-ref` and `fprep hook post-receive` gets the line \
         git would give it. Timed, after `sync` and (as root) dropped caches: the floor \
         of sync (`git fetch` blob:none in the clone + `git diff-tree -r -M100%` + one \
         sparse file with one xattr per added or modified path), `git diff-tree -r` in \
-        the remote (the floor of changes), `fprep sync --json` and `fprep changes \
+        the remote (the floor of changes), `fprep sync --incoming --json` (what the floor \
+        does: the remote's change only), `fprep sync --json` in a second replica (both \
+        ways: a scan of the tree for local changes first) and `fprep changes \
         --from BASE --json`. Targets: each ≤ 2× its floor, and the same cost on 10^4 \
         and 10^5 files. Main and the size manifest are put back to the base at the end \
         (and at the start, after a killed run).

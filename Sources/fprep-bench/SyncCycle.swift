@@ -24,8 +24,12 @@ struct ChangesOutcome: Codable {
 
 /// Times of one sync run, fprep and floors side by side.
 struct SyncRunResult: Codable {
+    /// `fprep sync --incoming`: the remote's change only, what the floor does.
     /// nil when the command failed (see `failures`).
     var fprepSync: Double?
+    /// `fprep sync` both ways on a second replica: a scan of the tree for
+    /// local changes first, then the same incoming work.
+    var fprepSyncBothWays: Double?
     var fprepChanges: Double?
     /// Floor of sync: `git fetch` (blob:none) in a blobless clone…
     var gitFetch: Double
@@ -73,12 +77,15 @@ struct SyncCycle {
     let dropCaches: Bool
 
     func replica(_ run: Int) -> String { "\(work)/sync-replica-\(files)-\(run)" }
+    func bothWaysReplica(_ run: Int) -> String { "\(work)/sync-replica-both-\(files)-\(run)" }
     func gitClone(_ run: Int) -> String { "\(work)/sync-git-\(files)-\(run)" }
 
     /// Removes every replica and clone an earlier sync run of this size left.
     func clear() throws {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: work)) ?? []
-        let old = names.filter { $0.hasPrefix("sync-replica-\(files)-") || $0.hasPrefix("sync-git-\(files)-") }
+        let old = names.filter {
+            $0.hasPrefix("sync-replica-\(files)-") || $0.hasPrefix("sync-replica-both-\(files)-") || $0.hasPrefix("sync-git-\(files)-")
+        }
         guard !old.isEmpty else { return }
         try subprocess.run(Command(["rm", "-rf"] + old.map { "\(work)/\($0)" }))
     }
@@ -87,8 +94,10 @@ struct SyncCycle {
     /// with the sample materialized, and a fresh blobless git clone.
     func prepare(_ run: Int, log: (String) -> Void) throws {
         log("prepare run \(run): fprep clone + materialize, git clone --filter=blob:none --no-checkout")
-        try subprocess.run(Command([fprep, "clone", url, replica(run)]))
-        try subprocess.run(Command([fprep, "materialize", "-C", replica(run), "--paths-from", materializeList]))
+        for folder in [replica(run), bothWaysReplica(run)] {
+            try subprocess.run(Command([fprep, "clone", url, folder]))
+            try subprocess.run(Command([fprep, "materialize", "-C", folder, "--paths-from", materializeList]))
+        }
         try subprocess.run(Command(["git", "-c", "gc.auto=0", "clone", "-q", "--filter=blob:none", "--no-checkout",
                                     url, gitClone(run)]))
         for (key, value) in [("gc.auto", "0"), ("maintenance.auto", "false")] {
@@ -114,7 +123,7 @@ struct SyncCycle {
                                    placeholdersWritten: raw.written.count, remoteDiffTree: remoteDiff.seconds)
         log("run \(run): fprep sync")
         do {
-            let sync = try timed(Command([fprep, "sync", "-C", replica(run), "--json"]))
+            let sync = try timed(Command([fprep, "sync", "--incoming", "-C", replica(run), "--json"]))
             result.fprepSync = sync.seconds
             let outcome = try SyncCycle.syncOutcome(sync.stdout)
             result.sync = outcome
@@ -127,6 +136,17 @@ struct SyncCycle {
         } catch let error as BenchError {
             result.failures.append(error.description)
             return result
+        }
+        log("run \(run): fprep sync (both ways) in a second replica")
+        do {
+            let sync = try timed(Command([fprep, "sync", "-C", bothWaysReplica(run), "--json"]))
+            result.fprepSyncBothWays = sync.seconds
+            let outcome = try SyncCycle.syncOutcome(sync.stdout)
+            if outcome.from != base || outcome.to != new {
+                result.failures.append("fprep sync -C \(bothWaysReplica(run)) --json: moved \(outcome.from ?? "nil") → \(outcome.to ?? "nil"), expected \(base) → \(new)")
+            }
+        } catch let error as BenchError {
+            result.failures.append(error.description)
         }
         log("run \(run): fprep changes")
         do {

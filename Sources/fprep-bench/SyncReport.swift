@@ -38,6 +38,7 @@ struct PlannedChanges: Encodable {
 struct SyncSizeResult: Encodable {
     struct Medians: Encodable {
         var fprepSync: Double?
+        var fprepSyncBothWays: Double?
         var syncFloor: Double
         var gitFetch: Double
         var gitDiffTreeRenames: Double
@@ -75,7 +76,8 @@ struct SyncSizeResult: Encodable {
         self.gitDiffStatus = gitDiffStatus
         self.materializedBeforeSync = materialized
         self.perRun = runs
-        let m = Medians(fprepSync: median(runs.compactMap(\.fprepSync)), syncFloor: median(runs.map(\.syncFloor)) ?? 0,
+        let m = Medians(fprepSync: median(runs.compactMap(\.fprepSync)),
+                        fprepSyncBothWays: median(runs.compactMap(\.fprepSyncBothWays)), syncFloor: median(runs.map(\.syncFloor)) ?? 0,
                         gitFetch: median(runs.map(\.gitFetch)) ?? 0,
                         gitDiffTreeRenames: median(runs.map(\.gitDiffTreeRenames)) ?? 0,
                         writePlaceholders: median(runs.map(\.writePlaceholders)) ?? 0,
@@ -98,6 +100,7 @@ struct SyncBenchReport: Encodable {
         var fromFiles: Int
         var toFiles: Int
         var sync: Double?
+        var syncBothWays: Double?
         var changes: Double?
         var syncFloor: Double?
         var remoteDiffTree: Double?
@@ -131,6 +134,7 @@ struct SyncBenchReport: Encodable {
             }
             scaling = Scaling(fromFiles: small.files, toFiles: large.files,
                               sync: ratio(small.medians.fprepSync, large.medians.fprepSync),
+                              syncBothWays: ratio(small.medians.fprepSyncBothWays, large.medians.fprepSyncBothWays),
                               changes: ratio(small.medians.fprepChanges, large.medians.fprepChanges),
                               syncFloor: ratio(small.medians.syncFloor, large.medians.syncFloor),
                               remoteDiffTree: ratio(small.medians.remoteDiffTree, large.medians.remoteDiffTree))
@@ -163,7 +167,7 @@ struct SyncBenchReport: Encodable {
             out.append("")
             let factor = Double(s.toFiles) / Double(s.fromFiles)
             out.append("scaling \(s.fromFiles) → \(s.toFiles) files (tree ×\(String(format: "%g", factor)), same \(changes) changes), median \(s.toFiles)/\(s.fromFiles):")
-            out.append("  fprep sync \(times(s.sync)), fprep changes \(times(s.changes))  " +
+            out.append("  fprep sync --incoming \(times(s.sync)), fprep sync \(times(s.syncBothWays)), fprep changes \(times(s.changes))  " +
                        "(sync floor \(times(s.syncFloor)), remote diff-tree \(times(s.remoteDiffTree)))")
         }
         let failures = sizes.flatMap { size in
@@ -190,10 +194,12 @@ struct SyncBenchReport: Encodable {
         out.append("")
         let written = s.perRun.first?.placeholdersWritten ?? 0
         out.append(row("operation", "fprep", "floor", "ratio", "target"))
-        out.append(row("sync", secs(m.fprepSync), secs(m.syncFloor), ratio(s.sync), goal(s.sync)))
+        out.append(row("sync --incoming", secs(m.fprepSync), secs(m.syncFloor), ratio(s.sync), goal(s.sync)))
         out.append(row("  git fetch --filter=blob:none", "", secs(m.gitFetch)))
         out.append(row("  git diff-tree -r \(SyncCycle.renameOption) BASE NEW (clone)", "", secs(m.gitDiffTreeRenames)))
         out.append(row("  write \(written) sparse files + 1 xattr (mkdir -p)", "", secs(m.writePlaceholders)))
+        out.append(row("sync (both ways: tree scan first)", secs(m.fprepSyncBothWays), secs(m.syncFloor),
+                       m.fprepSyncBothWays.map { String(format: "%.2f×", $0 / max(m.syncFloor, 1e-9)) } ?? ""))
         out.append(row("changes --from BASE", secs(m.fprepChanges), secs(m.remoteDiffTree), ratio(s.changes), goal(s.changes)))
         out.append(row("  git diff-tree -r BASE NEW (remote)", "", secs(m.remoteDiffTree)))
         if let sync = s.perRun.compactMap(\.sync).last {

@@ -36,6 +36,12 @@ int fprep_syncfs(int fd);
 
 /* Reads xattr `name` of the file at `dirfd`/`name` without following a symlink
  * into `buf`; returns its length or -1. */
+/* Looks up (fstatat, no symlink followed at the end) every path beneath
+ * dirfd on several threads at once, results dropped: on a cold cache the
+ * folder and inode reads of scattered paths then overlap instead of coming
+ * one after another. Only a warm-up; nothing is decided from it. */
+void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads);
+
 /* Whether a regular file beneath dirfd holds no data: no data extents (its
  * blocks are extended attributes), or only zeros. 1 yes, 0 no, -1 error. */
 int fprep_holds_no_data_at(int dirfd, const char *path);
