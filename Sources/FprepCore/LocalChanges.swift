@@ -1,3 +1,4 @@
+import CFprepSys
 import FoundationEssentials
 import FprepGit
 import Glibc
@@ -54,10 +55,186 @@ struct LocalScanner {
     let replica: Replica
     let index: Index
 
+    /// Parts of the index scanned at once: on a cold cache the scan waits
+    /// on inode reads, which overlap across threads.
+    static let scanThreads: Int32 = 16
+
     /// Folders never scanned: fprep's and git's own.
     static let ignoredTopLevel: Set<[UInt8]> = [Array(".git".utf8), Array(Replica.stateFolderName.utf8)]
 
     func scan() throws -> LocalChangeSet {
+        if let set = try scanInPlace() { return set }
+        return try scanByWalking()
+    }
+
+    /// The scan as git's index does it: every entry's file looked at once
+    /// with fstatat relative to its folder (C, reading the index where it is
+    /// mapped), and a folder's names read only when the folder changed since
+    /// the last scan or the index names other files in it (the untracked
+    /// cache). nil when the index cannot be read in place.
+    private func scanInPlace() throws -> LocalChangeSet? {
+        let time = index.fileTime
+        let count = index.count
+        var states = [UInt8](repeating: 0, count: max(count, 1))
+        var parts = [fprep_scan_result](repeating: fprep_scan_result(), count: Int(FPREP_SCAN_MAX_PARTS))
+        let status = index.withEntryLayout { base, offsets in
+            fprep_scan_index(replica.rootFolder.fd, base, offsets.baseAddress, offsets.count, time.seconds, time.nanoseconds,
+                             Self.scanThreads, &states, &parts)
+        }
+        guard let status, status > 0 else {
+            if status == -1 { throw FprepError("out of memory while scanning '\(replica.root)'") }
+            return nil
+        }
+        defer { for k in 0..<Int(status) { fprep_scan_result_free(&parts[k]) } }
+        // The folders of every part, once each, in the order first met; a
+        // folder two parts saw has the sum of their name hashes.
+        var folders: [(path: [UInt8], dir: fprep_scan_dir)] = []
+        var folderAt: [[UInt8]: Int] = [:]
+        var fileBlocks: Int64 = 0
+        for k in 0..<Int(status) {
+            fileBlocks += Int64(parts[k].blocks)
+            for d in 0..<parts[k].dir_count {
+                let dir = parts[k].dirs[d]
+                let path = dir.length == 0 ? [] : Array((index.path(at: Int(dir.entry)) ?? []).prefix(Int(dir.length)))
+                if let at = folderAt[path] {
+                    folders[at].dir.names_hash &+= dir.names_hash
+                } else {
+                    folderAt[path] = folders.count
+                    folders.append((path, dir))
+                }
+            }
+        }
+        let classifier = StateClassifier(root: replica.rootFolder, index: index)
+        var set = LocalChangeSet()
+        var added: [(RepoPath, FileStat)] = []
+        var deleted: [IndexEntry] = []
+        var bytes = fileBlocks * 512
+        var clean = 0, dataless = 0, modified = 0, gone = 0
+        for position in 0..<count {
+            switch Int32(states[position]) {
+            case Int32(FPREP_SCAN_CLEAN): clean += 1
+            case Int32(FPREP_SCAN_DATALESS): dataless += 1
+            case Int32(FPREP_SCAN_SUBMODULE): continue
+            case Int32(FPREP_SCAN_MISSING):
+                gone += 1
+                if let entry = index.entry(at: position) { deleted.append(entry) }
+            default:
+                guard let entry = index.entry(at: position) else { continue }
+                let path = RepoPath(bytes: entry.path)
+                guard let stat = replica.rootFolder.stat(path) else {
+                    gone += 1
+                    deleted.append(entry)
+                    continue
+                }
+                let state = classifier.state(of: entry, stat: stat)
+                switch state {
+                case .dataless: dataless += 1; continue
+                case .materialized: clean += 1; continue
+                case .deleted: gone += 1
+                case .modified: modified += 1
+                }
+                if stat.isDirectory {
+                    // A file turned into a folder: the file is gone; what
+                    // is in the folder comes as new files.
+                    deleted.append(entry)
+                    bytes += try collectNew(path, into: &added)
+                    continue
+                }
+                let newMode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
+                set.written.append(LocalChangeSet.Write(path: path, id: nil, mode: newMode, placeholder: false))
+                set.changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
+            }
+        }
+        set.items = clean + dataless + modified + gone
+        for (state, n) in [(ItemState.materialized, clean), (.dataless, dataless), (.modified, modified), (.deleted, gone)] where n > 0 {
+            set.counts[state] = n
+        }
+
+        // Names the index does not have, folder by folder.
+        var cache = UntrackedCache.load(replica)
+        var refreshed = UntrackedCache()
+        var changed = false
+        let now = Date().timeIntervalSince1970
+        for (folderPath, dir) in folders {
+            guard dir.opened != 0 else { continue }
+            if !folderPath.isEmpty {
+                set.folderCount += 1
+                bytes += dir.blocks * 512
+            }
+            let stamp = UntrackedCache.Stamp(dir)
+            let names: [UntrackedCache.Name]
+            if let known = cache.folders.removeValue(forKey: folderPath), known.stamp == stamp {
+                names = known.names
+            } else {
+                names = try untrackedNames(in: folderPath)
+                changed = true
+            }
+            // A folder changed within the last second may change again
+            // within the same tick of its clock: it is read again next time.
+            if stamp.isSettled(at: now) {
+                refreshed.folders[folderPath] = UntrackedCache.Entry(stamp: stamp, names: names)
+            }
+            for name in names {
+                let path = RepoPath(bytes: folderPath.isEmpty ? name.bytes : folderPath + [0x2F] + name.bytes)
+                guard let stat = replica.rootFolder.stat(path) else { continue }
+                bytes += stat.blocks * 512
+                if stat.isDirectory {
+                    bytes += try collectNew(path, into: &added)
+                } else if stat.isRegular || stat.isSymlink {
+                    added.append((path, stat))
+                }
+            }
+        }
+        if changed || !cache.folders.isEmpty { refreshed.save(replica) }
+        set.treeBytes = bytes
+        return try finish(set, added: added, deleted: deleted)
+    }
+
+    /// The names in `folderPath` the index has neither as a file nor as a
+    /// folder (fprep's own and git's folders, and fprep's temporary files,
+    /// left out).
+    private func untrackedNames(in folderPath: [UInt8]) throws -> [UntrackedCache.Name] {
+        guard let folder = try? replica.rootFolder.folder(RepoPath(bytes: folderPath)) else { return [] }
+        var names: [UntrackedCache.Name] = []
+        for name in try folder.entryNames() {
+            if folderPath.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
+            if Self.isTemporary(name) { continue }
+            let path = folderPath.isEmpty ? name : folderPath + [0x2F] + name
+            if index.contains(path) { continue }
+            let isDirectory = folder.stat(name: name)?.isDirectory == true
+            if isDirectory, index.firstPosition(withPrefix: path + [0x2F]) != nil { continue }
+            names.append(UntrackedCache.Name(bytes: name, isDirectory: isDirectory))
+        }
+        return names
+    }
+
+    /// Every file and symlink below `path` (a folder the index knows nothing
+    /// under) as new; returns the disk space they take.
+    private func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)]) throws -> Int64 {
+        guard let folder = try? replica.rootFolder.folder(path) else { return 0 }
+        var bytes: Int64 = 0
+        for name in try folder.entryNames() where !Self.isTemporary(name) {
+            guard let stat = folder.stat(name: name) else { continue }
+            bytes += stat.blocks * 512
+            let child = path.appending(name)
+            if stat.isDirectory {
+                bytes += try collectNew(child, into: &added)
+            } else if stat.isRegular || stat.isSymlink {
+                added.append((child, stat))
+            }
+        }
+        return bytes
+    }
+
+    /// fprep's own temporary files are not the user's.
+    static func isTemporary(_ name: [UInt8]) -> Bool {
+        name.first == 0x2E && name.count > 8 && String(decoding: name, as: UTF8.self).contains(".fprep-")
+    }
+
+    /// The scan by a walk of the tree, for an index with entries not yet
+    /// written (none of fprep's scans today) or paths deeper than the
+    /// in-place scan takes.
+    private func scanByWalking() throws -> LocalChangeSet {
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
         var set = LocalChangeSet()
         // One walk of the tree looks at every file once, with a stat relative
@@ -75,8 +252,7 @@ struct LocalScanner {
                 if prefix.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
                 guard let stat = folder.stat(name: name) else { continue }
                 bytes += stat.blocks * 512
-                // fprep's own temporary files are not the user's.
-                if name.first == 0x2E, name.count > 8, String(decoding: name, as: UTF8.self).contains(".fprep-") { continue }
+                if Self.isTemporary(name) { continue }
                 let path = prefix.isEmpty ? name : prefix + [0x2F] + name
                 if let (position, entry) = index.find(path) {
                     seen[position] = true
@@ -113,7 +289,13 @@ struct LocalScanner {
             deleted.append(entry)
         }
         set.treeBytes = bytes
+        return try finish(set, added: added, deleted: deleted)
+    }
 
+    /// Pairs deleted entries with new files of the same content as moves,
+    /// and lists the changes.
+    private func finish(_ scanned: LocalChangeSet, added: [(RepoPath, FileStat)], deleted: [IndexEntry]) throws -> LocalChangeSet {
+        var set = scanned
         // Moves: a deleted entry and a new file with the same content. A
         // moved placeholder carries its blob id in its attributes; other new
         // files are hashed only when some deleted entry could match.

@@ -167,6 +167,22 @@ public final class Index {
         return starts ? position : nil
     }
 
+    /// The entries' bytes in git's version 2/3 layout and their offsets in
+    /// path order, for a scan that reads them in place; nil while entries
+    /// added or removed here are not written and read back.
+    public func withEntryLayout<T>(_ body: (UnsafePointer<UInt8>, UnsafeBufferPointer<Int32>) throws -> T) rethrows -> T? {
+        guard pending.isEmpty, owned.isEmpty else { return nil }
+        let base = storage.base.assumingMemoryBound(to: UInt8.self)
+        return try slots.withUnsafeBufferPointer { try body(base, $0) }
+    }
+
+    /// The path of the entry at position `i`.
+    public func path(at i: Int) -> [UInt8]? {
+        settle()
+        guard i >= 0, i < slots.count else { return nil }
+        return withPath(slots[i]) { Array($0) }
+    }
+
     /// Adds or replaces the entry for its path (every stage of it).
     public func add(_ entry: IndexEntry) throws {
         guard !entry.path.isEmpty, !entry.path.contains(0) else {

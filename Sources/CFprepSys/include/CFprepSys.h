@@ -1,5 +1,6 @@
 #ifndef FPREP_CFPREPSYS_H
 #define FPREP_CFPREPSYS_H
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -41,6 +42,43 @@ int fprep_syncfs(int fd);
  * folder and inode reads of scattered paths then overlap instead of coming
  * one after another. Only a warm-up; nothing is decided from it. */
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads);
+
+/* The stat scan of an index (git's version 2/3 entry layout at base +
+ * offsets[i], in path order): every entry's file is looked at once with
+ * fstatat relative to its folder, folders opened one component at a time
+ * without following symlinks, and classified against its stat data. */
+enum {
+    FPREP_SCAN_CLEAN = 0,      /* stat data unchanged (not racy): content unchanged */
+    FPREP_SCAN_DATALESS = 1,   /* a placeholder that still holds nothing */
+    FPREP_SCAN_CHECK = 2,      /* changed stat data: the caller looks closer */
+    FPREP_SCAN_MISSING = 3,    /* gone (or its folder is) */
+    FPREP_SCAN_SUBMODULE = 4,
+};
+/* One folder the entries live in, in the order first met (the root first). */
+struct fprep_scan_dir {
+    uint32_t entry;            /* an entry whose path starts with the folder's */
+    uint32_t length;           /* the folder path's length in that entry's path */
+    int opened;                /* 0: missing, not a folder, or a symlink */
+    long long mtime_sec, mtime_nsec, ctime_sec, ctime_nsec;
+    unsigned long long inode;
+    long long blocks;
+    unsigned long long names_hash;   /* sum of the hashes of the names the index has directly in it */
+};
+struct fprep_scan_result {
+    struct fprep_scan_dir *dirs;
+    size_t dir_count, dir_capacity;
+    long long blocks;          /* of the files seen (folders' own are in dirs) */
+};
+#define FPREP_SCAN_MAX_PARTS 16
+/* Scans in `parts` ranges of entries at once; each part's folders go to
+ * out[k] (a folder split between two parts is in both, its names_hash
+ * split between them: the hashes add up). states has one byte per entry.
+ * Returns the number of parts used; -1 out of memory; -2 a path too deep
+ * or too long (scan otherwise). */
+int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, size_t count,
+                     long long index_sec, long long index_nsec, int parts,
+                     unsigned char *states, struct fprep_scan_result *out);
+void fprep_scan_result_free(struct fprep_scan_result *result);
 
 /* Whether a regular file beneath dirfd holds no data: no data extents (its
  * blocks are extended attributes), or only zeros. 1 yes, 0 no, -1 error. */

@@ -1,0 +1,219 @@
+#define _GNU_SOURCE
+#include "CFprepSys.h"
+#include <errno.h>
+#include <pthread.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Index entries in git's version 2/3 layout: 40 bytes of big-endian stat
+ * fields, 20 bytes of id, 16 bits of flags, 16 more when extended, path. */
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+
+static inline const uint8_t *entry_path(const uint8_t *entry, size_t *length) {
+    uint16_t flags = be16(entry + 60);
+    const uint8_t *path = entry + ((flags & 0x4000) ? 64 : 62);
+    size_t n = flags & 0xFFF;
+    if (n == 0xFFF) n = strlen((const char *)path);
+    *length = n;
+    return path;
+}
+
+/* Adds a name's FNV-1a hash to a folder's sum: a sum does not depend on
+ * the order, so the parts of one folder that two threads saw add up. */
+static inline void fnv(uint64_t *hash, const uint8_t *bytes, size_t n) {
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++) { h ^= bytes[i]; h *= 1099511628211ULL; }
+    *hash += h;
+}
+
+#define MAX_DEPTH 256
+
+struct frame {
+    int fd;               /* -1: the folder could not be opened */
+    size_t length;        /* its path's length (0 for the root) */
+    size_t dir;           /* its record in out->dirs */
+};
+
+static int add_dir(struct fprep_scan_result *out, size_t entry, size_t length, int fd) {
+    if (out->dir_count == out->dir_capacity) {
+        size_t capacity = out->dir_capacity ? out->dir_capacity * 2 : 1024;
+        struct fprep_scan_dir *grown = realloc(out->dirs, capacity * sizeof *grown);
+        if (!grown) return -1;
+        out->dirs = grown;
+        out->dir_capacity = capacity;
+    }
+    struct fprep_scan_dir *d = &out->dirs[out->dir_count];
+    memset(d, 0, sizeof *d);
+    d->entry = (uint32_t)entry;
+    d->length = (uint32_t)length;
+    d->opened = fd >= 0;
+    if (fd >= 0) {
+        struct stat st;
+        if (fstat(fd, &st) == 0) {
+            d->mtime_sec = st.st_mtim.tv_sec; d->mtime_nsec = st.st_mtim.tv_nsec;
+            d->ctime_sec = st.st_ctim.tv_sec; d->ctime_nsec = st.st_ctim.tv_nsec;
+            d->inode = (uint64_t)st.st_ino;
+            d->blocks = st.st_blocks;
+        } else {
+            d->opened = 0;
+        }
+    }
+    return (int)(out->dir_count++);
+}
+
+static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, size_t first, size_t end,
+                      long long index_sec, long long index_nsec, unsigned char *states, struct fprep_scan_result *out) {
+    memset(out, 0, sizeof *out);
+    struct frame stack[MAX_DEPTH + 1];
+    int depth = 0;
+    stack[0].fd = rootfd;
+    stack[0].length = 0;
+    if (add_dir(out, 0, 0, rootfd) < 0) return -1;
+    stack[0].dir = 0;
+    const uint8_t *previous = NULL;   /* the path the stack's folders come from */
+    int result = 0;
+
+    for (size_t i = first; i < end; i++) {
+        const uint8_t *entry = base + offsets[i];
+        size_t length;
+        const uint8_t *path = entry_path(entry, &length);
+        size_t slash = length;
+        while (slash > 0 && path[slash - 1] != '/') slash--;
+        size_t dir_length = slash ? slash - 1 : 0;   /* without the trailing slash */
+
+        /* Pop the folders that are not a prefix of this entry's folder. */
+        while (depth > 0) {
+            size_t n = stack[depth].length;
+            if (n <= dir_length && (n == dir_length || path[n] == '/') && memcmp(previous, path, n) == 0) break;
+            if (stack[depth].fd >= 0) close(stack[depth].fd);
+            depth--;
+        }
+        /* Open the folders still missing, one component at a time, never
+         * through a symlink. */
+        while (stack[depth].length < dir_length) {
+            size_t start = stack[depth].length ? stack[depth].length + 1 : 0;
+            size_t end = start;
+            while (end < dir_length && path[end] != '/') end++;
+            if (depth == MAX_DEPTH) { result = -2; goto done; }
+            char name[4096];
+            size_t n = end - start;
+            if (n >= sizeof name) { result = -2; goto done; }
+            memcpy(name, path + start, n);
+            name[n] = 0;
+            int parent = stack[depth].fd;
+            int fd = parent >= 0 ? openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+            if (parent >= 0) fnv(&out->dirs[stack[depth].dir].names_hash, (const uint8_t *)name, n);
+            int dir = add_dir(out, i, end, fd);
+            if (dir < 0) { if (fd >= 0) close(fd); result = -1; goto done; }
+            depth++;
+            stack[depth].fd = fd;
+            stack[depth].length = end;
+            stack[depth].dir = (size_t)dir;
+            previous = path;
+        }
+        previous = path;
+
+        struct frame *top = &stack[depth];
+        if (top->fd < 0) { states[i] = FPREP_SCAN_MISSING; continue; }
+        const uint8_t *name = path + slash;
+        size_t name_length = length - slash;
+        fnv(&out->dirs[top->dir].names_hash, name, name_length);
+        char cname[4096];
+        if (name_length >= sizeof cname) { result = -2; goto done; }
+        memcpy(cname, name, name_length);
+        cname[name_length] = 0;
+        struct stat st;
+        if (fstatat(top->fd, cname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            states[i] = (errno == ENOENT || errno == ENOTDIR) ? FPREP_SCAN_MISSING : FPREP_SCAN_CHECK;
+            continue;
+        }
+        out->blocks += st.st_blocks;
+        uint32_t mode = be32(entry + 24);
+        uint32_t type = mode & 0170000;
+        if (type == 0160000) { states[i] = FPREP_SCAN_SUBMODULE; continue; }
+        if (S_ISDIR(st.st_mode)) { states[i] = FPREP_SCAN_CHECK; continue; }
+        int same = be32(entry + 0) == (uint32_t)st.st_ctim.tv_sec && be32(entry + 4) == (uint32_t)st.st_ctim.tv_nsec
+            && be32(entry + 8) == (uint32_t)st.st_mtim.tv_sec && be32(entry + 12) == (uint32_t)st.st_mtim.tv_nsec
+            && be32(entry + 16) == (uint32_t)st.st_dev && be32(entry + 20) == (uint32_t)st.st_ino
+            && be32(entry + 28) == (uint32_t)st.st_uid && be32(entry + 32) == (uint32_t)st.st_gid
+            && be32(entry + 36) == (uint32_t)st.st_size;
+        int skip_worktree = (be16(entry + 60) & 0x4000) && (be16(entry + 62) & 0x4000);
+        if (skip_worktree) {
+            /* A placeholder: unchanged while it keeps its size and holds no blocks. */
+            int dataless = S_ISREG(st.st_mode) && (same || (st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
+            states[i] = dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK;
+            continue;
+        }
+        int32_t msec = (int32_t)be32(entry + 8);
+        uint32_t mnsec = be32(entry + 12);
+        int racy = (long long)msec > index_sec || ((long long)msec == index_sec && (long long)mnsec >= index_nsec);
+        int kind_ok = type == 0120000 ? S_ISLNK(st.st_mode)
+            : (S_ISREG(st.st_mode) && (((st.st_mode & 0100) != 0) == (mode == 0100755)));
+        states[i] = (same && !racy && kind_ok) ? FPREP_SCAN_CLEAN : FPREP_SCAN_CHECK;
+    }
+done:
+    while (depth > 0) {
+        if (stack[depth].fd >= 0) close(stack[depth].fd);
+        depth--;
+    }
+    return result;
+}
+
+struct scan_part {
+    int rootfd;
+    const uint8_t *base;
+    const int32_t *offsets;
+    size_t first, end;
+    long long index_sec, index_nsec;
+    unsigned char *states;
+    struct fprep_scan_result *out;
+    int status;
+};
+
+static void *scan_part_run(void *argument) {
+    struct scan_part *part = argument;
+    part->status = scan_range(part->rootfd, part->base, part->offsets, part->first, part->end,
+                              part->index_sec, part->index_nsec, part->states, part->out);
+    return NULL;
+}
+
+int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, size_t count,
+                     long long index_sec, long long index_nsec, int parts,
+                     unsigned char *states, struct fprep_scan_result *out) {
+    if (parts < 1) parts = 1;
+    if (parts > FPREP_SCAN_MAX_PARTS) parts = FPREP_SCAN_MAX_PARTS;
+    if ((size_t)parts > count / 1024 + 1) parts = (int)(count / 1024 + 1);
+    struct scan_part work[FPREP_SCAN_MAX_PARTS];
+    pthread_t threads[FPREP_SCAN_MAX_PARTS];
+    int started[FPREP_SCAN_MAX_PARTS] = {0};
+    for (int k = 0; k < parts; k++) {
+        work[k] = (struct scan_part){ rootfd, base, offsets, count * (size_t)k / (size_t)parts,
+                                      count * (size_t)(k + 1) / (size_t)parts, index_sec, index_nsec, states, &out[k], 0 };
+    }
+    /* Part 0 on this thread, the others on threads of their own: on a cold
+     * cache their inode reads overlap (git's preloaded index does the same). */
+    for (int k = 1; k < parts; k++) started[k] = pthread_create(&threads[k], NULL, scan_part_run, &work[k]) == 0;
+    scan_part_run(&work[0]);
+    int status = work[0].status;
+    for (int k = 1; k < parts; k++) {
+        if (started[k]) pthread_join(threads[k], NULL); else scan_part_run(&work[k]);
+        if (work[k].status != 0 && status == 0) status = work[k].status;
+    }
+    if (status != 0) {
+        for (int k = 0; k < parts; k++) fprep_scan_result_free(&out[k]);
+        return status;
+    }
+    return parts;
+}
+
+void fprep_scan_result_free(struct fprep_scan_result *result) {
+    free(result->dirs);
+    memset(result, 0, sizeof *result);
+}
