@@ -79,6 +79,8 @@ struct ScanBench: ParsableCommand {
             try git(["clone", "-q", remote, checkout], nil)
         }
         try git(["remote", "set-url", "origin", gitRemote], checkout)
+        // The fresh mirror's main, not the commit an earlier run pushed.
+        try git(["fetch", "-q", "--prune", "origin", "+refs/heads/*:refs/remotes/origin/*"], checkout)
         try git(["reset", "-q", "--hard", "origin/main"], checkout)
         try git(["clean", "-qfdx"], checkout)
         try git(["status", "--porcelain"], checkout)  // refresh the index once
