@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
-swift build -c release --product fprep
+swift build -c release --static-swift-stdlib --product fprep
 fprep="$PWD/.build/release/fprep"
 work="${1:-$(mktemp -d /tmp/fprep-quickstart.XXXXXX)}"
 mkdir -p "$work" && cd "$work"

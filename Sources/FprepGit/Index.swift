@@ -203,61 +203,39 @@ public final class Index {
         settle()
         var extended = false
         for slot in slots where hasExtendedFlags(slot) { extended = true; break }
-        var output: [UInt8] = []
-        output.reserveCapacity(storage.count + owned.count * 96 + 32)
-        output += Array("DIRC".utf8)
-        appendBigEndian(&output, UInt32(extended ? 3 : 2))
-        appendBigEndian(&output, UInt32(slots.count))
-        // Entries kept from the file are copied in runs of adjacent bytes.
-        var i = 0
-        while i < slots.count {
-            let slot = slots[i]
-            if slot < 0 {
-                encode(owned[Int(~slot)], into: &output)
-                i += 1
-                continue
-            }
-            let start = Int(slot)
-            var end = start + storage.entrySize(at: start)
-            i += 1
-            while i < slots.count, slots[i] >= 0, Int(slots[i]) == end {
-                end += storage.entrySize(at: end)
-                i += 1
-            }
-            output.append(contentsOf: UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
-        }
-        var checksum = [UInt8](repeating: 0, count: 20)
-        guard output.withUnsafeBytes({ fprep_sha1($0.baseAddress, $0.count, &checksum) }) == 0 else {
-            throw GitError(code: .other(-1), message: "SHA-1 of the index failed", function: "index write")
-        }
-        output += checksum
-
         let lock = filePath + ".lock"
-        let fd = open(lock, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard fd >= 0 else {
-            let code = errno
-            if code == EEXIST {
-                throw GitError(code: .locked, message: "'\(lock)' exists: another git process is writing the index (remove it if none is)",
-                               function: "index write")
-            }
-            throw GitError(code: .other(-1), message: "cannot create '\(lock)': \(String(cString: strerror(code)))", function: "index write")
-        }
-        var written = 0
-        let failure: Int32? = output.withUnsafeBytes { bytes in
-            while written < bytes.count {
-                let n = Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    return errno
+        let file = try IndexFileWriter(path: lock)
+        do {
+            var header = Array("DIRC".utf8)
+            appendBigEndian(&header, UInt32(extended ? 3 : 2))
+            appendBigEndian(&header, UInt32(slots.count))
+            try file.append(header)
+            // Entries kept from the file go out in runs of adjacent bytes,
+            // straight from the mapping.
+            var encoded: [UInt8] = []
+            var i = 0
+            while i < slots.count {
+                let slot = slots[i]
+                if slot < 0 {
+                    encoded.removeAll(keepingCapacity: true)
+                    encode(owned[Int(~slot)], into: &encoded)
+                    try file.append(encoded)
+                    i += 1
+                    continue
                 }
-                written += n
+                let start = Int(slot)
+                var end = start + storage.entrySize(at: start)
+                i += 1
+                while i < slots.count, slots[i] >= 0, Int(slots[i]) == end {
+                    end += storage.entrySize(at: end)
+                    i += 1
+                }
+                try file.append(UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
             }
-            return nil
-        }
-        close(fd)
-        if let failure {
-            unlink(lock)
-            throw GitError(code: .other(-1), message: "cannot write '\(lock)': \(String(cString: strerror(failure)))", function: "index write")
+            try file.finish()
+        } catch {
+            file.abandon()
+            throw error
         }
         guard rename(lock, filePath) == 0 else {
             let code = errno
@@ -381,6 +359,92 @@ private func appendBigEndian<T: FixedWidthInteger>(_ output: inout [UInt8], _ va
     withUnsafeBytes(of: value.bigEndian) { output.append(contentsOf: $0) }
 }
 
+/// A new index file: bytes written through a buffer, their SHA-1 computed
+/// as they go and appended at the end.
+private final class IndexFileWriter {
+    let path: String
+    private let fd: Int32
+    private let hash: UnsafeMutableRawPointer
+    private var buffer: [UInt8] = []
+    private var ended = false
+
+    init(path: String) throws {
+        self.path = path
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            let code = errno
+            if code == EEXIST {
+                throw GitError(code: .locked, message: "'\(path)' exists: another git process is writing the index (remove it if none is)",
+                               function: "index write")
+            }
+            throw GitError(code: .other(-1), message: "cannot create '\(path)': \(String(cString: strerror(code)))", function: "index write")
+        }
+        guard let context = fprep_sha1_begin() else {
+            close(fd)
+            unlink(path)
+            throw GitError(code: .other(-1), message: "no SHA-1 from libcrypto", function: "index write")
+        }
+        hash = context
+        buffer.reserveCapacity(1 << 16)
+    }
+
+    func append(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try append($0) }
+    }
+
+    func append(_ bytes: UnsafeRawBufferPointer) throws {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+        guard fprep_sha1_update(hash, base, bytes.count) == 0 else {
+            throw GitError(code: .other(-1), message: "SHA-1 of the index failed", function: "index write")
+        }
+        if buffer.count + bytes.count <= 1 << 16 {
+            buffer.append(contentsOf: bytes)
+            return
+        }
+        try flush()
+        try writeAll(bytes)
+    }
+
+    func finish() throws {
+        var checksum = [UInt8](repeating: 0, count: 20)
+        ended = true
+        guard fprep_sha1_end(hash, &checksum) == 0 else { throw GitError(code: .other(-1), message: "SHA-1 of the index failed", function: "index write") }
+        buffer += checksum
+        try flush()
+        guard close(fd) == 0 else {
+            throw GitError(code: .other(-1), message: "cannot write '\(path)': \(String(cString: strerror(errno)))", function: "index write")
+        }
+    }
+
+    /// Removes the unfinished file (the index stays as it was).
+    func abandon() {
+        if !ended {
+            var unused = [UInt8](repeating: 0, count: 20)
+            _ = fprep_sha1_end(hash, &unused)
+        }
+        close(fd)
+        unlink(path)
+    }
+
+    private func flush() throws {
+        try buffer.withUnsafeBytes { try writeAll($0) }
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    private func writeAll(_ bytes: UnsafeRawBufferPointer) throws {
+        guard let base = bytes.baseAddress else { return }
+        var written = 0
+        while written < bytes.count {
+            let n = Glibc.write(fd, base + written, bytes.count - written)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw GitError(code: .other(-1), message: "cannot write '\(path)': \(String(cString: strerror(errno)))", function: "index write")
+            }
+            written += n
+        }
+    }
+}
+
 /// What says an index file changed: size, date and inode.
 private struct FileStamp: Equatable {
     let size: Int64
@@ -442,6 +506,10 @@ private final class IndexStorage {
         func failure(_ message: String) -> GitError {
             GitError(code: .invalid, message: "the index '\(path)' \(message); 'fprep repair' rebuilds it", function: "index read")
         }
+        func unsupported(_ name: String) -> GitError {
+            GitError(code: .invalid, message: "the index '\(path)' uses the '\(name)' extension (a split or sparse index), which fprep does not support; run 'git update-index --no-split-index' or 'git sparse-checkout disable'",
+                     function: "index read")
+        }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw failure("cannot be opened: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -472,7 +540,9 @@ private final class IndexStorage {
                 guard at + 62 <= end else { throw failure("is truncated") }
                 if version == 2, file.u16(at + 60) & 0x4000 != 0 { throw failure("has an extended entry in version 2") }
                 let path = file.path(at: at)
-                guard path.count > 0, file.pathStart(at) + path.count < end else { throw failure("is truncated") }
+                // Entries without a path replace entries of a shared index.
+                guard path.count > 0 else { throw unsupported("link") }
+                guard file.pathStart(at) + path.count < end else { throw failure("is truncated") }
                 slots.append(Int32(at))
                 at += file.entrySize(at: at)
             }
@@ -483,11 +553,7 @@ private final class IndexStorage {
         while at + 8 <= end {
             let signature = (0..<4).map { file.base.load(fromByteOffset: at + $0, as: UInt8.self) }
             let length = Int(file.u32(at + 4))
-            if !(0x41...0x5A).contains(signature[0]) {
-                let name = String(decoding: signature, as: UTF8.self)
-                throw GitError(code: .invalid, message: "the index '\(path)' uses the '\(name)' extension (a split or sparse index), which fprep does not support; run 'git update-index --no-split-index' or 'git sparse-checkout disable'",
-                               function: "index read")
-            }
+            if !(0x41...0x5A).contains(signature[0]) { throw unsupported(String(decoding: signature, as: UTF8.self)) }
             at += 8 + length
         }
         return (result, slots)

@@ -88,6 +88,59 @@ import Testing
         #expect(reread.firstPosition(withPrefix: Array("z/".utf8)) == nil)
     }
 
+    @Test func indexFilesGitWritesAreReadAndWhatFprepWritesGitVerifies() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        var names: [String] = []
+        for i in 0..<300 {
+            let name = "dir\(i % 7)/sub\(i % 3)/file-\(i)-" + String(repeating: "x", count: i % 40) + ".txt"
+            names.append(name)
+            try FileManager.default.createDirectory(atPath: work + "/" + (name as NSString).deletingLastPathComponent,
+                                                    withIntermediateDirectories: true)
+            try Data("content \(i)\n".utf8).write(to: URL(fileURLWithPath: work + "/" + name))
+        }
+        try scratch.git(["add", "-A"], in: work)
+        try scratch.git(["commit", "-q", "-m", "files"], in: work)
+        let expected = try scratch.git(["ls-files", "-s"], in: work)
+        let repository = try Repository(openingAt: work)
+
+        // Version 4 (paths compressed against the one before), with the cache tree git adds.
+        for version in ["2", "3", "4"] {
+            try scratch.git(["update-index", "--index-version", version], in: work)
+            let index = try repository.index()
+            #expect(index.count == 300)
+            let listed = (0..<index.count).compactMap { index.entry(at: $0) }
+                .map { "\(String(format: "%o", $0.mode)) \($0.id.hex) 0\t\(String(decoding: $0.path, as: UTF8.self))" }
+                .joined(separator: "\n")
+            #expect(listed == expected, "version \(version)")
+            #expect(index.find(Array(names[150].utf8)) != nil)
+        }
+
+        // Edits, written back: git agrees on every entry and on the checksum.
+        let index = try repository.index()
+        let kept = try #require(index.entry(path: Array(names[0].utf8)))
+        try index.remove(path: Array(names[1].utf8))
+        try index.add(IndexEntry(path: Array("dir0/new.txt".utf8), id: kept.id, mode: 0o100644, skipWorktree: true))
+        try index.add(IndexEntry(path: Array("zzz/last".utf8), id: kept.id, mode: 0o100755, skipWorktree: false))
+        try index.write()
+        let after = try scratch.git(["ls-files", "-s", "-v"], in: work)
+        #expect(after.split(separator: "\n").count == 301)
+        #expect(after.contains("S 100644 \(kept.id.hex) 0\tdir0/new.txt"))
+        #expect(after.contains("H 100755 \(kept.id.hex) 0\tzzz/last"))
+        #expect(!after.contains(names[1]))
+        _ = try scratch.git(["fsck", "--no-dangling"], in: work)  // verifies the index checksum
+        #expect(try repository.index().count == 301)
+
+        // A split index is refused with a way out.
+        try scratch.git(["update-index", "--split-index"], in: work)
+        #expect {
+            _ = try repository.index()
+        } throws: { error in
+            "\(error)".contains("split or sparse index") && "\(error)".contains("--no-split-index")
+        }
+    }
+
     @Test func gitCommandErrorsSayWhy() throws {
         do {
             try GitCommand.run(["ls-remote", "/definitely/not/here"])
