@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/openat2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -217,5 +218,45 @@ void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int
         if (pthread_create(&workers[started], NULL, prefetch_worker, &job) == 0) started++;
     }
     prefetch_worker(&job);
+    for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
+}
+
+struct placeholder_batch {
+    const struct fprep_placeholder_job *jobs;
+    size_t count;
+    atomic_size_t next;
+};
+
+static void *placeholder_worker(void *argument) {
+    struct placeholder_batch *batch = argument;
+    for (;;) {
+        size_t i = atomic_fetch_add(&batch->next, 1);
+        if (i >= batch->count) break;
+        const struct fprep_placeholder_job *job = &batch->jobs[i];
+        int *error = job->error;
+        *error = 0;
+        if (fprep_create_placeholder(job->dirfd, job->temporary, job->mode, job->size, job->blob_id, 20,
+                                     job->mtime_sec, 0, NULL) != 0) {
+            *error = errno ? errno : EIO;
+            continue;
+        }
+        if (renameat(job->dirfd, job->temporary, job->dirfd, job->name) != 0) {
+            *error = errno ? errno : EIO;
+            unlinkat(job->dirfd, job->temporary, 0);
+        }
+    }
+    return NULL;
+}
+
+void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads) {
+    struct placeholder_batch batch = { .jobs = jobs, .count = count };
+    atomic_init(&batch.next, 0);
+    if (threads > 64) threads = 64;
+    pthread_t workers[64];
+    int started = 0;
+    for (int i = 1; i < threads && (size_t)i < count; i++) {
+        if (pthread_create(&workers[started], NULL, placeholder_worker, &batch) == 0) started++;
+    }
+    placeholder_worker(&batch);
     for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
 }

@@ -144,17 +144,31 @@ public enum Cloner {
         try store.setMeta("remote_url", url)
 
         Trace.mark("prepare")
-        // 1. Commits and trees, no blobs, no checkout.
-        let scratch = stateFolder + "/clone-scratch"
+        // 1. Commits and trees, no blobs, no checkout. git works in folders
+        //    of this run's own, moved into place when it is done: the git of
+        //    a killed run may still be writing (or, failing, removing) its
+        //    folders, never these.
+        let token = ContentOperations.newToken()
+        let scratch = stateFolder + "/clone-scratch-" + token
+        let fetched = stateFolder + "/clone-" + token + ".git"
         do {
-            try Transport.blobless(clone: url, gitDirectory: root + "/.git", scratchWorkTree: scratch,
+            try Transport.blobless(clone: url, gitDirectory: fetched, scratchWorkTree: scratch,
                                    branch: requestedBranch, showProgress: showGitProgress)
         } catch let error as GitCommandError {
+            try? FileManager.default.removeItem(atPath: scratch)
+            try? FileManager.default.removeItem(atPath: fetched)
             throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
                              detail: error.standardError)
         }
+        try? FileManager.default.removeItem(atPath: root + "/.git")
+        guard rename(fetched, root + "/.git") == 0 else {
+            throw FprepError("cannot move the fetched repository into '\(root)/.git': \(String(cString: strerror(errno)))")
+        }
         Trace.mark("git clone")
-        try? FileManager.default.removeItem(atPath: scratch)
+        // This run's scratch folder, and whatever earlier killed runs left.
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? [] where name.hasPrefix("clone-") {
+            try? FileManager.default.removeItem(atPath: stateFolder + "/" + name)
+        }
         let repository = try Repository(openingAt: root)
         try configureReplicaRepository(repository, gitDirectory: root + "/.git")
         Trace.mark("configure")

@@ -202,6 +202,12 @@ extension Replica {
             }
         }
         Trace.mark("diff")
+        // The sizes of the files that go away come from pages of the state
+        // database nothing else reads now: looked up on another connection
+        // while the disk work goes on.
+        let oldSizes = OldSizes(databasePath: store.database.path,
+                                ids: changes.deleted.filter { $0.old.mode.isFile }.map(\.old.id)
+                                    + changes.updated.compactMap { $0.old }.filter { $0.mode.isFile }.map(\.id))
         rootFolder.prefetch(changes.updated.map(\.path) + changes.deleted.map(\.0) + changes.moved.flatMap { [$0.from, $0.to] })
         Trace.mark("prefetch")
         let now = Int64(Date().timeIntervalSince1970)
@@ -231,7 +237,8 @@ extension Replica {
         try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
         report.signals = try store.transaction {
             try store.setMeta("anchor", target.hex)
-            try store.setMeta("logical_size", String(max(0, (Int64(try store.meta("logical_size") ?? "0") ?? 0) + applier.sizeDelta)))
+            let delta = applier.sizeDelta - oldSizes.total()
+            try store.setMeta("logical_size", String(max(0, (Int64(try store.meta("logical_size") ?? "0") ?? 0) + delta)))
             try store.recordTrash(applier.trashed)
             try store.forgetMaterialized(applier.dematerialized)
             try store.recordMaterialized(applier.rematerialized, at: now)
@@ -266,7 +273,8 @@ struct SyncApplier {
     let sizes: (ObjectID) throws -> BlobInfo?
     let token = ContentOperations.newToken()
 
-    /// Records for the store once the disk is done.
+    /// Records for the store once the disk is done. `sizeDelta` counts the
+    /// new files' sizes; the old ones' are looked up meanwhile (`OldSizes`).
     var trashed: [TrashRecord] = []
     var dematerialized: [RepoPath] = []
     var rematerialized: [(RepoPath, ObjectID)] = []
@@ -371,7 +379,6 @@ struct SyncApplier {
                 report.keptLocal.append(Skipped(path: path.description, reason: "deleted on the remote, changed here; your version is kept"))
             }
             trashed.append(TrashRecord(path: path, blob: old.id, mode: old.mode.raw, deletedAt: Int64(Date().timeIntervalSince1970), anchor: anchor))
-            if old.mode.isFile { sizeDelta -= max(0, try sizes(old.id)?.size ?? 0) }
             report.deleted += 1
         }
 
@@ -432,13 +439,19 @@ struct SyncApplier {
             }
             if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
         }
+        // Plain placeholders (the common case) are made together on several
+        // threads; everything else one by one, as before.
+        var batch = PlaceholderBatch()
         for (update, state) in plans {
-            if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
+            if try !batch.take(update, state, applier: &self) {
+                if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
+            }
             if update.old == nil { report.added += 1 } else { report.changed += 1 }
             if update.new.mode.isFile { sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) }
-            if let old = update.old, old.mode.isFile { sizeDelta -= max(0, try sizes(old.id)?.size ?? 0) }
         }
-        Trace.mark("updates")
+        Trace.mark("updates queued")
+        try batch.run(applier: &self)
+        Trace.mark("placeholders")
         guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
         Trace.mark("syncfs")
         try index.write()
@@ -454,7 +467,7 @@ struct SyncApplier {
     }
 
     /// Makes `path` and its missing parents as folders, never through a symlink.
-    private func makeFolders(_ path: RepoPath) throws {
+    func makeFolders(_ path: RepoPath) throws {
         var current = RepoPath.root
         for name in path.components {
             let parent = try replica.rootFolder.folder(current)
@@ -609,6 +622,81 @@ struct SyncApplier {
         return nil
     }
 
+    /// Placeholders to lay out together: new or changed files whose old
+    /// version was absent, dataless or materialized (a materialized one with
+    /// its new content not fetched goes back to a placeholder), never a
+    /// path the user changed.
+    struct PlaceholderBatch {
+        struct Job {
+            let path: RepoPath
+            let entry: TreeEntry
+            let folder: FolderHandle
+            let temporary: [UInt8]
+            let size: Int64
+            let mtime: Int64
+            let wasMaterialized: Bool
+        }
+        var jobs: [Job] = []
+
+        /// Queues `update` when it is a plain placeholder; false otherwise.
+        mutating func take(_ update: ChangeSet.Update, _ state: Local, applier: inout SyncApplier) throws -> Bool {
+            let new = update.new
+            guard new.mode == .blob || new.mode == .executable else { return false }
+            switch state {
+            case .absent, .old: break
+            default: return false
+            }
+            if applier.writesContent(state, new.id) { return false }
+            try applier.makeFolders(update.path.parent)
+            let folder = try applier.replica.rootFolder.folder(update.path.parent)
+            let info = try applier.sizes(new.id)
+            var wasMaterialized = false
+            if case .old(.materialized) = state { wasMaterialized = true }
+            jobs.append(Job(path: update.path, entry: new, folder: folder,
+                            temporary: ContentOperations.temporaryName(for: update.path.name, token: applier.token),
+                            size: max(info?.size ?? 0, 0), mtime: info?.mtime ?? applier.commitTime, wasMaterialized: wasMaterialized))
+            return true
+        }
+
+        /// Makes every queued placeholder, then records them in the index.
+        func run(applier: inout SyncApplier) throws {
+            guard !jobs.isEmpty else { return }
+            var errors = [Int32](repeating: 0, count: jobs.count)
+            // C strings and ids that live until the threads are done.
+            let strings = jobs.map { job in (Self.cString(job.temporary), Self.cString(job.path.name), job.entry.id.bytes) }
+            defer { for (temporary, name, _) in strings { temporary.deallocate(); name.deallocate() } }
+            try errors.withUnsafeMutableBufferPointer { errorSlots in
+                var raw: [fprep_placeholder_job] = []
+                var ids: [UnsafeMutablePointer<UInt8>] = []
+                defer { for id in ids { id.deallocate() } }
+                for (i, job) in jobs.enumerated() {
+                    let id = UnsafeMutablePointer<UInt8>.allocate(capacity: 20)
+                    id.initialize(from: strings[i].2, count: 20)
+                    ids.append(id)
+                    raw.append(fprep_placeholder_job(dirfd: job.folder.fd, temporary: strings[i].0, name: strings[i].1,
+                                                     mode: job.entry.mode == .executable ? 0o777 : 0o666, size: off_t(job.size),
+                                                     blob_id: id, mtime_sec: job.mtime, error: errorSlots.baseAddress! + i))
+                }
+                fprep_create_placeholders(raw, raw.count, Int32(min(16, raw.count)))
+                if let failed = errorSlots.firstIndex(where: { $0 != 0 }) {
+                    throw SystemError("create placeholder", jobs[failed].path.description, errorSlots[failed])
+                }
+            }
+            for job in jobs {
+                try applier.index.add(IndexEntry(path: job.path.bytes, id: job.entry.id, mode: job.entry.mode.raw,
+                                                 stat: .placeholder(size: job.size, mtime: job.mtime), skipWorktree: true))
+                if job.wasMaterialized { applier.dematerialized.append(job.path) }
+            }
+        }
+
+        private static func cString(_ bytes: [UInt8]) -> UnsafeMutablePointer<CChar> {
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+            bytes.withUnsafeBytes { UnsafeMutableRawPointer(copy).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            copy[bytes.count] = 0
+            return copy
+        }
+    }
+
     /// Renames the user's file at `path` to `NAME (conflict DEVICE DATE).EXT`
     /// in the same folder; returns the new identifier (nil when no free name).
     private func setAside(_ path: RepoPath) throws -> String? {
@@ -628,7 +716,7 @@ struct SyncApplier {
     /// Whether an item gets its content rather than a placeholder: it was
     /// materialized, or it is new here and its content is already in the
     /// local store (a conflict copy of the user's own version, a merge).
-    private func writesContent(_ state: Local, _ id: ObjectID) -> Bool {
+    func writesContent(_ state: Local, _ id: ObjectID) -> Bool {
         switch state {
         case .old(.materialized): return true
         case .absent: return (try? replica.repository.objectDatabase().contains(id)) == true
@@ -672,5 +760,36 @@ private final class IndexRead: @unchecked Sendable {
 
     private final class ResultBox: @unchecked Sendable {
         var result: Result<Index, Error>?
+    }
+}
+
+/// The summed sizes of blobs, looked up on a connection of its own on
+/// another thread; 0 for what cannot be read (the size is a display figure,
+/// recomputed by 'fprep repair').
+private final class OldSizes: @unchecked Sendable {
+    private let work: BackgroundWork
+
+    init(databasePath: String, ids: [ObjectID]) {
+        let box = SumBox()
+        work = BackgroundWork {
+            guard !ids.isEmpty else { return }
+            let database = try Database(path: databasePath)
+            let statement = try database.prepare("SELECT size FROM blob_info WHERE oid = ?1")
+            for id in ids.sorted() {
+                try statement.bind(.blob(id.bytes))
+                if try statement.step() { box.total += max(0, statement.int(0)) }
+            }
+        }
+        self.box = box
+    }
+
+    private let box: SumBox
+
+    func total() -> Int64 {
+        (try? work.wait()) == nil ? 0 : box.total
+    }
+
+    private final class SumBox: @unchecked Sendable {
+        var total: Int64 = 0
     }
 }

@@ -37,6 +37,23 @@ int fprep_syncfs(int fd);
 
 /* Reads xattr `name` of the file at `dirfd`/`name` without following a symlink
  * into `buf`; returns its length or -1. */
+/* One placeholder to lay out: made as `temporary` in dirfd, then renamed
+ * over `name`. error receives 0 or the errno of the step that failed (the
+ * temporary is removed then). */
+struct fprep_placeholder_job {
+    int dirfd;
+    const char *temporary;
+    const char *name;
+    mode_t mode;
+    off_t size;
+    const unsigned char *blob_id;   /* 20 bytes */
+    long long mtime_sec;
+    int *error;
+};
+/* Runs the jobs on `threads` threads: on a cold cache the inode reads and
+ * allocations of files in scattered folders overlap. */
+void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads);
+
 /* Looks up (fstatat, no symlink followed at the end) every path beneath
  * dirfd on several threads at once, results dropped: on a cold cache the
  * folder and inode reads of scattered paths then overlap instead of coming
