@@ -419,39 +419,50 @@ struct SyncApplier {
             if update.new.mode == .symlink, !odb.contains(update.new.id) { needed.insert(update.new.id) }
         }
         Trace.mark("classify updates")
-        var packs: [String] = []
         replica.removeFetchQuarantines()
         let quarantine = replica.stateFolder + "/fetch-" + token
-        if !needed.isEmpty {
+        // The new content is fetched while everything that does not need it
+        // is laid out.
+        let wanted = Array(needed), gitDirectory = replica.gitDirectory
+        let contentFetch = wanted.isEmpty ? nil : BackgroundWork {
+            _ = try Transport.fetchObjects(wanted, gitDirectory: gitDirectory, quarantine: quarantine)
+        }
+        // Plain placeholders (the common case) are made together on several
+        // threads; everything else one by one.
+        var batch = PlaceholderBatch()
+        var afterFetch: [(ChangeSet.Update, Local)] = []
+        for (update, state) in plans {
+            if update.old == nil { report.added += 1 } else { report.changed += 1 }
+            if update.new.mode.isFile { sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) }
+            if needed.contains(update.new.id) {
+                afterFetch.append((update, state))
+            } else if try !batch.take(update, state, applier: &self) {
+                if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
+            }
+        }
+        Trace.mark("updates queued")
+        try batch.run(applier: &self)
+        Trace.mark("placeholders")
+        if let contentFetch {
             do {
-                packs = try Transport.fetchObjects(Array(needed), gitDirectory: replica.gitDirectory, quarantine: quarantine)
+                try contentFetch.wait()
+                report.bytesFetched = try needed.reduce(0) { total, id in total + max(0, try sizes(id)?.size ?? 0) }
             } catch let error as GitCommandError {
                 // Symlinks cannot wait; materialized files can come back as
                 // placeholders (materialize them again later).
-                if changes.updated.contains(where: { $0.new.mode == .symlink && needed.contains($0.new.id) }) {
+                if afterFetch.contains(where: { $0.0.new.mode == .symlink }) {
                     throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); sync again when the remote is back (nothing is lost)",
                                      detail: error.standardError)
                 }
                 report.keptLocal.append(Skipped(path: "", reason: "the remote did not send new content (\(error.reason)); changed materialized files are placeholders now"))
             }
-            report.bytesFetched = packs.filter { $0.hasSuffix(".pack") }.reduce(0) { total, pack in
-                total + ((try? FileManager.default.attributesOfItem(atPath: pack)[.size] as? Int64) ?? 0)
-            }
             if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
+            Trace.mark("content fetch")
         }
-        // Plain placeholders (the common case) are made together on several
-        // threads; everything else one by one, as before.
-        var batch = PlaceholderBatch()
-        for (update, state) in plans {
-            if try !batch.take(update, state, applier: &self) {
-                if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
-            }
-            if update.old == nil { report.added += 1 } else { report.changed += 1 }
-            if update.new.mode.isFile { sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) }
+        for (update, state) in afterFetch {
+            if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
         }
-        Trace.mark("updates queued")
-        try batch.run(applier: &self)
-        Trace.mark("placeholders")
+        Trace.mark("new content")
         guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
         Trace.mark("syncfs")
         try index.write()
