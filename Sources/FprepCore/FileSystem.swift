@@ -196,7 +196,7 @@ extension FolderHandle {
         // NUL-terminated copies of the raw bytes (paths need not be UTF-8).
         let copies = paths.map { path -> UnsafeMutablePointer<CChar> in
             let copy = UnsafeMutablePointer<CChar>.allocate(capacity: path.bytes.count + 1)
-            path.bytes.withUnsafeBytes { UnsafeMutableRawPointer(copy).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            path.bytes.withUnsafeBytes { if let base = $0.baseAddress { UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: $0.count) } }
             copy[path.bytes.count] = 0
             return copy
         }

@@ -677,6 +677,7 @@ struct SyncApplier {
             let strings = jobs.map { job in (Self.cString(job.temporary), Self.cString(job.path.name), job.entry.id.bytes) }
             defer { for (temporary, name, _) in strings { temporary.deallocate(); name.deallocate() } }
             try errors.withUnsafeMutableBufferPointer { errorSlots in
+                guard let firstSlot = errorSlots.baseAddress else { return }
                 var raw: [fprep_placeholder_job] = []
                 var ids: [UnsafeMutablePointer<UInt8>] = []
                 defer { for id in ids { id.deallocate() } }
@@ -686,7 +687,7 @@ struct SyncApplier {
                     ids.append(id)
                     raw.append(fprep_placeholder_job(dirfd: job.folder.fd, temporary: strings[i].0, name: strings[i].1,
                                                      mode: job.entry.mode == .executable ? 0o777 : 0o666, size: off_t(job.size),
-                                                     blob_id: id, mtime_sec: job.mtime, error: errorSlots.baseAddress! + i))
+                                                     blob_id: id, mtime_sec: job.mtime, error: firstSlot + i))
                 }
                 fprep_create_placeholders(raw, raw.count, Int32(min(16, raw.count)))
                 if let failed = errorSlots.firstIndex(where: { $0 != 0 }) {
@@ -702,7 +703,7 @@ struct SyncApplier {
 
         private static func cString(_ bytes: [UInt8]) -> UnsafeMutablePointer<CChar> {
             let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
-            bytes.withUnsafeBytes { UnsafeMutableRawPointer(copy).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            bytes.withUnsafeBytes { if let base = $0.baseAddress { UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: $0.count) } }
             copy[bytes.count] = 0
             return copy
         }

@@ -598,7 +598,7 @@ private final class IndexStorage {
             at = cursor + suffixLength + 1
         }
         let copy = UnsafeMutableRawPointer.allocate(byteCount: max(buffer.count, 8), alignment: 8)
-        buffer.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        buffer.withUnsafeBytes { if let base = $0.baseAddress { copy.copyMemory(from: base, byteCount: $0.count) } }
         let storage = IndexStorage(base: UnsafeRawPointer(copy), count: buffer.count) { copy.deallocate() }
         return (storage, offsets, at)
     }
