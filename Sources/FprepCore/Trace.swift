@@ -1,10 +1,18 @@
 import FoundationEssentials
 import Glibc
 
-/// Phase timings on standard error when `FPREP_TRACE` is set: how a
-/// benchmark's figure splits into its parts.
+/// Phase timings when `FPREP_TRACE` is set: how a benchmark's figure
+/// splits into its parts. On standard error, or appended to the file
+/// `FPREP_TRACE` names when it is an absolute path (a benchmark that keeps
+/// fprep's standard error to itself).
 public enum Trace {
-    private static let enabled = ProcessInfo.processInfo.environment["FPREP_TRACE"] != nil
+    private static let setting = ProcessInfo.processInfo.environment["FPREP_TRACE"]
+    private static let enabled = setting != nil
+    private static let file: Int32 = {
+        guard let setting, setting.hasPrefix("/") else { return 2 }
+        let fd = open(setting, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        return fd >= 0 ? fd : 2
+    }()
     nonisolated(unsafe) private static var last = Date()
 
     /// Starts the clock for the next mark.
@@ -18,7 +26,8 @@ public enum Trace {
         let now = Date()
         let milliseconds = Int((now.timeIntervalSince(last) * 1000).rounded())
         let padded = phase.count < 28 ? phase + String(repeating: " ", count: 28 - phase.count) : phase
-        Console.error("trace: \(padded) \(milliseconds / 1000).\(String(1000 + milliseconds % 1000).dropFirst()) s\n")
+        let line = Array("trace: \(padded) \(milliseconds / 1000).\(String(1000 + milliseconds % 1000).dropFirst()) s\n".utf8)
+        _ = line.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
         last = now
     }
 }

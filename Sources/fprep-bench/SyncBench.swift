@@ -23,7 +23,9 @@ struct SyncBench: ParsableCommand {
         main moves with `git update-ref` and `fprep hook post-receive` gets the line \
         git would give it. Timed, after `sync` and (as root) dropped caches: the floor \
         of sync (`git fetch` blob:none in the clone + `git diff-tree -r -M100%` + one \
-        sparse file with one xattr per added or modified path), `git diff-tree -r` in \
+        sparse file with one xattr per added or modified path + `git fetch` of the new \
+        blobs of the modified files the replica has materialized, in one request), \
+        `git diff-tree -r` in \
         the remote (the floor of changes), `fprep sync --incoming --json` (what the floor \
         does: the remote's change only), `fprep sync --json` in a second replica (both \
         ways: a scan of the tree for local changes first) and `fprep changes \

@@ -35,9 +35,13 @@ struct SyncRunResult: Codable {
     var gitFetch: Double
     /// …plus `git diff-tree -r -M BASE NEW` there…
     var gitDiffTreeRenames: Double
-    /// …plus one sparse file with one xattr per added or modified path.
+    /// …plus one sparse file with one xattr per added or modified path…
     var writePlaceholders: Double
     var placeholdersWritten: Int
+    /// …plus `git fetch` of the new blobs of the modified files the replica
+    /// has materialized (one request): the content fprep writes for them.
+    var fetchContent: Double = 0
+    var contentFetched: Int = 0
     /// Floor of changes: `git diff-tree -r BASE NEW` in the remote.
     var remoteDiffTree: Double
     var sync: SyncOutcome?
@@ -45,7 +49,7 @@ struct SyncRunResult: Codable {
     /// One line per fprep failure or wrong answer (command, status, stderr).
     var failures: [String] = []
 
-    var syncFloor: Double { gitFetch + gitDiffTreeRenames + writePlaceholders }
+    var syncFloor: Double { gitFetch + gitDiffTreeRenames + writePlaceholders + fetchContent }
 }
 
 /// Prepares and times the sync runs of one tree size.
@@ -115,12 +119,22 @@ struct SyncCycle {
                                               environment: ["GIT_NO_LAZY_FETCH": "1"]))
         let raw = try RawDiff(diff.stdout)
         let write = try floors.writePlaceholders(root: clone, items: raw.written, sizes: newSizes)
+        let sample = Set(((try? String(contentsOfFile: materializeList, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        let content = raw.written.filter { sample.contains($0.path) }.map(\.oid)
+        var contentSeconds = 0.0
+        if !content.isEmpty {
+            contentSeconds = try subprocess.run(Command(["git", "-C", clone, "-c", "gc.auto=0", "-c", "fetch.negotiationAlgorithm=noop",
+                                                         "fetch", "-q", "origin", "--no-tags", "--no-write-fetch-head",
+                                                         "--recurse-submodules=no", "--filter=blob:none", "--stdin"],
+                                                        input: .bytes(Array(content.map { $0 + "\n" }.joined().utf8)))).seconds
+        }
 
         log("run \(run): git diff-tree -r in the remote")
         let remoteDiff = try timed(Command(["git", "-C", remote, "diff-tree", "-r", base, new]))
 
         var result = SyncRunResult(gitFetch: fetch.seconds, gitDiffTreeRenames: diff.seconds, writePlaceholders: write,
-                                   placeholdersWritten: raw.written.count, remoteDiffTree: remoteDiff.seconds)
+                                   placeholdersWritten: raw.written.count, fetchContent: contentSeconds,
+                                   contentFetched: content.count, remoteDiffTree: remoteDiff.seconds)
         log("run \(run): fprep sync")
         do {
             let sync = try timed(Command([fprep, "sync", "--incoming", "-C", replica(run), "--json"]))

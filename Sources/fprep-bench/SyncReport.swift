@@ -43,6 +43,7 @@ struct SyncSizeResult: Encodable {
         var gitFetch: Double
         var gitDiffTreeRenames: Double
         var writePlaceholders: Double
+        var fetchContent: Double
         var fprepChanges: Double?
         var remoteDiffTree: Double
     }
@@ -81,6 +82,7 @@ struct SyncSizeResult: Encodable {
                         gitFetch: median(runs.map(\.gitFetch)) ?? 0,
                         gitDiffTreeRenames: median(runs.map(\.gitDiffTreeRenames)) ?? 0,
                         writePlaceholders: median(runs.map(\.writePlaceholders)) ?? 0,
+                        fetchContent: median(runs.map(\.fetchContent)) ?? 0,
                         fprepChanges: median(runs.compactMap(\.fprepChanges)),
                         remoteDiffTree: median(runs.map(\.remoteDiffTree)) ?? 0)
         medians = m
@@ -198,6 +200,7 @@ struct SyncBenchReport: Encodable {
         out.append(row("  git fetch --filter=blob:none", "", secs(m.gitFetch)))
         out.append(row("  git diff-tree -r \(SyncCycle.renameOption) BASE NEW (clone)", "", secs(m.gitDiffTreeRenames)))
         out.append(row("  write \(written) sparse files + 1 xattr (mkdir -p)", "", secs(m.writePlaceholders)))
+        out.append(row("  git fetch of \(s.perRun.first?.contentFetched ?? 0) changed materialized blobs", "", secs(m.fetchContent)))
         out.append(row("sync (both ways: tree scan first)", secs(m.fprepSyncBothWays), secs(m.syncFloor),
                        m.fprepSyncBothWays.map { String(format: "%.2f×", $0 / max(m.syncFloor, 1e-9)) } ?? ""))
         out.append(row("changes --from BASE", secs(m.fprepChanges), secs(m.remoteDiffTree), ratio(s.changes), goal(s.changes)))
