@@ -59,7 +59,7 @@ struct SharedMetadata {
                 } catch let error as GitCommandError {
                     let rejected = error.standardError.contains("[rejected]") || error.standardError.contains("fetch first")
                     guard rejected, attempt < 5 else { break }  // offline: stays pending
-                    try? GitCommand.run(["--git-dir=\(replica.gitDirectory)", "fetch", "--quiet", "--no-tags", "origin",
+                    _ = try? GitCommand.run(["--git-dir=\(replica.gitDirectory)", "fetch", "--quiet", "--no-tags", "origin",
                                          "+\(Self.reference):\(Self.trackingReference)"])
                     remoteTip = try replica.repository.referenceTarget(Self.trackingReference)
                 }

@@ -70,11 +70,7 @@ extension Replica {
 
         // 2. Fetch, then merge, lay out and push until the push lands.
         for attempt in 1...5 {
-            // The index (a large file) is read while git fetches; nothing
-            // else touches the repository until both are done.
-            let indexRead = index == nil ? IndexRead(repository) : nil
             do {
-                defer { if let indexRead { index = try? indexRead.get() } }
                 try Transport.fetchTrees(gitDirectory: gitDirectory)
             } catch let error as GitCommandError {
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
@@ -751,27 +747,6 @@ struct SyncApplier {
         if !skipWorktree, let onDisk = replica.rootFolder.stat(path) { stat = StatData(onDisk) }
         else if let info = try sizes(entry.id) { stat = .placeholder(size: info.size, mtime: info.mtime) }
         try index.add(IndexEntry(path: path.bytes, id: entry.id, mode: entry.mode.raw, stat: stat, skipWorktree: skipWorktree))
-    }
-}
-
-/// The replica's index, read on another thread; `get` waits for it.
-private final class IndexRead: @unchecked Sendable {
-    private let work: BackgroundWork
-    private let box = ResultBox()
-
-    init(_ repository: Repository) {
-        let box = self.box
-        work = BackgroundWork { box.result = Result { try repository.index() } }
-    }
-
-    func get() throws -> Index {
-        try work.wait()
-        guard let result = box.result else { throw FprepError("the index was not read") }
-        return try result.get()
-    }
-
-    private final class ResultBox: @unchecked Sendable {
-        var result: Result<Index, Error>?
     }
 }
 

@@ -13,7 +13,7 @@ import FprepGit
 
     @Test func syncLaysOutAddsChangesDeletionsAndMoves() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
         let folderInode = try #require(h.stat("pics")).inode
         try h.push { work in
             try h.git(["mv", "docs/a.txt", "docs/renamed.txt"], in: work)
@@ -44,7 +44,7 @@ import FprepGit
 
     @Test func changedMaterializedFileGetsItsNewContent() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs"], relativeTo: h.replicaRoot)
         try h.push { work in try Data("alpha two\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/a.txt")) }
         let report = try h.replica().sync()
         #expect(report.bytesFetched > 0)
@@ -54,7 +54,7 @@ import FprepGit
 
     @Test func localChangesAreNeverLost() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs/a.txt", "docs/b.txt"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs/a.txt", "docs/b.txt"], relativeTo: h.replicaRoot)
         try Data("mine\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/docs/a.txt"))
         try Data("mine too\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/docs/b.txt"))
         try h.push { work in
@@ -76,14 +76,14 @@ import FprepGit
 
     @Test func aChangeOutsideTheWorkingSetRaisesNoFolderSignal() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
         try h.push { work in try Data("o2\n".utf8).write(to: URL(fileURLWithPath: work + "/other/o.txt")) }
         #expect(try h.replica().sync().signals.isEmpty)
     }
 
     @Test func aChangeInTheWorkingSetSignalsItsParentAndTheWorkingSetOnce() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
         try h.push { work in
             try Data("a2\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/a.txt"))
             try Data("b2\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/b.txt"))  // sibling of a working-set item
@@ -97,7 +97,7 @@ import FprepGit
 
     @Test func aDeepChangeUnderAMaterializedFolderSignalsItsFolder() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs"], relativeTo: h.replicaRoot)
         try h.push { work in try Data("z2\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/deep/x/y/z.txt")) }
         let report = try h.replica().sync()
         #expect(SyncHarness.containers(report) == ["docs/deep/x/y", Self.workingSet])
@@ -105,7 +105,7 @@ import FprepGit
 
     @Test func aMoveOutOfTheWorkingSetSignalsBothParents() throws {
         let h = try SyncHarness(files: Self.files)
-        try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
         try h.push { work in try h.git(["mv", "docs/a.txt", "other/a.txt"], in: work) }
         let report = try h.replica().sync()
         #expect(SyncHarness.containers(report) == ["docs", "other", Self.workingSet])

@@ -22,7 +22,7 @@ import FprepGit
         while let path = enumerator?.nextObject() as? String {
             if path.hasPrefix(".git") || path.hasPrefix(".fprep") { continue }
             var isDirectory: ObjCBool = false
-            FileManager.default.fileExists(atPath: root + "/" + path, isDirectory: &isDirectory)
+            _ = FileManager.default.fileExists(atPath: root + "/" + path, isDirectory: &isDirectory)
             if !isDirectory.boolValue { result[path] = try String(contentsOfFile: root + "/" + path, encoding: .utf8) }
         }
         return result
@@ -216,7 +216,7 @@ extension SharedMetadataTests {
     /// takes the name, and the next sync shares the user's copy.
     @Test func anEditTheLayoutMeetsIsKeptAsAConflictCopyAndSyncedNext() throws {
         let h = try SyncHarness(files: TwoDeviceTests.files)
-        try h.replica().materialize(["a-only.txt"], relativeTo: h.replicaRoot)
+        _ = try h.replica().materialize(["a-only.txt"], relativeTo: h.replicaRoot)
         try h.push { work in try Data("remote edit\n".utf8).write(to: URL(fileURLWithPath: work + "/a-only.txt")) }
         // Pull the remote change into a replica whose file changed after its
         // scan: apply the incoming step directly, as a sync would after a scan.
