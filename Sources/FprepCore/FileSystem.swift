@@ -193,17 +193,20 @@ extension FolderHandle {
     /// waits for its folder and inode reads together, not one by one.
     func prefetch(_ paths: [RepoPath]) {
         guard paths.count > 1 else { return }
-        // NUL-terminated copies of the raw bytes (paths need not be UTF-8).
-        let copies = paths.map { path -> UnsafeMutablePointer<CChar> in
-            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: path.bytes.count + 1)
-            path.bytes.withUnsafeBytes { if let base = $0.baseAddress { UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: $0.count) } }
-            copy[path.bytes.count] = 0
-            return copy
-        }
+        let copies = paths.map { allocatedCString($0.bytes) }
         defer { for copy in copies { copy.deallocate() } }
         let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
         pointers.withUnsafeBufferPointer { buffer in
             fprep_prefetch_paths(fd, buffer.baseAddress, buffer.count, Int32(min(16, paths.count)))
         }
     }
+}
+
+/// A NUL-terminated copy of raw bytes (paths need not be UTF-8) for C code
+/// that keeps it past one call; the caller deallocates it.
+func allocatedCString(_ bytes: [UInt8]) -> UnsafeMutablePointer<CChar> {
+    let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+    bytes.withUnsafeBytes { if let base = $0.baseAddress { UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: $0.count) } }
+    copy[bytes.count] = 0
+    return copy
 }

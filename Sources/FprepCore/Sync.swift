@@ -670,7 +670,7 @@ struct SyncApplier {
             guard !jobs.isEmpty else { return }
             var errors = [Int32](repeating: 0, count: jobs.count)
             // C strings and ids that live until the threads are done.
-            let strings = jobs.map { job in (Self.cString(job.temporary), Self.cString(job.path.name), job.entry.id.bytes) }
+            let strings = jobs.map { job in (allocatedCString(job.temporary), allocatedCString(job.path.name), job.entry.id.bytes) }
             defer { for (temporary, name, _) in strings { temporary.deallocate(); name.deallocate() } }
             try errors.withUnsafeMutableBufferPointer { errorSlots in
                 guard let firstSlot = errorSlots.baseAddress else { return }
@@ -695,13 +695,6 @@ struct SyncApplier {
                                                  stat: .placeholder(size: job.size, mtime: job.mtime), skipWorktree: true))
                 if job.wasMaterialized { applier.dematerialized.append(job.path) }
             }
-        }
-
-        private static func cString(_ bytes: [UInt8]) -> UnsafeMutablePointer<CChar> {
-            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
-            bytes.withUnsafeBytes { if let base = $0.baseAddress { UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: $0.count) } }
-            copy[bytes.count] = 0
-            return copy
         }
     }
 
