@@ -14,6 +14,8 @@ public enum SizeManifest {
     /// Where a replica's fetch puts the remote's manifest.
     public static let trackingReference = "refs/remotes/origin-fprep/sizes"
     static let header = "fprep sizes v1"
+    /// The most blobs one manifest commit lists.
+    static let linesPerCommit = 2000
 
     /// Appends one manifest commit listing the blobs that appear between the
     /// trees `old` and `new` (every blob of `new` when `old` is nil). Sizes
@@ -24,20 +26,28 @@ public enum SizeManifest {
                               time: Int64) throws -> Int {
         let odb = try repository.objectDatabase()
         var seen = Set<ObjectID>()
-        var lines = header + "\n\n"
+        var lines: [String] = []
         for delta in try TreeDiff(repository).deltas(from: old, to: new) {
             guard let entry = delta.new, entry.mode != .submodule, !seen.contains(entry.id) else { continue }
             seen.insert(entry.id)
             guard let size = try odb.size(of: entry.id) else { continue }
-            lines += "\(entry.id.hex) \(size) \(time)\n"
+            lines.append("\(entry.id.hex) \(size) \(time)\n")
         }
         guard !seen.isEmpty else { return 0 }
         let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)
         // Two pushes may extend the manifest at once: retry on a moved tip.
         for attempt in 1...5 {
             let tip = try repository.referenceTarget(reference)
-            let commit = try repository.writeCommit(tree: ObjectID.emptyTree, parents: tip.map { [$0] } ?? [],
-                                                    message: lines, author: signature, committer: signature)
+            // At most `linesPerCommit` blobs a commit: git reads the commits
+            // next to a fetch's common ones whole, and a first manifest of a
+            // large tree in one message cost every device's fetch 0.1 s.
+            var commit = tip
+            for start in stride(from: 0, to: max(lines.count, 1), by: linesPerCommit) {
+                let message = header + "\n\n" + lines[start..<min(start + linesPerCommit, lines.count)].joined()
+                commit = try repository.writeCommit(tree: ObjectID.emptyTree, parents: commit.map { [$0] } ?? [],
+                                                    message: message, author: signature, committer: signature)
+            }
+            guard let commit else { return seen.count }
             do {
                 try repository.updateReference(reference, to: commit, expecting: tip, message: "fprep: size manifest")
                 return seen.count

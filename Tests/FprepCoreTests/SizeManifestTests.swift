@@ -31,6 +31,33 @@ import FprepGit
         #expect(try SizeManifest.entries(repository, from: tip, stoppingAt: firstManifest).map(\.0) == [c])
     }
 
+    @Test func aLargeTreeIsListedInCommitsOfBoundedSize() throws {
+        let folder = NSTemporaryDirectory() + "fprep-manifest-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let repository = try Repository(creatingBareAt: folder, initialBranch: "main")
+        let count = SizeManifest.linesPerCommit * 2 + 500
+        let builder = try repository.treeBuilder()
+        for i in 0..<count {
+            let id = try Array("blob \(i)".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+            try builder.insert(name: Array("f\(i)".utf8), id: id, mode: .blob)
+        }
+        let tree = try builder.write()
+        #expect(try SizeManifest.extend(repository, from: nil, to: tree, time: 100) == count)
+        let tip = try #require(try repository.referenceTarget(SizeManifest.reference))
+        var commits = 0
+        var next: ObjectID? = tip
+        while let id = next {
+            let commit = try repository.commit(id)
+            var lines: [(ObjectID, BlobInfo)] = []
+            commit.withMessageBytes { SizeManifest.parse($0, into: &lines) }
+            #expect(lines.count <= SizeManifest.linesPerCommit)
+            commits += 1
+            next = commit.parentIDs.first
+        }
+        #expect(commits == 3)
+        #expect(Set(try SizeManifest.entries(repository, from: tip, stoppingAt: nil).map(\.0)).count == count)
+    }
+
     @Test func parseSkipsMalformedLines() {
         let text = "fprep sizes v1\n\nnot a line\n\(String(repeating: "a", count: 40)) 12 34\n\(String(repeating: "b", count: 40)) x 1\n"
         var result: [(ObjectID, BlobInfo)] = []
