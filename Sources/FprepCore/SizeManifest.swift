@@ -38,9 +38,9 @@ public enum SizeManifest {
         // Two pushes may extend the manifest at once: retry on a moved tip.
         for attempt in 1...5 {
             let tip = try repository.referenceTarget(reference)
-            // At most `linesPerCommit` blobs a commit: git reads the commits
-            // next to a fetch's common ones whole, and a first manifest of a
-            // large tree in one message cost every device's fetch 0.1 s.
+            // At most `linesPerCommit` blobs a commit: a fetch's negotiation
+            // reads the commits next to the common ones whole, so no single
+            // commit (the first manifest of a large tree) should be megabytes.
             var commit = tip
             for start in stride(from: 0, to: max(lines.count, 1), by: linesPerCommit) {
                 let message = header + "\n\n" + lines[start..<min(start + linesPerCommit, lines.count)].joined()
