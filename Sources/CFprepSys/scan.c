@@ -1,7 +1,7 @@
 #define _GNU_SOURCE
 #include "CFprepSys.h"
+#include "parallel.h"
 #include <errno.h>
-#include <pthread.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@ static inline const uint8_t *entry_path(const uint8_t *entry, size_t *length) {
 
 /* Adds a name's FNV-1a hash to a folder's sum: a sum does not depend on
  * the order, so the parts of one folder that two threads saw add up. */
-static inline void fnv(uint64_t *hash, const uint8_t *bytes, size_t n) {
+static inline void fnv(unsigned long long *hash, const uint8_t *bytes, size_t n) {
     uint64_t h = 14695981039346656037ULL;
     for (size_t i = 0; i < n; i++) { h ^= bytes[i]; h *= 1099511628211ULL; }
     *hash += h;
@@ -177,11 +177,10 @@ struct scan_part {
     int status;
 };
 
-static void *scan_part_run(void *argument) {
-    struct scan_part *part = argument;
+static void scan_part_run(void *context, size_t k) {
+    struct scan_part *part = (struct scan_part *)context + k;
     part->status = scan_range(part->rootfd, part->base, part->offsets, part->first, part->end,
                               part->index_sec, part->index_nsec, part->states, part->out);
-    return NULL;
 }
 
 int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, size_t count,
@@ -191,19 +190,15 @@ int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, si
     if (parts > FPREP_SCAN_MAX_PARTS) parts = FPREP_SCAN_MAX_PARTS;
     if ((size_t)parts > count / 1024 + 1) parts = (int)(count / 1024 + 1);
     struct scan_part work[FPREP_SCAN_MAX_PARTS];
-    pthread_t threads[FPREP_SCAN_MAX_PARTS];
-    int started[FPREP_SCAN_MAX_PARTS] = {0};
     for (int k = 0; k < parts; k++) {
         work[k] = (struct scan_part){ rootfd, base, offsets, count * (size_t)k / (size_t)parts,
                                       count * (size_t)(k + 1) / (size_t)parts, index_sec, index_nsec, states, &out[k], 0 };
     }
-    /* Part 0 on this thread, the others on threads of their own: on a cold
-     * cache their inode reads overlap (git's preloaded index does the same). */
-    for (int k = 1; k < parts; k++) started[k] = pthread_create(&threads[k], NULL, scan_part_run, &work[k]) == 0;
-    scan_part_run(&work[0]);
-    int status = work[0].status;
-    for (int k = 1; k < parts; k++) {
-        if (started[k]) pthread_join(threads[k], NULL); else scan_part_run(&work[k]);
+    /* Every part on a thread of its own: on a cold cache their inode reads
+     * overlap (git's preloaded index does the same). */
+    fprep_parallel_for((size_t)parts, parts, scan_part_run, work);
+    int status = 0;
+    for (int k = 0; k < parts; k++) {
         if (work[k].status != 0 && status == 0) status = work[k].status;
     }
     if (status != 0) {

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CFprepSys.h"
+#include "parallel.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -187,76 +188,36 @@ int fprep_holds_no_data_at(int dirfd, const char *path) {
     return result;
 }
 
-#include <pthread.h>
-#include <stdatomic.h>
-
 struct prefetch_job {
     int dirfd;
     const char *const *paths;
-    size_t count;
-    atomic_size_t next;
 };
 
-static void *prefetch_worker(void *argument) {
-    struct prefetch_job *job = argument;
-    for (;;) {
-        size_t i = atomic_fetch_add(&job->next, 1);
-        if (i >= job->count) break;
-        struct stat st;
-        (void)fstatat(job->dirfd, job->paths[i], &st, AT_SYMLINK_NOFOLLOW);
-    }
-    return NULL;
+static void prefetch_one(void *context, size_t i) {
+    struct prefetch_job *job = context;
+    struct stat st;
+    (void)fstatat(job->dirfd, job->paths[i], &st, AT_SYMLINK_NOFOLLOW);
 }
 
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads) {
-    struct prefetch_job job = { .dirfd = dirfd, .paths = paths, .count = count };
-    atomic_init(&job.next, 0);
-    if (threads > 64) threads = 64;
-    pthread_t workers[64];
-    int started = 0;
-    for (int i = 0; i < threads && (size_t)i < count; i++) {
-        if (pthread_create(&workers[started], NULL, prefetch_worker, &job) == 0) started++;
-    }
-    prefetch_worker(&job);
-    for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
+    struct prefetch_job job = { .dirfd = dirfd, .paths = paths };
+    fprep_parallel_for(count, threads, prefetch_one, &job);
 }
 
-struct placeholder_batch {
-    const struct fprep_placeholder_job *jobs;
-    size_t count;
-    atomic_size_t next;
-};
-
-static void *placeholder_worker(void *argument) {
-    struct placeholder_batch *batch = argument;
-    for (;;) {
-        size_t i = atomic_fetch_add(&batch->next, 1);
-        if (i >= batch->count) break;
-        const struct fprep_placeholder_job *job = &batch->jobs[i];
-        int *error = job->error;
-        *error = 0;
-        if (fprep_create_placeholder(job->dirfd, job->temporary, job->mode, job->size, job->blob_id, 20,
-                                     job->mtime_sec, 0, NULL) != 0) {
-            *error = errno ? errno : EIO;
-            continue;
-        }
-        if (renameat(job->dirfd, job->temporary, job->dirfd, job->name) != 0) {
-            *error = errno ? errno : EIO;
-            unlinkat(job->dirfd, job->temporary, 0);
-        }
+static void create_one_placeholder(void *context, size_t i) {
+    const struct fprep_placeholder_job *job = (const struct fprep_placeholder_job *)context + i;
+    *job->error = 0;
+    if (fprep_create_placeholder(job->dirfd, job->temporary, job->mode, job->size, job->blob_id, 20,
+                                 job->mtime_sec, 0, NULL) != 0) {
+        *job->error = errno ? errno : EIO;
+        return;
     }
-    return NULL;
+    if (renameat(job->dirfd, job->temporary, job->dirfd, job->name) != 0) {
+        *job->error = errno ? errno : EIO;
+        unlinkat(job->dirfd, job->temporary, 0);
+    }
 }
 
 void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads) {
-    struct placeholder_batch batch = { .jobs = jobs, .count = count };
-    atomic_init(&batch.next, 0);
-    if (threads > 64) threads = 64;
-    pthread_t workers[64];
-    int started = 0;
-    for (int i = 1; i < threads && (size_t)i < count; i++) {
-        if (pthread_create(&workers[started], NULL, placeholder_worker, &batch) == 0) started++;
-    }
-    placeholder_worker(&batch);
-    for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
+    fprep_parallel_for(count, threads, create_one_placeholder, (void *)jobs);
 }

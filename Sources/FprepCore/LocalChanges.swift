@@ -48,6 +48,17 @@ struct LocalChangeSet {
     var treeBytes: Int64 = 0
 
     var isEmpty: Bool { removed.isEmpty && written.isEmpty }
+
+    /// A tracked file whose content or mode changed on disk.
+    mutating func recordModified(_ path: RepoPath, _ stat: FileStat) {
+        written.append(Write(path: path, id: nil, mode: stat.gitMode, placeholder: false))
+        changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
+    }
+}
+
+extension FileStat {
+    /// The git mode of what is on disk (regular files only by their owner's execute bit).
+    var gitMode: FileMode { isSymlink ? .symlink : (isExecutable ? .executable : .blob) }
 }
 
 /// Scans the replica for local changes.
@@ -140,9 +151,7 @@ struct LocalScanner {
                     bytes += try collectNew(path, into: &added)
                     continue
                 }
-                let newMode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
-                set.written.append(LocalChangeSet.Write(path: path, id: nil, mode: newMode, placeholder: false))
-                set.changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
+                set.recordModified(path, stat)
             }
         }
         set.items = clean + dataless + modified + gone
@@ -270,9 +279,7 @@ struct LocalScanner {
                         if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
                         continue
                     }
-                    let newMode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
-                    set.written.append(LocalChangeSet.Write(path: itemPath, id: nil, mode: newMode, placeholder: false))
-                    set.changes.append(LocalChange(kind: .modified, path: itemPath.description, from: nil))
+                    set.recordModified(itemPath, stat)
                 } else if stat.isDirectory {
                     if index.firstPosition(withPrefix: path + [0x2F]) != nil { set.folderCount += 1 }
                     if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
@@ -303,7 +310,7 @@ struct LocalScanner {
         for entry in deleted { deletedByID[entry.id, default: []].append(entry) }
         var movedFrom = Set<[UInt8]>()
         for (path, stat) in added {
-            let mode: FileMode = stat.isSymlink ? .symlink : (stat.isExecutable ? .executable : .blob)
+            let mode = stat.gitMode
             var id: ObjectID?
             var placeholder = false
             if stat.isRegular, let marked = ContentOperations.placeholderBlob(replica.rootFolder, path),

@@ -58,7 +58,8 @@ struct ScanBench: ParsableCommand {
         }
         let dropCaches = geteuid() == 0
         let note: (String) -> Void = { FileHandle.standardError.write(Data("fprep-bench scan: \($0)\n".utf8)) }
-        let git = { (args: [String], dir: String?) throws -> ProcessOutput in
+        @discardableResult
+        func git(_ args: [String], _ dir: String?) throws -> ProcessOutput {
             try subprocess.run(Command(["git"] + args, environment: ["GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@b",
                                                                      "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@b"],
                                        directory: dir))
