@@ -5,6 +5,7 @@ import FprepCore
 
 struct Changes: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "changes",
         abstract: "Enumerate the changes since a sync anchor.",
         discussion: """
             Reports what changed between anchor --from and --to (default: the replica's anchor): 'updated' items with full metadata (as 'ls' gives them), 'deleted' identifiers, 'moved' items (old and new identifier), the 'anchor' the batch reaches and 'moreComing'. When --limit cuts a batch, the anchor is a continuation token: pass it as --from to get the rest.
@@ -54,7 +55,7 @@ struct Changes: ParsableCommand {
 }
 
 struct Anchor: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print the replica's current sync anchor (a commit id).")
+    static let configuration = CommandConfiguration(commandName: "anchor", abstract: "Print the replica's current sync anchor (a commit id).")
 
     @OptionGroup var replica: ReplicaOptions
 

@@ -5,6 +5,7 @@ import FprepCore
 
 struct Clone: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "clone",
         abstract: "Make a dataless replica of a git remote.",
         discussion: """
             Fetches commits and trees only (a blob:none partial clone), then lays out every file as a placeholder: a sparse file with the real size and date and no data blocks, marked with user.fprep.* extended attributes. Folders and symlinks are laid out as they are; submodules show as empty folders and are reported as unsupported. 'git status' and 'git log' work in the replica.

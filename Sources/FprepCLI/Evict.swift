@@ -5,6 +5,7 @@ import FprepCore
 
 struct Evict: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "evict",
         abstract: "Turn materialized files back into placeholders and free their space.",
         discussion: """
             Frees each file's data blocks in place; the file keeps its name, size and date. A folder means every file below it. A file with local changes is never evicted: it is listed with the reason, the others are evicted, and the exit status is 2.

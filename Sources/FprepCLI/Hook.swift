@@ -6,6 +6,7 @@ import FprepServer
 
 struct Hook: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "hook",
         abstract: "Run a server-side hook (called by the hooks 'init-remote' installs).",
         discussion: """
             post-receive reads git's '<old> <new> <ref>' lines on standard input, extends the size manifest for each updated branch, and records the push's affected containers in the remote's outbox (fprep/outbox.db) for the push service, which it pokes with one short request. It never fails or holds up a push: errors go to fprep-hook.log in the repository and to standard error, and the exit status is 0.

@@ -5,6 +5,7 @@ import FprepCore
 
 struct Materialize: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "materialize",
         abstract: "Bring the content of files into the replica.",
         discussion: """
             Fetches every missing blob in one request, writes each file beside its placeholder, checks it against its id, makes the batch durable and renames it into place, with its mode and date. A folder means every file below it. Files already materialized are left as they are; a placeholder a program wrote into keeps what was written.

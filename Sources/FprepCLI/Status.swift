@@ -5,6 +5,7 @@ import FprepCore
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Show the replica's remote, anchor, item counts, sizes and local changes.",
         discussion: """
             Counts come from a stat scan of every item (content is read only for materialized files whose stat changed). Logical size is what the files hold at the anchor; bytes on disk is what the replica takes, its tree, .git and .fprep together.

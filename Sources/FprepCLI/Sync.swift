@@ -5,6 +5,7 @@ import FprepCore
 
 struct Sync: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "sync",
         abstract: "Reconcile the replica with its remote: commit local changes, merge, lay out, push.",
         discussion: """
             First the local changes (found by a stat scan: edits, new files, deletions, moves, bytes written into placeholders) become a commit on top of the anchor. Then it fetches the followed branch (commits and trees only), merges three-way when both sides changed (a text file that merges cleanly is merged; otherwise the remote's version keeps the name and yours is kept beside it as 'NAME (conflict DEVICE DATE).EXT'; edit against delete keeps the edit; rename against edit keeps the edit at the new name), applies the tree diff between the replica's anchor and the remote's: new and changed files appear as placeholders with their new size, mode and date; deleted ones go; renames are moves (a materialized file moves with its content, a renamed folder moves as one); materialized files that changed get their new content in one batched fetch. A file with local changes is never overwritten or deleted: it is kept and reported. Signals are raised for the affected containers and the working set. Finally it pushes, fetching and merging again if someone pushed first. Offline, the local commit is kept (status says it waits) and the next sync completes it; exit status 1. A killed sync is finished by the next fprep command; nothing you wrote is lost.

@@ -34,6 +34,7 @@ struct TrashCommand: ParsableCommand {
 
 struct Restore: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "restore",
         abstract: "Bring a recently deleted item back.",
         discussion: """
             The item comes back as a file with its last content (from the local object store, or fetched), as a new change that the next 'fprep sync' commits and pushes.

@@ -28,7 +28,7 @@ struct WorkingSetCommand: ParsableCommand {
 }
 
 struct Tag: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Tag an item; tagged items are in the working set.")
+    static let configuration = CommandConfiguration(commandName: "tag", abstract: "Tag an item; tagged items are in the working set.")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
     @Argument(help: "The tag.") var name: String
@@ -39,7 +39,7 @@ struct Tag: ParsableCommand {
 }
 
 struct Untag: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Remove a tag from an item.")
+    static let configuration = CommandConfiguration(commandName: "untag", abstract: "Remove a tag from an item.")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
     @Argument(help: "The tag.") var name: String
@@ -50,7 +50,7 @@ struct Untag: ParsableCommand {
 }
 
 struct Favorite: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Mark an item as a favorite; favorites are in the working set.")
+    static let configuration = CommandConfiguration(commandName: "favorite", abstract: "Mark an item as a favorite; favorites are in the working set.")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
 
@@ -60,7 +60,7 @@ struct Favorite: ParsableCommand {
 }
 
 struct Unfavorite: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Unmark a favorite.")
+    static let configuration = CommandConfiguration(commandName: "unfavorite", abstract: "Unmark a favorite.")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
 
@@ -71,6 +71,7 @@ struct Unfavorite: ParsableCommand {
 
 struct Open: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "open",
         abstract: "Materialize an item, record it as used, and print its path.",
         discussion: "For scripts: cat \"$(fprep open docs/report.txt)\"")
     @OptionGroup var replica: ReplicaOptions
@@ -83,6 +84,7 @@ struct Open: ParsableCommand {
 
 struct Signals: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "signals",
         abstract: "Read the signal log.",
         discussion: """
             Each signal has a sequence number, the container whose items changed, the domain, the anchor and the reason. --follow keeps printing new signals as later syncs write them (it holds no lock, so syncs run meanwhile).

@@ -50,8 +50,10 @@ extension Replica {
         guard (try? repository.commit(start.from)) != nil, (try? repository.commit(target)) != nil else { throw expired }
         guard try repository.isAncestor(start.from, of: target) else { throw expired }
 
+        Trace.mark("open")
         let changes = try ChangeSet.between(repository, from: repository.commit(start.from).treeID,
                                             to: repository.commit(target).treeID)
+        Trace.mark("diff")
         let filter = try ContainerFilter(container, replica: self)
         var events: [ChangeEvent] = []
         for deletion in changes.deleted where filter.includes(deletion.path) { events.append(.deleted(deletion.path)) }
@@ -68,6 +70,10 @@ extension Replica {
         if batch.moreComing { batch.anchor = AnchorToken(from: start.from, to: target, offset: end).text }
         let index = LazyIndex(repository)
         let sizes = try store.blobInfoLookup()
+        // Each updated item's state is read from the disk: the lookups of
+        // scattered paths wait on a cold disk together, not one by one.
+        rootFolder.prefetch(page.compactMap { if case .updated(let path, _) = $0 { return path } else { return nil } })
+        Trace.mark("prefetch")
         for event in page {
             switch event {
             case .deleted(let path): batch.deleted.append(path.description)
@@ -78,6 +84,7 @@ extension Replica {
                 batch.updated.append(try makeItem(entry, path: path, index: index, sizes: sizes))
             }
         }
+        Trace.mark("items")
         return batch
     }
 }

@@ -231,6 +231,9 @@ public enum Cloner {
                 try store.recordBlobInfo(manifest)
                 if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
             }
+            // The replica's own walk of the manifest chain when it fetches
+            // (see CommitGraph); a failure only costs that speed.
+            try? CommitGraph.update(gitDirectory: root + "/.git")
         }
 
         // 4. Lay out the tree (the same step that recovery repeats).

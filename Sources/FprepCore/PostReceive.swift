@@ -33,6 +33,7 @@ public enum PostReceive {
             let oldTree = update.old.isZero ? nil : try? repository.commit(update.old).treeID
             listed += try SizeManifest.extend(repository, from: oldTree, to: newCommit.treeID, time: newCommit.time)
         }
+        if listed > 0 { try SizeManifest.updateCommitGraph(gitDirectory: gitDirectory) }
         return listed
     }
 }

@@ -14,8 +14,10 @@ public enum SizeManifest {
     /// Where a replica's fetch puts the remote's manifest.
     public static let trackingReference = "refs/remotes/origin-fprep/sizes"
     static let header = "fprep sizes v1"
-    /// The most blobs one manifest commit lists.
-    static let linesPerCommit = 2000
+    /// The most blobs one manifest commit lists. A remote reads whole the
+    /// manifest commits a fetching device names as its own (up to 16 a
+    /// fetch), so no commit should be large.
+    static let linesPerCommit = 500
 
     /// Appends one manifest commit listing the blobs that appear between the
     /// trees `old` and `new` (every blob of `new` when `old` is nil). Sizes
@@ -38,9 +40,8 @@ public enum SizeManifest {
         // Two pushes may extend the manifest at once: retry on a moved tip.
         for attempt in 1...5 {
             let tip = try repository.referenceTarget(reference)
-            // At most `linesPerCommit` blobs a commit: a fetch's negotiation
-            // reads the commits next to the common ones whole, so no single
-            // commit (the first manifest of a large tree) should be megabytes.
+            // At most `linesPerCommit` blobs a commit: the first manifest
+            // of a large tree must not be one commit of megabytes.
             var commit = tip
             for start in stride(from: 0, to: max(lines.count, 1), by: linesPerCommit) {
                 let message = header + "\n\n" + lines[start..<min(start + linesPerCommit, lines.count)].joined()
@@ -56,6 +57,14 @@ public enum SizeManifest {
             }
         }
         return seen.count
+    }
+
+    /// Brings the remote's commit-graph up to date after the manifest grew
+    /// (see `CommitGraph`: without it, every fetch reads the whole manifest
+    /// chain). Only what the graph lacks is added. A failure costs speed,
+    /// not correctness, so callers that must not fail only report it.
+    public static func updateCommitGraph(gitDirectory: String) throws {
+        try CommitGraph.update(gitDirectory: gitDirectory)
     }
 
     /// Reads the manifest commits from `tip` back to (not including) `stop`,

@@ -137,6 +137,17 @@ final class StateStore {
         for path in paths { try statement.bind(.blob(path.bytes)).run() }
     }
 
+    /// Which of `paths` the store lists as materialized.
+    func materialized(among paths: [RepoPath]) throws -> Set<RepoPath> {
+        let statement = try database.prepare("SELECT 1 FROM materialized WHERE path = ?1")
+        var result = Set<RepoPath>()
+        for path in paths {
+            try statement.bind(.blob(path.bytes))
+            if try statement.step() { result.insert(path) }
+        }
+        return result
+    }
+
     func materializedRecords() throws -> [MaterializedRecord] {
         let statement = try database.prepare("SELECT path, oid, materialized_at, last_used_at FROM materialized ORDER BY path")
         var result: [MaterializedRecord] = []

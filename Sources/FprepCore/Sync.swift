@@ -52,6 +52,9 @@ extension Replica {
     /// other local changes stay where they are for the next full sync.
     public func sync(incoming: Bool = false) throws -> SyncReport {
         Trace.mark("open")
+        // Read while the fetch waits on the remote: the index is read whole
+        // once the trees are in.
+        if incoming { ReadAhead.start([gitDirectory + "/index"]) }
         var report = SyncReport()
         let startAnchor = anchor
 
@@ -188,16 +191,29 @@ extension Replica {
         let source = journal.from.flatMap(ObjectID.init(hex:))
         let fromTree = try source.map { try repository.commit($0).treeID }
         let toCommit = try repository.commit(target)
-        let changes = try ChangeSet.between(repository, from: fromTree, to: toCommit.treeID)
-        for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.addedFolders.map(\.path) {
-            for name in path.components {
-                if let problem = EntryNameCheck.problem(with: name) {
-                    try store.endOperation(operation)
-                    throw FprepError.unsafeEntry(path.description, problem)
+        // A tree fprep refuses (FprepError.unsafeEntry) ends the sync before
+        // anything is written, and its journal record with it: the next
+        // command must not retry it. Other errors leave the record, so a
+        // sync that already wrote is finished later.
+        let changes: ChangeSet
+        do {
+            changes = try ChangeSet.between(repository, from: fromTree, to: toCommit.treeID)
+            for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.addedFolders.map(\.path) {
+                for name in path.components {
+                    if let problem = EntryNameCheck.problem(with: name) { throw FprepError.unsafeEntry(path.description, problem) }
                 }
             }
+        } catch let error as FprepError {
+            try store.endOperation(operation)
+            throw error
         }
         Trace.mark("diff")
+        // The content of changed materialized files is asked for now, so
+        // its round trip overlaps everything up to the writing of it.
+        removeFetchQuarantines()
+        let token = ContentOperations.newToken()
+        let contentFetch = SyncContentFetch(replica: self, token: token,
+                                            guessed: try SyncContentFetch.guess(changes, store: store, odb: repository.objectDatabase()))
         // The sizes of the files that go away come from pages of the state
         // database nothing else reads now: looked up on another connection
         // while the disk work goes on.
@@ -210,7 +226,7 @@ extension Replica {
         let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
         Trace.mark("working set")
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex,
-                                      index: index ?? repository.index())
+                                      index: index ?? repository.index(), token: token, contentFetch: contentFetch)
         if resuming { applier.removeStaleTemporaries() }
         Trace.mark("read index")
         var report = try applier.apply()
@@ -267,7 +283,8 @@ struct SyncApplier {
     let index: Index
     let classifier: StateClassifier
     let sizes: (ObjectID) throws -> BlobInfo?
-    let token = ContentOperations.newToken()
+    let token: String
+    let contentFetch: SyncContentFetch
 
     /// Records for the store once the disk is done. `sizeDelta` counts the
     /// new files' sizes; the old ones' are looked up meanwhile (`OldSizes`).
@@ -276,8 +293,11 @@ struct SyncApplier {
     var rematerialized: [(RepoPath, ObjectID)] = []
     var sizeDelta: Int64 = 0
 
-    init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index) throws {
+    init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index,
+         token: String, contentFetch: SyncContentFetch) throws {
         self.replica = replica
+        self.token = token
+        self.contentFetch = contentFetch
         self.changes = changes
         self.commitTime = commitTime
         self.anchor = anchor
@@ -415,14 +435,8 @@ struct SyncApplier {
             if update.new.mode == .symlink, !odb.contains(update.new.id) { needed.insert(update.new.id) }
         }
         Trace.mark("classify updates")
-        replica.removeFetchQuarantines()
-        let quarantine = replica.stateFolder + "/fetch-" + token
-        // The new content is fetched while everything that does not need it
-        // is laid out.
-        let wanted = Array(needed), gitDirectory = replica.gitDirectory
-        let contentFetch = wanted.isEmpty ? nil : BackgroundWork {
-            _ = try Transport.fetchObjects(wanted, gitDirectory: gitDirectory, quarantine: quarantine)
-        }
+        // The new content is on its way (asked for after the diff) while
+        // everything that does not need it is laid out.
         // Plain placeholders (the common case) are made together on several
         // threads; everything else one by one.
         var batch = PlaceholderBatch()
@@ -439,10 +453,10 @@ struct SyncApplier {
         Trace.mark("updates queued")
         try batch.run(applier: &self)
         Trace.mark("placeholders")
-        if let contentFetch {
+        if contentFetch.started || !needed.isEmpty {
             do {
-                try contentFetch.wait()
-                report.bytesFetched = try needed.reduce(0) { total, id in total + max(0, try sizes(id)?.size ?? 0) }
+                try contentFetch.complete(needing: needed)
+                report.bytesFetched = try contentFetch.requested.reduce(0) { total, id in total + max(0, try sizes(id)?.size ?? 0) }
             } catch let error as GitCommandError {
                 // Symlinks cannot wait; materialized files can come back as
                 // placeholders (materialize them again later).
@@ -452,7 +466,7 @@ struct SyncApplier {
                 }
                 report.keptLocal.append(Skipped(path: "", reason: "the remote did not send new content (\(error.reason)); changed materialized files are placeholders now"))
             }
-            if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
+            if FileManager.default.fileExists(atPath: contentFetch.quarantine) { try odb.addAlternate(contentFetch.quarantine) }
             Trace.mark("content fetch")
         }
         for (update, state) in afterFetch {

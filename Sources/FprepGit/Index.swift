@@ -517,6 +517,8 @@ private final class IndexStorage {
         guard fstat(fd, &info) == 0 else { throw failure("cannot be read") }
         let size = Int(info.st_size)
         guard size >= 32 else { throw failure("is truncated") }
+        // Entry offsets are kept as 32 bits (2 GiB would be some 20 million entries).
+        guard size < Int(Int32.max) else { throw failure("is larger than 2 GiB") }
         guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
             throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
         }
@@ -536,15 +538,24 @@ private final class IndexStorage {
             slots = offsets
             at = next
         } else {
+            // One pass over every entry of a large index: the flags are read
+            // once and the size worked out from them.
             for _ in 0..<entries {
                 guard at + 62 <= end else { throw failure("is truncated") }
-                if version == 2, file.u16(at + 60) & 0x4000 != 0 { throw failure("has an extended entry in version 2") }
-                let path = file.path(at: at)
+                let flags = file.u16(at + 60)
+                let extended = flags & 0x4000 != 0
+                if version == 2, extended { throw failure("has an extended entry in version 2") }
+                let start = at + (extended ? 64 : 62)
+                var length = Int(flags & 0xFFF)
+                if length == 0xFFF {
+                    guard start < end else { throw failure("is truncated") }
+                    length = strnlen(file.base.advanced(by: start).assumingMemoryBound(to: CChar.self), end - start)
+                }
                 // Entries without a path replace entries of a shared index.
-                guard path.count > 0 else { throw unsupported("link") }
-                guard file.pathStart(at) + path.count < end else { throw failure("is truncated") }
-                slots.append(Int32(at))
-                at += file.entrySize(at: at)
+                guard length > 0 else { throw unsupported("link") }
+                guard start + length < end else { throw failure("is truncated") }
+                slots.append(Int32(truncatingIfNeeded: at))
+                at = at + ((start - at + length + 8) & ~7)
             }
             result = file
         }

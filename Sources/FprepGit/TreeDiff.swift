@@ -1,3 +1,6 @@
+import CLibGit2
+import Glibc
+
 /// One leaf-level difference between two trees: an entry that is only in the
 /// old tree (deleted), only in the new one (added), or in both with another
 /// id or mode (modified). Folders are never deltas themselves; their
@@ -49,28 +52,111 @@ public struct TreeDiff {
         return result
     }
 
-    private func entries(of id: ObjectID?) throws -> [TreeEntry] {
-        guard let id, id != ObjectID.emptyTree else { return [] }
-        return try repository.tree(id).entries
+    /// A tree's entries in place (libgit2's parse of the object, which
+    /// points into its data): nothing is copied for the entries the two
+    /// sides share, which is nearly all of them.
+    private final class Listing {
+        let tree: OpaquePointer?
+        let count: Int
+
+        init(_ id: ObjectID?, in repository: Repository) throws {
+            guard let id, id != ObjectID.emptyTree else {
+                tree = nil
+                count = 0
+                return
+            }
+            var raw = id.raw
+            var pointer: OpaquePointer?
+            try check(git_tree_lookup(&pointer, repository.pointer, &raw), "git_tree_lookup")
+            tree = pointer
+            count = pointer.map { git_tree_entrycount($0) } ?? 0
+        }
+
+        deinit { if let tree { git_tree_free(tree) } }
+
+        func entry(_ i: Int) -> OpaquePointer { git_tree_entry_byindex(tree, i)! }
     }
 
+    private struct Name {
+        let bytes: UnsafeBufferPointer<UInt8>
+        let isTree: Bool
+
+        init(_ entry: OpaquePointer) {
+            let pointer = git_tree_entry_name(entry)!
+            bytes = UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
+            isTree = git_tree_entry_filemode_raw(entry).rawValue == 0o040000
+        }
+
+        /// git's tree order: a folder's name sorts as if it ended in '/'.
+        func order(_ other: Name) -> Int32 {
+            let common = min(bytes.count, other.bytes.count)
+            let byBytes = memcmp(bytes.baseAddress!, other.bytes.baseAddress!, common)
+            if byBytes != 0 { return byBytes }
+            let next = bytes.count > common ? Int32(bytes[common]) : (isTree ? 0x2F : 0)
+            let otherNext = other.bytes.count > common ? Int32(other.bytes[common]) : (other.isTree ? 0x2F : 0)
+            return next - otherNext
+        }
+
+        func sameBytes(_ other: Name) -> Bool {
+            bytes.count == other.bytes.count && memcmp(bytes.baseAddress!, other.bytes.baseAddress!, bytes.count) == 0
+        }
+    }
+
+    /// Walks both trees in git's order at once, as `git diff-tree` does.
     private func diff(old: ObjectID?, new: ObjectID?, prefix: [UInt8], into result: inout TreeDiffResult) throws {
         if old == new { return }
-        let oldEntries = try entries(of: old)
-        let newEntries = try entries(of: new)
-        var oldByName: [[UInt8]: TreeEntry] = [:]
-        for entry in oldEntries { oldByName[entry.name] = entry }
-        var seen = Set<[UInt8]>()
-        for entry in newEntries {
-            guard seen.insert(entry.name).inserted else {
-                throw DuplicateTreeEntry(path: prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name)
+        let oldListing = try Listing(old, in: repository)
+        let newListing = try Listing(new, in: repository)
+        func path(_ name: Name) -> [UInt8] { prefix.isEmpty ? Array(name.bytes) : prefix + [0x2F] + Array(name.bytes) }
+        var i = 0, j = 0
+        while i < oldListing.count || j < newListing.count {
+            let oldEntry = i < oldListing.count ? oldListing.entry(i) : nil
+            let newEntry = j < newListing.count ? newListing.entry(j) : nil
+            let oldName = oldEntry.map(Name.init)
+            let newName = newEntry.map(Name.init)
+            if let newEntry, let newName {
+                try checkUnique(newName, at: j, in: newListing, prefix: prefix)
+                if let oldEntry, let oldName {
+                    let order = oldName.order(newName)
+                    if order == 0 {
+                        i += 1
+                        j += 1
+                        if git_oid_equal(git_tree_entry_id(oldEntry), git_tree_entry_id(newEntry)) != 0,
+                           FileMode(raw: git_tree_entry_filemode_raw(oldEntry).rawValue) == FileMode(raw: git_tree_entry_filemode_raw(newEntry).rawValue) {
+                            continue
+                        }
+                        try compare(old: Tree.copy(oldEntry), new: Tree.copy(newEntry), path: path(newName), into: &result)
+                        continue
+                    }
+                    if order < 0 {
+                        i += 1
+                        try compare(old: Tree.copy(oldEntry), new: nil, path: path(oldName), into: &result)
+                        continue
+                    }
+                }
+                j += 1
+                try compare(old: nil, new: Tree.copy(newEntry), path: path(newName), into: &result)
+            } else if let oldEntry, let oldName {
+                i += 1
+                try compare(old: Tree.copy(oldEntry), new: nil, path: path(oldName), into: &result)
             }
-            let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
-            try compare(old: oldByName[entry.name], new: entry, path: path, into: &result)
         }
-        for entry in oldEntries where !seen.contains(entry.name) {
-            let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
-            try compare(old: entry, new: nil, path: path, into: &result)
+    }
+
+    /// Refuses a tree that names two entries alike. The same name twice
+    /// sits side by side in git's order; a file and a folder of one name
+    /// sit apart, only names that extend it with a byte below '/' between.
+    private func checkUnique(_ name: Name, at index: Int, in listing: Listing, prefix: [UInt8]) throws {
+        var k = index - 1
+        while k >= 0 {
+            let earlier = Name(listing.entry(k))
+            if earlier.sameBytes(name) {
+                throw DuplicateTreeEntry(path: prefix.isEmpty ? Array(name.bytes) : prefix + [0x2F] + Array(name.bytes))
+            }
+            guard name.isTree, earlier.bytes.count > name.bytes.count,
+                  memcmp(earlier.bytes.baseAddress!, name.bytes.baseAddress!, name.bytes.count) == 0,
+                  earlier.bytes[name.bytes.count] < 0x2F else { return }
+            k -= 1
         }
     }
 

@@ -65,4 +65,31 @@ import FprepGit
         #expect(result.count == 1)
         #expect(result.first?.1 == BlobInfo(size: 12, mtime: 34))
     }
+
+    /// Every fetch has the remote walk the manifest commits a device names;
+    /// the commit-graph spares it reading them. Import and post-receive keep
+    /// the remote's graph up to date, and a clone writes the replica's own.
+    @Test func importPushAndCloneKeepCommitGraphs() throws {
+        let h = try SyncHarness(files: ["a.txt": "a\n"])
+        func graphHolds(_ objects: String, _ id: ObjectID) -> Bool {
+            var files = [objects + "/info/commit-graph"]
+            let layers = objects + "/info/commit-graphs"
+            files += ((try? FileManager.default.contentsOfDirectory(atPath: layers)) ?? [])
+                .filter { $0.hasSuffix(".graph") }.map { layers + "/" + $0 }
+            let raw = Data(id.bytes)
+            return files.contains { (try? Data(contentsOf: URL(fileURLWithPath: $0)))?.range(of: raw) != nil }
+        }
+        let remote = try Repository(openingAt: h.remote)
+        let imported = try #require(try remote.referenceTarget(SizeManifest.reference))
+        #expect(graphHolds(h.remote + "/objects", imported), "import-tree writes the graph")
+        let replicaObjects = h.replicaRoot + "/.git/objects"
+        #expect(graphHolds(replicaObjects, imported), "clone writes the replica's graph")
+
+        let pushed = try h.push { work in try Data("a two\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt")) }
+        let extended = try #require(try remote.referenceTarget(SizeManifest.reference))
+        #expect(extended != imported)
+        #expect(graphHolds(h.remote + "/objects", extended), "post-receive adds the new manifest commit")
+        #expect(graphHolds(h.remote + "/objects", try #require(ObjectID(hex: pushed))), "and the pushed commit")
+        #expect(try h.git(["--git-dir=\(h.remote)", "commit-graph", "verify"], in: h.folder) == "")
+    }
 }

@@ -52,6 +52,51 @@ import FprepGit
         #expect(try h.replica().status().materialized == 3)
     }
 
+    /// A file this device wrote is not in the store's materialized list, so
+    /// the content asked for right after the diff misses it; the second
+    /// request must bring it.
+    @Test func aFileThisDeviceWroteGetsTheRemoteChangeToo() throws {
+        let h = try SyncHarness(files: Self.files)
+        _ = try h.replica().materialize(["docs/a.txt"], relativeTo: h.replicaRoot)
+        try Data("mine\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/docs/mine.txt"))
+        #expect(try h.replica().sync().pushed != nil)
+        try h.git(["pull", "-q", "--ff-only", "origin", "main"], in: h.work)
+        try h.push { work in
+            try Data("mine, edited elsewhere\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/mine.txt"))
+            try Data("alpha two\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/a.txt"))
+        }
+        let report = try h.replica().sync(incoming: true)
+        #expect(report.changed == 2 && report.keptLocal.isEmpty)
+        #expect(try h.read("docs/mine.txt") == "mine, edited elsewhere\n")
+        #expect(try h.read("docs/a.txt") == "alpha two\n")
+        let status = try h.replica().status()
+        #expect(status.modified == 0)
+        #expect(try h.git(["status", "--porcelain"], in: h.replicaRoot) == "")
+    }
+
+    /// A file and a folder of one name sit apart in git's order ("a",
+    /// "a.txt", "a/"): the diff must still see the pair and refuse it.
+    @Test func aFileAndAFolderOfOneNameAreRefused() throws {
+        let h = try SyncHarness(files: Self.files)
+        let before = try h.replica().currentAnchor()
+        let gitDir = "--git-dir=\(h.remote)"
+        let blob = try h.git([gitDir, "hash-object", "-w", "--stdin"], in: h.folder, input: "x\n")
+        let inner = try h.git([gitDir, "mktree"], in: h.folder, input: "100644 blob \(blob)\tinner.txt\n")
+        let listing = try h.git([gitDir, "ls-tree", "main"], in: h.folder)
+        let tree = try h.git([gitDir, "mktree"], in: h.folder,
+                             input: listing + "\n100644 blob \(blob)\tsame\n100644 blob \(blob)\tsame.txt\n040000 tree \(inner)\tsame\n")
+        let commit = try h.git([gitDir, "commit-tree", "-p", "main", "-m", "two entries named same", tree], in: h.folder)
+        try h.git([gitDir, "update-ref", "refs/heads/main", commit], in: h.folder)
+        do {
+            _ = try h.replica().sync()
+            Issue.record("a tree with a file and a folder of one name was applied")
+        } catch let error as FprepError {
+            #expect(error.message.contains("same"))
+        }
+        #expect(try h.replica().currentAnchor() == before)
+        #expect(h.stat("same") == nil && h.stat("same.txt") == nil)
+    }
+
     @Test func localChangesAreNeverLost() throws {
         let h = try SyncHarness(files: Self.files)
         _ = try h.replica().materialize(["docs/a.txt", "docs/b.txt"], relativeTo: h.replicaRoot)
