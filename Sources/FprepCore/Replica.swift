@@ -116,8 +116,16 @@ public final class Replica {
     /// file is either stale or a user's own git command finishing: one that
     /// stays for two seconds is taken as stale.
     func removeStaleGitLocks() {
-        let candidates = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "refs/heads/\(branch).lock",
-                          "refs/remotes/origin/\(branch).lock"]
+        var candidates = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock",
+                          "refs/heads/\(branch).lock"]
+        // Every ref a fetch updates: the followed branch and fprep's own
+        // (a lock left on the size manifest's would fail every later fetch).
+        for folder in ["refs/remotes/origin", "refs/remotes/origin-fprep"] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: gitDirectory + "/" + folder)) ?? []
+            where name.hasSuffix(".lock") {
+                candidates.append(folder + "/" + name)
+            }
+        }
         for name in candidates {
             let path = gitDirectory + "/" + name
             var info = stat()

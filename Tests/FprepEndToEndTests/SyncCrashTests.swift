@@ -118,4 +118,31 @@ struct SyncCrashTests {
             }
         }
     }
+
+    /// A fetch killed while it updated refs leaves their lock files; git
+    /// then refuses every later fetch ("cannot lock ref"). The size
+    /// manifest's ref is one of them.
+    @Test("locks a killed fetch left on the branch's and the manifest's refs do not stop the next sync")
+    func locksOfAKilledFetch() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: manyFiles(folders: 2, perFolder: 5, size: 50))
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/d00/f000.bin"))
+            try box.gitOK(["commit", "-q", "-am", "change"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            for lock in ["refs/remotes/origin/main.lock", "refs/remotes/origin-fprep/sizes.lock"] {
+                let path = replica + "/.git/" + lock
+                try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try Data().write(to: URL(fileURLWithPath: path))
+            }
+            let new = try box.gitOK(["rev-parse", "HEAD"], cwd: work).trimmingCharacters(in: .whitespacesAndNewlines)
+            try box.fprepOK(["sync"], cwd: replica)
+            let anchor = try box.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(anchor == new)
+            #expect(!FileManager.default.fileExists(atPath: replica + "/.git/refs/remotes/origin-fprep/sizes.lock"))
+        }
+    }
 }
