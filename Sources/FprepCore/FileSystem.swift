@@ -223,4 +223,25 @@ enum ReadAhead {
             close(fd)
         }
     }
+
+    /// The packs of commits and trees (those a fetch with `blob:none`
+    /// wrote, marked `.promisor`) with their indexes, up to `limit` bytes in
+    /// all: a very large history is left to be read as needed.
+    static func treePacks(gitDirectory: String, limit: Int = 64 << 20) -> [String] {
+        let folder = gitDirectory + "/objects/pack"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        var paths: [String] = []
+        var total = 0
+        for name in names where name.hasSuffix(".promisor") {
+            let base = folder + "/" + name.dropLast(".promisor".count)
+            for path in [base + ".idx", base + ".pack"] {
+                var info = stat()
+                guard stat(path, &info) == 0 else { continue }
+                total += Int(info.st_size)
+                guard total <= limit else { return paths }
+                paths.append(path)
+            }
+        }
+        return paths
+    }
 }

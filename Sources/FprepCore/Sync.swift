@@ -53,8 +53,9 @@ extension Replica {
     public func sync(incoming: Bool = false) throws -> SyncReport {
         Trace.mark("open")
         // Read while the fetch waits on the remote: the index is read whole
-        // once the trees are in.
-        if incoming { ReadAhead.start([gitDirectory + "/index"]) }
+        // once the trees are in, and the diff reads old trees all over the
+        // packs of commits and trees.
+        if incoming { ReadAhead.start([gitDirectory + "/index"] + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
         var report = SyncReport()
         let startAnchor = anchor
 

@@ -29,9 +29,11 @@ struct SyncBench: ParsableCommand {
         the remote (the floor of changes), `fprep sync --incoming --json` (what the floor \
         does: the remote's change only), `fprep sync --json` in a second replica (both \
         ways: a scan of the tree for local changes first) and `fprep changes \
-        --from BASE --json`. Targets: each ≤ 2× its floor, and the same cost on 10^4 \
-        and 10^5 files. Main and the size manifest are put back to the base at the end \
-        (and at the start, after a killed run).
+        --from BASE --json`. Then, warm (nothing dropped, one untimed run first, the median \
+        of 11): `fprep changes` against `git diff-tree -r`, the comparison a consumer that \
+        polls for changes sees. With --warm no step drops the caches. Targets: each ≤ 2× its \
+        floor, and the same cost on 10^4 and 10^5 files. Main and the size manifest are put \
+        back to the base at the end (and at the start, after a killed run).
         """)
 
     @Option(help: ArgumentHelp("Tree sizes in files, comma-separated.", valueName: "n,n,…"))
@@ -64,6 +66,9 @@ struct SyncBench: ParsableCommand {
 
     @Flag(help: "Print one JSON object instead of the tables.")
     var json = false
+
+    @Flag(help: "Keep the caches between steps (as root they are dropped before each timed step): every figure is then a warm one, as for a replica in daily use.")
+    var warm = false
 
     @Flag(help: "Regenerate the remotes even when the cached ones match.")
     var regenerate = false
@@ -109,8 +114,8 @@ struct SyncBench: ParsableCommand {
         let work = absolutePath(self.work)
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         let fprepPath = try resolveFprep(fprep)
-        let dropCaches = geteuid() == 0
-        if !dropCaches { note("not root: caches cannot be dropped, times are warm-cache times") }
+        let dropCaches = geteuid() == 0 && !warm
+        if !dropCaches && !warm { note("not root: caches cannot be dropped, times are warm-cache times") }
 
         let daemon = transport == .daemon ? try GitDaemon(work: work, subprocess: subprocess) : nil
         defer { daemon?.stop() }

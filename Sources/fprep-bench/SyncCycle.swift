@@ -44,6 +44,10 @@ struct SyncRunResult: Codable {
     var contentFetched: Int = 0
     /// Floor of changes: `git diff-tree -r BASE NEW` in the remote.
     var remoteDiffTree: Double
+    /// The same two commands with the caches kept, as a consumer polling
+    /// for changes runs them: medians of `SyncCycle.warmRepeats` runs.
+    var fprepChangesWarm: Double?
+    var remoteDiffTreeWarm: Double?
     var sync: SyncOutcome?
     var changes: ChangesOutcome?
     /// One line per fprep failure or wrong answer (command, status, stderr).
@@ -64,6 +68,8 @@ struct SyncCycle {
     /// every unpaired addition and deletion to score inexact renames, one more
     /// round trip fprep does not make (its renames are exact, by id).
     static let renameOption = "-M100%"
+    /// Runs behind each warm figure (after one run that warms the caches).
+    static let warmRepeats = 11
 
     let work: String
     let files: Int
@@ -174,7 +180,23 @@ struct SyncCycle {
         } catch let error as BenchError {
             result.failures.append(error.description)
         }
+        log("run \(run): fprep changes and git diff-tree -r, warm (median of \(SyncCycle.warmRepeats))")
+        do {
+            result.fprepChangesWarm = try warmMedian(Command([fprep, "changes", "-C", replica(run), "--from", base, "--json"]))
+            result.remoteDiffTreeWarm = try warmMedian(Command(["git", "-C", remote, "diff-tree", "-r", base, new]))
+        } catch let error as BenchError {
+            result.failures.append(error.description)
+        }
         return result
+    }
+
+    /// The median time of a command run again and again with nothing
+    /// dropped in between (one untimed run first fills the caches).
+    private func warmMedian(_ command: Command) throws -> Double {
+        _ = try subprocess.run(command)
+        var times: [Double] = []
+        for _ in 0..<SyncCycle.warmRepeats { times.append(try subprocess.run(command).seconds) }
+        return median(times) ?? 0
     }
 
     /// A command's output, timed from a quiet, cold start.

@@ -46,6 +46,8 @@ struct SyncSizeResult: Encodable {
         var fetchContent: Double
         var fprepChanges: Double?
         var remoteDiffTree: Double
+        var fprepChangesWarm: Double?
+        var remoteDiffTreeWarm: Double?
     }
 
     var files: Int
@@ -62,6 +64,7 @@ struct SyncSizeResult: Encodable {
     var medians: Medians
     var sync: Report.Verdict
     var changes: Report.Verdict
+    var changesWarm: Report.Verdict
     var perRun: [SyncRunResult]
 
     init(files: Int, remote: String, remoteReused: Bool, url: String, base: String, mutation: String, reference: String,
@@ -84,10 +87,13 @@ struct SyncSizeResult: Encodable {
                         writePlaceholders: median(runs.map(\.writePlaceholders)) ?? 0,
                         fetchContent: median(runs.map(\.fetchContent)) ?? 0,
                         fprepChanges: median(runs.compactMap(\.fprepChanges)),
-                        remoteDiffTree: median(runs.map(\.remoteDiffTree)) ?? 0)
+                        remoteDiffTree: median(runs.map(\.remoteDiffTree)) ?? 0,
+                        fprepChangesWarm: median(runs.compactMap(\.fprepChangesWarm)),
+                        remoteDiffTreeWarm: median(runs.compactMap(\.remoteDiffTreeWarm)))
         medians = m
         sync = SyncBenchReport.verdict(m.fprepSync, floor: m.syncFloor)
         changes = SyncBenchReport.verdict(m.fprepChanges, floor: m.remoteDiffTree)
+        changesWarm = SyncBenchReport.verdict(m.fprepChangesWarm, floor: m.remoteDiffTreeWarm ?? 0)
     }
 }
 
@@ -104,8 +110,10 @@ struct SyncBenchReport: Encodable {
         var sync: Double?
         var syncBothWays: Double?
         var changes: Double?
+        var changesWarm: Double?
         var syncFloor: Double?
         var remoteDiffTree: Double?
+        var remoteDiffTreeWarm: Double?
     }
 
     var changes: Int
@@ -138,8 +146,10 @@ struct SyncBenchReport: Encodable {
                               sync: ratio(small.medians.fprepSync, large.medians.fprepSync),
                               syncBothWays: ratio(small.medians.fprepSyncBothWays, large.medians.fprepSyncBothWays),
                               changes: ratio(small.medians.fprepChanges, large.medians.fprepChanges),
+                              changesWarm: ratio(small.medians.fprepChangesWarm, large.medians.fprepChangesWarm),
                               syncFloor: ratio(small.medians.syncFloor, large.medians.syncFloor),
-                              remoteDiffTree: ratio(small.medians.remoteDiffTree, large.medians.remoteDiffTree))
+                              remoteDiffTree: ratio(small.medians.remoteDiffTree, large.medians.remoteDiffTree),
+                              remoteDiffTreeWarm: ratio(small.medians.remoteDiffTreeWarm, large.medians.remoteDiffTreeWarm))
         }
     }
 
@@ -161,7 +171,7 @@ struct SyncBenchReport: Encodable {
         var out: [String] = []
         out.append("sync       \(changes) changes per mutation (seed \(mutationSeed)), trees of seed \(treeSeed)")
         out.append("runs       \(runs) (medians shown), " +
-                   (cachesDropped ? "caches dropped before each step" : "caches NOT dropped (not root): times are warm"))
+                   (cachesDropped ? "caches dropped before each step" : "caches kept: times are warm"))
         out.append("transport  \(transport)")
         out.append("fprep      \(fprep)")
         for size in sizes { out += [""] + table(size) }
@@ -169,8 +179,9 @@ struct SyncBenchReport: Encodable {
             out.append("")
             let factor = Double(s.toFiles) / Double(s.fromFiles)
             out.append("scaling \(s.fromFiles) → \(s.toFiles) files (tree ×\(String(format: "%g", factor)), same \(changes) changes), median \(s.toFiles)/\(s.fromFiles):")
-            out.append("  fprep sync --incoming \(times(s.sync)), fprep sync \(times(s.syncBothWays)), fprep changes \(times(s.changes))  " +
-                       "(sync floor \(times(s.syncFloor)), remote diff-tree \(times(s.remoteDiffTree)))")
+            out.append("  fprep sync --incoming \(times(s.sync)), fprep sync \(times(s.syncBothWays)), fprep changes \(times(s.changes)), "
+                       + "warm \(times(s.changesWarm))  (sync floor \(times(s.syncFloor)), remote diff-tree \(times(s.remoteDiffTree)), "
+                       + "warm \(times(s.remoteDiffTreeWarm)))")
         }
         let failures = sizes.flatMap { size in
             size.perRun.enumerated().flatMap { run, result in result.failures.map { "  \(size.files) files, run \(run + 1): \($0)" } }
@@ -205,6 +216,8 @@ struct SyncBenchReport: Encodable {
                        m.fprepSyncBothWays.map { String(format: "%.2f×", $0 / max(m.syncFloor, 1e-9)) } ?? ""))
         out.append(row("changes --from BASE", secs(m.fprepChanges), secs(m.remoteDiffTree), ratio(s.changes), goal(s.changes)))
         out.append(row("  git diff-tree -r BASE NEW (remote)", "", secs(m.remoteDiffTree)))
+        out.append(row("changes --from BASE, warm (median of \(SyncCycle.warmRepeats))", secs(m.fprepChangesWarm),
+                       secs(m.remoteDiffTreeWarm), ratio(s.changesWarm), goal(s.changesWarm)))
         if let sync = s.perRun.compactMap(\.sync).last {
             out.append("")
             out.append("fprep sync:    \(sync.added) added, \(sync.changed) changed, \(sync.deleted) deleted, \(sync.moved) moved, "
