@@ -211,7 +211,11 @@ public final class Index {
             appendBigEndian(&header, UInt32(slots.count))
             try file.append(header)
             // Entries kept from the file go out in runs of adjacent bytes,
-            // straight from the mapping.
+            // straight from the mapping. Where each entry lands is noted
+            // for the offsets extension.
+            var offsets: [UInt32] = []
+            offsets.reserveCapacity(slots.count)
+            var position = header.count
             var encoded: [UInt8] = []
             var i = 0
             while i < slots.count {
@@ -220,18 +224,24 @@ public final class Index {
                     encoded.removeAll(keepingCapacity: true)
                     encode(owned[Int(~slot)], into: &encoded)
                     try file.append(encoded)
+                    offsets.append(UInt32(position))
+                    position += encoded.count
                     i += 1
                     continue
                 }
                 let start = Int(slot)
+                offsets.append(UInt32(position))
                 var end = start + storage.entrySize(at: start)
                 i += 1
                 while i < slots.count, slots[i] >= 0, Int(slots[i]) == end {
+                    offsets.append(UInt32(position + end - start))
                     end += storage.entrySize(at: end)
                     i += 1
                 }
                 try file.append(UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
+                position += end - start
             }
+            try file.append(IndexStorage.offsetsExtension(offsets))
             try file.finish()
         } catch {
             file.abandon()
@@ -488,10 +498,12 @@ private final class IndexStorage {
     /// Where the path of the entry at `at` starts.
     @inline(__always) func pathStart(_ at: Int) -> Int { at + (u16(at + 60) & 0x4000 != 0 ? 64 : 62) }
 
+    /// Never past the end of the bytes, whatever an entry says (entries
+    /// found through the offsets extension were not each checked).
     @inline(__always) func path(at: Int) -> UnsafeBufferPointer<UInt8> {
         let start = pathStart(at)
-        var length = Int(u16(at + 60) & 0xFFF)
-        if length == 0xFFF { length = strlen(base.advanced(by: start).assumingMemoryBound(to: CChar.self)) }
+        var length = min(Int(u16(at + 60) & 0xFFF), count - start)
+        if length == 0xFFF { length = strnlen(base.advanced(by: start).assumingMemoryBound(to: CChar.self), count - start) }
         return UnsafeBufferPointer(start: base.advanced(by: start).assumingMemoryBound(to: UInt8.self), count: length)
     }
 
@@ -537,6 +549,10 @@ private final class IndexStorage {
             result = buffer
             slots = offsets
             at = next
+        } else if let offsets = recordedOffsets(file, entries: entries, end: end) {
+            // Written by fprep: where every entry starts is on record, and
+            // the entries need not be walked (10^5 of them: 3 ms).
+            return (file, offsets)
         } else {
             // One pass over every entry of a large index: the flags are read
             // once and the size worked out from them.
@@ -568,6 +584,56 @@ private final class IndexStorage {
             at += 8 + length
         }
         return (result, slots)
+    }
+
+    /// The signature of fprep's own extension: the offset of every entry,
+    /// so a reader finds entry N without walking the N before it. An
+    /// optional extension (uppercase): git ignores it when it reads the
+    /// file, and leaves it out when it writes one.
+    static let offsetsSignature = Array("FPOF".utf8)
+
+    /// The extension for entries at `offsets`: signature, length, the
+    /// offsets, their count and the signature again, so that a reader
+    /// finds it from the end of the file.
+    static func offsetsExtension(_ offsets: [UInt32]) -> [UInt8] {
+        var bytes = offsetsSignature
+        bytes.reserveCapacity(16 + 4 * offsets.count)
+        appendBigEndian(&bytes, UInt32(4 * offsets.count + 8))
+        for offset in offsets { appendBigEndian(&bytes, offset) }
+        appendBigEndian(&bytes, UInt32(offsets.count))
+        bytes += offsetsSignature
+        return bytes
+    }
+
+    /// The entry offsets fprep recorded, when the file ends with its
+    /// extension and the extension fits the file: every offset on an entry
+    /// boundary (12 + a multiple of 8) and after the one before by at least
+    /// the smallest entry, the last entry ending where the extension
+    /// starts. Otherwise nil, and the entries are walked. As for git, the
+    /// entries themselves are taken as written (the file's checksum is not
+    /// computed on reading); whatever they say, no read leaves the file.
+    private static func recordedOffsets(_ file: IndexStorage, entries: Int, end: Int) -> [Int32]? {
+        let minimumEntry = 64
+        guard end - 8 >= 12, memcmp(file.base + end - 4, offsetsSignature, 4) == 0,
+              Int(file.u32(end - 8)) == entries else { return nil }
+        let extensionStart = end - 8 - 4 * entries - 8
+        guard extensionStart >= 12 + minimumEntry * entries,
+              memcmp(file.base + extensionStart, offsetsSignature, 4) == 0,
+              Int(file.u32(extensionStart + 4)) == 4 * entries + 8 else { return nil }
+        var offsets = [Int32](repeating: 0, count: entries)
+        var previous = 12 - minimumEntry
+        let table = extensionStart + 8
+        for i in 0..<entries {
+            let offset = Int(file.u32(table + 4 * i))
+            // Entries are multiples of 8 bytes after the 12-byte header.
+            guard offset % 8 == 4, offset >= previous + minimumEntry, offset <= extensionStart - minimumEntry else { return nil }
+            if i == 0, offset != 12 { return nil }
+            offsets[i] = Int32(offset)
+            previous = offset
+        }
+        if let last = offsets.last, Int(last) + file.entrySize(at: Int(last)) != extensionStart { return nil }
+        if entries == 0, extensionStart != 12 { return nil }
+        return offsets
     }
 
     /// Version 4 compresses each path against the one before; the entries
