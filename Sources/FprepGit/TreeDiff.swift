@@ -114,31 +114,26 @@ public struct TreeDiff {
             let newEntry = j < newListing.count ? newListing.entry(j) : nil
             let oldName = oldEntry.map(Name.init)
             let newName = newEntry.map(Name.init)
-            if let newEntry, let newName {
-                try checkUnique(newName, at: j, in: newListing, prefix: prefix)
-                if let oldEntry, let oldName {
-                    let order = oldName.order(newName)
-                    if order == 0 {
-                        i += 1
-                        j += 1
-                        if git_oid_equal(git_tree_entry_id(oldEntry), git_tree_entry_id(newEntry)) != 0,
-                           FileMode(raw: git_tree_entry_filemode_raw(oldEntry).rawValue) == FileMode(raw: git_tree_entry_filemode_raw(newEntry).rawValue) {
-                            continue
-                        }
-                        try compare(old: Tree.copy(oldEntry), new: Tree.copy(newEntry), path: path(newName), into: &result)
-                        continue
-                    }
-                    if order < 0 {
-                        i += 1
-                        try compare(old: Tree.copy(oldEntry), new: nil, path: path(oldName), into: &result)
-                        continue
-                    }
-                }
-                j += 1
-                try compare(old: nil, new: Tree.copy(newEntry), path: path(newName), into: &result)
-            } else if let oldEntry, let oldName {
+            // Which side comes first in git's order; an ended side never does.
+            let order: Int32
+            if let oldName, let newName { order = oldName.order(newName) } else { order = oldName == nil ? 1 : -1 }
+            if order < 0, let oldEntry, let oldName {
                 i += 1
                 try compare(old: Tree.copy(oldEntry), new: nil, path: path(oldName), into: &result)
+                continue
+            }
+            guard let newEntry, let newName else { break }
+            try checkUnique(newName, at: j, in: newListing, prefix: prefix)
+            j += 1
+            if order == 0, let oldEntry {
+                i += 1
+                let sameID = git_oid_equal(git_tree_entry_id(oldEntry), git_tree_entry_id(newEntry)) != 0
+                let sameMode = FileMode(raw: git_tree_entry_filemode_raw(oldEntry).rawValue)
+                    == FileMode(raw: git_tree_entry_filemode_raw(newEntry).rawValue)
+                if sameID && sameMode { continue }   // the common case: nothing is copied
+                try compare(old: Tree.copy(oldEntry), new: Tree.copy(newEntry), path: path(newName), into: &result)
+            } else {
+                try compare(old: nil, new: Tree.copy(newEntry), path: path(newName), into: &result)
             }
         }
     }
