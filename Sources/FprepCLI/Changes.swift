@@ -13,13 +13,15 @@ struct Changes: ParsableCommand {
             --container narrows to one folder's children (its identifier, or NSFileProviderRootContainerItemIdentifier) or to the working set (NSFileProviderWorkingSetContainerItemIdentifier).
 
             An anchor that is unknown or not an ancestor of the current one (history rewritten) has expired: exit status 65, and the consumer must re-enumerate from scratch.
+
+            --stdin keeps one process answering: each line read is an anchor (as --from takes it), and each answer is one line of JSON, the batch or {"error": MESSAGE, "status": CODE} with the exit status the single command would have had. --to, --container and --limit apply to every request. It ends at the end of the input. A consumer that asks often saves the start of a process on every request.
             """
     )
 
     @OptionGroup var replica: ReplicaOptions
 
     @Option(help: ArgumentHelp("The anchor to start from (a commit id or a continuation token).", valueName: "ANCHOR"))
-    var from: String
+    var from: String?
 
     @Option(help: ArgumentHelp("The anchor to end at (default: the replica's).", valueName: "ANCHOR"))
     var to: String?
@@ -36,13 +38,42 @@ struct Changes: ParsableCommand {
     @Flag(help: "Keep printing a batch after each sync until interrupted (an active enumerator for the push service).")
     var follow = false
 
+    @Flag(help: "Answer one anchor a line from standard input, one JSON line each, until the input ends.")
+    var stdin = false
+
     func run() throws {
+        if stdin {
+            guard from == nil, !follow else { throw FprepError(.usage, "--stdin reads its anchors from standard input: it takes neither --from nor --follow") }
+            return answerRequests()
+        }
+        guard let from else { throw FprepError(.usage, "missing --from ANCHOR (or --stdin to read anchors from standard input)") }
         if follow {
             guard to == nil, limit == nil else { throw FprepError(.usage, "--follow takes neither --to nor --limit") }
             return try ChangesFollower(replica: replica, from: from, container: container, show: show).run()
         }
         let opened = try replica.open("changes", exclusive: false)
         try show(try opened.changes(from: from, to: to, container: container, limit: limit))
+    }
+
+    /// `--stdin`: the replica is opened for each request (so a sync can
+    /// run between two), the process and its libraries only once.
+    private func answerRequests() {
+        struct Failure: Encodable {
+            let error: String
+            let status: Int32
+        }
+        while let line = readLine() {
+            guard let anchor = line.split(whereSeparator: \.isWhitespace).first.map(String.init) else { continue }
+            do {
+                let opened = try replica.open("changes", exclusive: false)
+                try JSONOutput.printLine(try opened.changes(from: anchor, to: to, container: container, limit: limit))
+            } catch let error as FprepError {
+                try? JSONOutput.printLine(Failure(error: error.message, status: error.exitCode))
+            } catch {
+                try? JSONOutput.printLine(Failure(error: "\(error)", status: 1))
+            }
+            fflush(nil)
+        }
     }
 
     func show(_ batch: ChangeBatch) throws {

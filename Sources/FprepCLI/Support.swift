@@ -62,6 +62,14 @@ enum JSONOutput {
         Console.output(data)
         Console.output("\n")
     }
+
+    /// One line of JSON (no pretty printing): for answers read line by line.
+    static func printLine<T: Encodable>(_ value: T) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        Console.output(try encoder.encode(value))
+        Console.output("\n")
+    }
 }
 
 /// "1 file", "2 files".

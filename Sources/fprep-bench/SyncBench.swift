@@ -31,7 +31,9 @@ struct SyncBench: ParsableCommand {
         ways: a scan of the tree for local changes first) and `fprep changes \
         --from BASE --json`. Then, warm (nothing dropped, one untimed run first, the median \
         of 11): `fprep changes` against `git diff-tree -r`, the comparison a consumer that \
-        polls for changes sees. With --warm no step drops the caches. Targets: each ≤ 2× its \
+        polls for changes sees, and the same request answered by one `fprep changes --stdin` \
+        process (what a long-lived enumerator pays per request). With --warm no step drops \
+        the caches. Targets: each ≤ 2× its \
         floor, and the same cost on 10^4 and 10^5 files. Main and the size manifest are put \
         back to the base at the end (and at the start, after a killed run).
         """)

@@ -48,6 +48,9 @@ struct SyncRunResult: Codable {
     /// for changes runs them: medians of `SyncCycle.warmRepeats` runs.
     var fprepChangesWarm: Double?
     var remoteDiffTreeWarm: Double?
+    /// `fprep changes --stdin`: one process answering request after
+    /// request, as a long-lived enumerator would (median per request).
+    var fprepChangesPerRequest: Double?
     var sync: SyncOutcome?
     var changes: ChangesOutcome?
     /// One line per fprep failure or wrong answer (command, status, stderr).
@@ -184,6 +187,19 @@ struct SyncCycle {
         do {
             result.fprepChangesWarm = try warmMedian(Command([fprep, "changes", "-C", replica(run), "--from", base, "--json"]))
             result.remoteDiffTreeWarm = try warmMedian(Command(["git", "-C", remote, "diff-tree", "-r", base, new]))
+            let child = try RequestChild(Command([fprep, "changes", "-C", replica(run), "--stdin"]), subprocess: subprocess)
+            defer { child.finish() }
+            var times: [Double] = []
+            for attempt in 0...SyncCycle.warmRepeats {
+                let (seconds, answer) = try child.ask(base)
+                let outcome = try SyncCycle.changesOutcome(answer)
+                if outcome.anchor != new {
+                    result.failures.append("fprep changes --stdin: answered anchor \(outcome.anchor), expected \(new)")
+                    break
+                }
+                if attempt > 0 { times.append(seconds) }   // the first one warms up
+            }
+            result.fprepChangesPerRequest = median(times)
         } catch let error as BenchError {
             result.failures.append(error.description)
         }

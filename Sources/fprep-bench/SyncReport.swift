@@ -48,6 +48,7 @@ struct SyncSizeResult: Encodable {
         var remoteDiffTree: Double
         var fprepChangesWarm: Double?
         var remoteDiffTreeWarm: Double?
+        var fprepChangesPerRequest: Double?
     }
 
     var files: Int
@@ -65,6 +66,7 @@ struct SyncSizeResult: Encodable {
     var sync: Report.Verdict
     var changes: Report.Verdict
     var changesWarm: Report.Verdict
+    var changesPerRequest: Report.Verdict
     var perRun: [SyncRunResult]
 
     init(files: Int, remote: String, remoteReused: Bool, url: String, base: String, mutation: String, reference: String,
@@ -89,11 +91,13 @@ struct SyncSizeResult: Encodable {
                         fprepChanges: median(runs.compactMap(\.fprepChanges)),
                         remoteDiffTree: median(runs.map(\.remoteDiffTree)) ?? 0,
                         fprepChangesWarm: median(runs.compactMap(\.fprepChangesWarm)),
-                        remoteDiffTreeWarm: median(runs.compactMap(\.remoteDiffTreeWarm)))
+                        remoteDiffTreeWarm: median(runs.compactMap(\.remoteDiffTreeWarm)),
+                        fprepChangesPerRequest: median(runs.compactMap(\.fprepChangesPerRequest)))
         medians = m
         sync = SyncBenchReport.verdict(m.fprepSync, floor: m.syncFloor)
         changes = SyncBenchReport.verdict(m.fprepChanges, floor: m.remoteDiffTree)
         changesWarm = SyncBenchReport.verdict(m.fprepChangesWarm, floor: m.remoteDiffTreeWarm ?? 0)
+        changesPerRequest = SyncBenchReport.verdict(m.fprepChangesPerRequest, floor: m.remoteDiffTreeWarm ?? 0)
     }
 }
 
@@ -218,6 +222,8 @@ struct SyncBenchReport: Encodable {
         out.append(row("  git diff-tree -r BASE NEW (remote)", "", secs(m.remoteDiffTree)))
         out.append(row("changes --from BASE, warm (median of \(SyncCycle.warmRepeats))", secs(m.fprepChangesWarm),
                        secs(m.remoteDiffTreeWarm), ratio(s.changesWarm), goal(s.changesWarm)))
+        out.append(row("  per request in one process (changes --stdin)", secs(m.fprepChangesPerRequest),
+                       secs(m.remoteDiffTreeWarm), ratio(s.changesPerRequest), goal(s.changesPerRequest)))
         if let sync = s.perRun.compactMap(\.sync).last {
             out.append("")
             out.append("fprep sync:    \(sync.added) added, \(sync.changed) changed, \(sync.deleted) deleted, \(sync.moved) moved, "

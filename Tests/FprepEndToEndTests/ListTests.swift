@@ -232,4 +232,44 @@ struct StatusTests {
             #expect(text.contains("status-domain"))
         }
     }
+
+    @Test("changes --stdin answers each anchor with one JSON line, refusals included, until the input ends")
+    func changesAnsweredFromStandardInput() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/new.txt"))
+            try box.gitOK(["add", "-A"], cwd: work)
+            try box.gitOK(["commit", "-q", "-m", "two changes"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.fprepOK(["sync"], cwd: replica)
+
+            let base = remote.commit
+            let input = "\(base)\nnot-an-anchor\n\n\(String(repeating: "0", count: 39))1\n\(base)\n"
+            let result = try box.fprep(["changes", "--stdin", "--limit", "1"], cwd: replica, stdin: Data(input.utf8))
+            #expect(result.status == 0, "\(result)")
+            let answers = try result.stdout.split(separator: "\n").map {
+                try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+            }
+            #expect(answers.count == 4, "one answer a non-empty line: \(result.stdout)")
+            guard answers.count == 4 else { return }
+            #expect(answers[0].objects("updated").count == 1 && answers[0]["moreComing"] as? Bool == true)
+            #expect(answers[1].int("status") == 64 && answers[1].string("error")?.contains("not-an-anchor") == true)
+            #expect(answers[2].int("status") == 65 && answers[2].string("error")?.contains("expired") == true)
+            #expect(answers[3].string("anchor") == answers[0].string("anchor"), "the same request, the same answer")
+
+            // The continuation token of the first batch brings the rest.
+            let token = try #require(answers[0].string("anchor"))
+            let rest = try box.fprep(["changes", "--stdin"], cwd: replica, stdin: Data((token + "\n").utf8))
+            let second = try #require(try JSONSerialization.jsonObject(with: Data(rest.stdoutData)) as? [String: Any])
+            let paths = (answers[0].objects("updated") + second.objects("updated")).compactMap { $0.string("identifier") }
+            #expect(Set(paths) == ["a.txt", "new.txt"])
+            #expect(second["moreComing"] as? Bool == false)
+            #expect(try box.fprep(["changes", "--stdin", "--from", base], cwd: replica).status == 64)
+        }
+    }
 }
