@@ -510,7 +510,7 @@ private final class IndexStorage {
     /// The size of the entry at `at`, padding included.
     @inline(__always) func entrySize(at: Int) -> Int {
         let start = pathStart(at)
-        return (start - at + path(at: at).count + 8) & ~7
+        return min((start - at + path(at: at).count + 8) & ~7, count - at)
     }
 
     /// Maps `path` and lists its entries' offsets.
