@@ -43,11 +43,7 @@ public enum Remote {
             }
             let hooks = try installHooks(gitDirectory: path, fprepBinary: fprepBinary)
             // Remotes made before fprep kept a commit-graph get one here.
-            do {
-                try SizeManifest.updateCommitGraph(gitDirectory: path)
-            } catch {
-                Console.error("fprep: warning: the commit-graph of '\(rawPath)' was not written (\(error)); fetches stay correct, only slower\n")
-            }
+            SizeManifest.updateCommitGraph(of: path)
             let existingBranch = ((try? repository.config().string("fprep.branch")) ?? nil) ?? branch
             return Setup(path: path, domain: domain, branch: existingBranch, created: false, hooks: hooks)
         }

@@ -61,11 +61,7 @@ extension Remote {
                     if base == nil { base = commit.treeID }
                 }
             }
-            do {
-                try SizeManifest.updateCommitGraph(gitDirectory: path)
-            } catch {
-                Console.error("fprep: warning: the commit-graph of '\(rawPath)' was not written (\(error)); fetches stay correct, only slower\n")
-            }
+            SizeManifest.updateCommitGraph(of: path)
             let hooks = try installHooks(gitDirectory: path, fprepBinary: fprepBinary)
             return RemoteAdoption(path: path, domain: domain, branch: branch, hooks: hooks,
                                   branches: branches.map(\.name), blobsListed: listed)

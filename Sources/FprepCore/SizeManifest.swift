@@ -61,10 +61,14 @@ public enum SizeManifest {
 
     /// Brings the remote's commit-graph up to date after the manifest grew
     /// (see `CommitGraph`: without it, every fetch reads the whole manifest
-    /// chain). Only what the graph lacks is added. A failure costs speed,
-    /// not correctness, so callers that must not fail only report it.
-    public static func updateCommitGraph(gitDirectory: String) throws {
-        try CommitGraph.update(gitDirectory: gitDirectory)
+    /// chain). A failure costs speed, not correctness: it is reported on
+    /// standard error, and the command that grew the manifest goes on.
+    static func updateCommitGraph(of remote: String) {
+        do {
+            try CommitGraph.update(gitDirectory: remote)
+        } catch {
+            Console.error("fprep: warning: the commit-graph of '\(remote)' was not updated (\(error)); fetches stay correct, only slower\n")
+        }
     }
 
     /// Reads the manifest commits from `tip` back to (not including) `stop`,

@@ -50,11 +50,7 @@ public enum TreeImporter {
             // The manifest first: a device that fetches the branch must find the sizes.
             try SizeManifest.extend(repository, from: oldTree, to: tree, time: dates.committer)
             try repository.updateReference(reference, to: commit, expecting: parent, message: "fprep import-tree")
-            do {
-                try SizeManifest.updateCommitGraph(gitDirectory: remotePath)
-            } catch {
-                Console.error("fprep: warning: the import is recorded, but the commit-graph of '\(rawRemote)' was not updated (\(error)); fetches stay correct, only slower\n")
-            }
+            SizeManifest.updateCommitGraph(of: remotePath)
             return Result(commit: commit.hex, branch: branch, files: state.files, symlinks: state.symlinks,
                           bytes: state.bytes, skipped: state.skipped)
         } catch {
