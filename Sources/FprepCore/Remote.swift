@@ -104,7 +104,13 @@ public enum Remote {
 /// Commit dates, from `GIT_AUTHOR_DATE` / `GIT_COMMITTER_DATE` when set (as
 /// `@SECONDS` or `SECONDS [+ZONE]`), so scripts and tests get stable ids.
 enum CommitDates {
+    /// A date for every commit made in this task, for tests: a test sets it
+    /// here rather than in the environment, which every test running at the
+    /// same time in the process (and every child it spawns) would share.
+    @TaskLocal static var fixed: Int64?
+
     static func now() -> (author: Int64, committer: Int64) {
+        if let fixed { return (fixed, fixed) }
         let environment = ProcessInfo.processInfo.environment
         let current = Int64(Date().timeIntervalSince1970)
         let author = environment["GIT_AUTHOR_DATE"].flatMap(parse) ?? current

@@ -126,8 +126,16 @@ public enum GitCommand {
         return (output, errors)
     }
 
-    /// The `git` executable: `FPREP_GIT` when set, else the first `git` on PATH.
+    /// The `git` executable for the commands run in this task, for tests: a
+    /// test sets it here, not through `FPREP_GIT` in the environment, which
+    /// every test running at the same time in the process (and every child
+    /// it spawns) would share.
+    @TaskLocal public static var executable: String?
+
+    /// The `git` executable: `executable` when set, `FPREP_GIT` when set, else
+    /// the first `git` on PATH.
     public static var gitPath: String {
+        if let executable { return executable }
         let environment = ProcessInfo.processInfo.environment
         if let explicit = environment["FPREP_GIT"], !explicit.isEmpty { return explicit }
         for dir in (environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {

@@ -19,10 +19,10 @@ final class SyncHarness {
         work = folder + "/work"
         let source = folder + "/source"
         try write(files, under: source)
-        setenv("GIT_AUTHOR_DATE", "@\(tick) +0000", 1)
-        setenv("GIT_COMMITTER_DATE", "@\(tick) +0000", 1)
-        _ = try Remote.create(at: remote, domain: "test", branch: "main", fprepBinary: "/nonexistent/fprep")
-        _ = try TreeImporter.importFolder(source, into: remote, message: "initial")
+        try CommitDates.$fixed.withValue(tick) {
+            _ = try Remote.create(at: remote, domain: "test", branch: "main", fprepBinary: "/nonexistent/fprep")
+            _ = try TreeImporter.importFolder(source, into: remote, message: "initial")
+        }
         _ = try Cloner.clone(url: remote, into: replicaRoot, branch: nil, progress: SilentProgress(), showGitProgress: false)
         try git(["clone", "-q", remote, work], in: folder)
     }

@@ -118,9 +118,7 @@ import FprepGit
             exit $status
             """.write(toFile: wrapper, atomically: true, encoding: .utf8)
         chmod(wrapper, 0o755)
-        setenv("FPREP_GIT", wrapper, 1)
-        defer { unsetenv("FPREP_GIT") }
-        let report = try h.replica().sync()
+        let report = try GitCommand.$executable.withValue(wrapper) { try h.replica().sync() }
         #expect(FileManager.default.fileExists(atPath: h.folder + "/raced"), "the race was injected")
         #expect(report.pushed != nil)
         #expect(try h.git(["--git-dir=\(h.remote)", "show", "main:mine.txt"], in: h.folder) == "mine")
