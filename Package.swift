@@ -1,6 +1,21 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+/// libgit2 and the libraries under it, linked from their static archives
+/// (each comes with the -dev package the README installs: libgit2-dev pulls
+/// in zlib, mbedTLS, libssh2, http-parser and PCRE2; libssl-dev gives
+/// libcrypto). Loading libgit2.so with its 17 shared libraries, OpenSSL's
+/// among them, cost every fprep command about 3 ms before its first line,
+/// as long as git's whole `diff-tree`. In dependency order: a static archive
+/// only resolves what the ones before it left open.
+let staticCLibraries: [LinkerSetting] = [
+    "git2", "ssh2", "mbedtls", "mbedx509", "mbedcrypto", "http_parser", "pcre2-8", "z", "crypto",
+].map { .linkedLibrary(":lib\($0).a") } + [
+    // libgit2's calls to mbedTLS's CA loaders go to fprep's no-ops
+    // (Sources/CLibGit2Support/tls_bundle.c).
+    .unsafeFlags(["-Xlinker", "--wrap=mbedtls_x509_crt_parse_file", "-Xlinker", "--wrap=mbedtls_x509_crt_parse_path"]),
+]
+
 let package = Package(
     name: "fprep",
     products: [
@@ -16,28 +31,35 @@ let package = Package(
     ],
     targets: [
         // libgit2 from the system (Debian: libgit2-dev); only FprepGit imports it.
+        // The module map gives its headers; FprepGit links it (see below).
         .systemLibrary(
             name: "CLibGit2",
-            pkgConfig: "libgit2",
             providers: [.apt(["libgit2-dev"])]
         ),
         // SQLite from the system (Debian: libsqlite3-dev) for the replica's state.
         .systemLibrary(
             name: "CSQLite",
-            pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        // OpenSSL's libcrypto (Debian: libssl-dev), already loaded by libgit2:
-        // the SHA-1 checksum of the index file fprep reads and writes itself.
+        // OpenSSL's libcrypto (Debian: libssl-dev), which libssh2 under libgit2
+        // needs anyway: the SHA-1 checksum of the index file fprep reads and
+        // writes itself.
         .systemLibrary(
             name: "CLibCrypto",
-            pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
         // Linux calls Glibc's Swift overlay does not expose (openat2, fallocate flags, syncfs).
         .target(name: "CFprepSys"),
-        .target(name: "FprepGit", dependencies: ["CLibGit2", "CLibCrypto"]),
-        .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"]),
+        // What libgit2's static archive needs besides its libraries: no CA
+        // bundle parsed at init, no GSSAPI.
+        .target(name: "CLibGit2Support"),
+        .target(
+            name: "FprepGit",
+            dependencies: ["CLibGit2", "CLibCrypto", "CLibGit2Support"],
+            linkerSettings: staticCLibraries
+        ),
+        .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"],
+                linkerSettings: [.linkedLibrary(":libsqlite3.a")]),
         // Push signals: the hook's outbox, the delivery service, the device's watcher.
         .target(
             name: "FprepServer",

@@ -1,6 +1,7 @@
 #include "parallel.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #define MAX_THREADS 64
 
@@ -21,16 +22,34 @@ static void *parallel_worker(void *argument) {
     return NULL;
 }
 
-void fprep_parallel_for(size_t count, int threads, void (*job)(void *context, size_t i), void *context) {
+static void run_from(size_t first, size_t count, int threads, void (*job)(void *context, size_t i), void *context) {
     struct parallel_work work = { .count = count, .job = job, .context = context };
-    atomic_init(&work.next, 0);
+    atomic_init(&work.next, first);
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     pthread_t workers[MAX_THREADS];
     int started = 0;
     /* Threads that cannot be made leave their share to the others. */
-    for (int i = 1; i < threads && (size_t)i < count; i++) {
+    for (int i = 1; i < threads && first + (size_t)i < count; i++) {
         if (pthread_create(&workers[started], NULL, parallel_worker, &work) == 0) started++;
     }
     parallel_worker(&work);
     for (int i = 0; i < started; i++) pthread_join(workers[i], NULL);
+}
+
+void fprep_parallel_for(size_t count, int threads, void (*job)(void *context, size_t i), void *context) {
+    run_from(0, count, threads, job, context);
+}
+
+void fprep_parallel_for_disk(size_t count, int threads, void (*job)(void *context, size_t i), void *context) {
+    size_t sample = count < 8 ? count : 8;
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (size_t i = 0; i < sample; i++) job(context, i);
+    if (sample == count) return;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    long long elapsed = (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec);
+    /* 25 µs an item: several times a lookup the cache answers, a fraction
+     * of one that reads the disk. */
+    if (elapsed < (long long)sample * 25000) threads = 1;
+    run_from(sample, count, threads, job, context);
 }

@@ -201,7 +201,38 @@ static void prefetch_one(void *context, size_t i) {
 
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads) {
     struct prefetch_job job = { .dirfd = dirfd, .paths = paths };
-    fprep_parallel_for(count, threads, prefetch_one, &job);
+    fprep_parallel_for_disk(count, threads, prefetch_one, &job);
+}
+
+static void probe_one(int dirfd, const char *path, struct fprep_probe *out) {
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+    out->found = 1;
+    fprep_stat_flatten(&st, &out->stat);
+    if (!S_ISREG(st.st_mode)) return;
+    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+    if (fd < 0) return;
+    out->has_blob = fgetxattr(fd, "user.fprep.blob", out->blob, sizeof out->blob) == (ssize_t)sizeof out->blob;
+    char state[16];
+    out->marked_dataless = fgetxattr(fd, "user.fprep.state", state, sizeof state) == 8 && memcmp(state, "dataless", 8) == 0;
+    close(fd);
+}
+
+struct probe_job {
+    int dirfd;
+    const char *const *paths;
+    struct fprep_probe *results;
+};
+
+static void probe_at(void *context, size_t i) {
+    struct probe_job *job = context;
+    probe_one(job->dirfd, job->paths[i], &job->results[i]);
+}
+
+void fprep_probe_paths(int dirfd, const char *const *paths, size_t count, int threads, struct fprep_probe *results) {
+    struct probe_job job = { .dirfd = dirfd, .paths = paths, .results = results };
+    fprep_parallel_for_disk(count, threads, probe_at, &job);
 }
 
 static void create_one_placeholder(void *context, size_t i) {

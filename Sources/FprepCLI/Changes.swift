@@ -42,6 +42,24 @@ struct Changes: ParsableCommand {
     var stdin = false
 
     func run() throws {
+        try ChangesRequest(location: replica.location, from: from, to: to, container: container, limit: limit,
+                           json: json, follow: follow, stdin: stdin).run()
+    }
+}
+
+/// One `changes` command: the values of its options, however its command
+/// line was parsed.
+struct ChangesRequest: Equatable {
+    var location = ReplicaLocation()
+    var from: String?
+    var to: String?
+    var container: String?
+    var limit: Int?
+    var json = false
+    var follow = false
+    var stdin = false
+
+    func run() throws {
         if stdin {
             guard from == nil, !follow else { throw FprepError(.usage, "--stdin reads its anchors from standard input: it takes neither --from nor --follow") }
             return answerRequests()
@@ -49,10 +67,11 @@ struct Changes: ParsableCommand {
         guard let from else { throw FprepError(.usage, "missing --from ANCHOR (or --stdin to read anchors from standard input)") }
         if follow {
             guard to == nil, limit == nil else { throw FprepError(.usage, "--follow takes neither --to nor --limit") }
-            return try ChangesFollower(replica: replica, from: from, container: container, show: show).run()
+            return try ChangesFollower(replica: location, from: from, container: container, show: show).run()
         }
-        let opened = try replica.open("changes", exclusive: false)
+        let opened = try location.open("changes", exclusive: false)
         try show(try opened.changes(from: from, to: to, container: container, limit: limit))
+        Trace.mark("output")
     }
 
     /// `--stdin`: the replica is opened for each request (so a sync can
@@ -65,7 +84,7 @@ struct Changes: ParsableCommand {
         while let line = readLine() {
             guard let anchor = line.split(whereSeparator: \.isWhitespace).first.map(String.init) else { continue }
             do {
-                let opened = try replica.open("changes", exclusive: false)
+                let opened = try location.open("changes", exclusive: false)
                 try JSONOutput.printLine(try opened.changes(from: anchor, to: to, container: container, limit: limit))
             } catch let error as FprepError {
                 try? JSONOutput.printLine(Failure(error: error.message, status: error.exitCode))
@@ -82,6 +101,43 @@ struct Changes: ParsableCommand {
         for move in batch.moved { print("moved    \(move.from) → \(move.to)") }
         for item in batch.updated { print("updated  \(item.identifier)\(item.kind == "folder" ? "/" : "")  \(item.size.map(String.init) ?? "-")  \(item.state.rawValue)") }
         print(batch.moreComing ? "more: \(batch.anchor)" : "anchor: \(batch.anchor)")
+    }
+
+    /// The command line of an enumerator's request, `changes` with each of
+    /// its options at most once as `--name VALUE` (or a flag), read without
+    /// ArgumentParser: a File Provider host asks this many times a second,
+    /// and ArgumentParser's reflection costs each process about 2 ms in a
+    /// binary this size (as long as git's whole diff). nil for any other
+    /// command line (`--name=VALUE`, help, a mistake, another command):
+    /// ArgumentParser parses those and gives its usual messages.
+    static func quickParse(_ arguments: [String]) -> ChangesRequest? {
+        guard arguments.first == "changes" else { return nil }
+        var request = ChangesRequest()
+        var seen: Set<String> = []
+        var rest = arguments.dropFirst()
+        while let option = rest.popFirst() {
+            guard seen.insert(option == "--replica" ? "-C" : option).inserted else { return nil }
+            switch option {
+            case "--json": request.json = true
+            case "--follow": request.follow = true
+            case "--stdin": request.stdin = true
+            case "--no-wait": request.location.noWait = true
+            case "--verbose": request.location.verbose = true
+            case "-C", "--replica", "--from", "--to", "--container", "--limit":
+                guard let value = rest.popFirst(), !value.hasPrefix("-"), !value.isEmpty else { return nil }
+                switch option {
+                case "--from": request.from = value
+                case "--to": request.to = value
+                case "--container": request.container = value
+                case "--limit":
+                    guard let limit = Int(value) else { return nil }
+                    request.limit = limit
+                default: request.location.replica = value
+                }
+            default: return nil
+            }
+        }
+        return request
     }
 }
 

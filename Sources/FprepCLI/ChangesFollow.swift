@@ -8,7 +8,7 @@ import FprepServer
 /// service (when 'fprep watch' registered the replica) that an enumerator
 /// of its container is open, so that container's pushes reach the device.
 struct ChangesFollower {
-    let replica: ReplicaOptions
+    let replica: ReplicaLocation
     let from: String
     let container: String?
     let show: (ChangeBatch) throws -> Void
@@ -65,7 +65,7 @@ private final class EnumeratorLease {
     private let seconds: Int64
     private var renewed = 0.0
 
-    init(replica: ReplicaOptions, container: String, seconds: Int64) {
+    init(replica: ReplicaLocation, container: String, seconds: Int64) {
         self.container = container
         self.seconds = seconds
         let settings = try? replica.open("changes", exclusive: false).pushSettings()

@@ -30,7 +30,12 @@ public struct Fprep: ParsableCommand {
     /// into one line on standard error and the documented exit status.
     public static func runMain() -> Never {
         do {
-            var command = try parseAsRoot(Self.movingReplicaOption(Array(CommandLine.arguments.dropFirst())))
+            let arguments = Self.movingReplicaOption(Array(CommandLine.arguments.dropFirst()))
+            if let request = ChangesRequest.quickParse(arguments) {
+                try request.run()
+                Glibc.exit(0)
+            }
+            var command = try parseAsRoot(arguments)
             try command.run()
             Glibc.exit(0)
         } catch let error as FprepError {

@@ -16,6 +16,21 @@ struct ReplicaOptions: ParsableArguments {
     @Flag(name: .long, help: "Show the detail behind an error.")
     var verbose = false
 
+    var location: ReplicaLocation { ReplicaLocation(replica: replica, noWait: noWait, verbose: verbose) }
+    var baseDirectory: String { location.baseDirectory }
+
+    func open(_ command: String, exclusive: Bool) throws -> Replica {
+        try location.open(command, exclusive: exclusive)
+    }
+}
+
+/// Which replica a command works on and how it waits for it: the values of
+/// `ReplicaOptions`, also for a command line parsed without ArgumentParser.
+struct ReplicaLocation: Equatable {
+    var replica: String?
+    var noWait = false
+    var verbose = false
+
     /// Where relative paths start: -C DIR when given, else the current folder.
     var baseDirectory: String {
         let current = FileManager.default.currentDirectoryPath

@@ -49,8 +49,7 @@ extension Replica {
         let expired = FprepError(.expiredAnchor, "sync anchor '\(start.from.hex)' has expired (it is unknown or history was rewritten); re-enumerate from scratch with 'fprep ls'")
         guard (try? repository.commit(start.from)) != nil, (try? repository.commit(target)) != nil else { throw expired }
         guard try repository.isAncestor(start.from, of: target) else { throw expired }
-
-        Trace.mark("open")
+        Trace.mark("anchors")
         let changes = try ChangeSet.between(repository, from: repository.commit(start.from).treeID,
                                             to: repository.commit(target).treeID)
         Trace.mark("diff")
@@ -70,18 +69,22 @@ extension Replica {
         if batch.moreComing { batch.anchor = AnchorToken(from: start.from, to: target, offset: end).text }
         let index = LazyIndex(repository)
         let sizes = try store.blobInfoLookup()
-        // Each updated item's state is read from the disk: the lookups of
-        // scattered paths wait on a cold disk together, not one by one.
-        rootFolder.prefetch(page.compactMap { if case .updated(let path, _) = $0 { return path } else { return nil } })
-        Trace.mark("prefetch")
-        for event in page {
-            switch event {
-            case .deleted(let path): batch.deleted.append(path.description)
-            case .moved(let move):
-                batch.moved.append(ChangeBatch.MovedItem(from: move.from.description, to: move.to.description,
-                                                         kind: move.isFolder ? "folder" : move.entry.mode == .symlink ? "symlink" : "file"))
-            case .updated(let path, let entry):
-                batch.updated.append(try makeItem(entry, path: path, index: index, sizes: sizes))
+        // Each updated item's state is read from the disk in one pass (on a
+        // cold disk the lookups of scattered paths wait together).
+        let updatedPaths = page.compactMap { if case .updated(let path, _) = $0 { return path } else { return nil } }
+        var probes = rootFolder.probe(updatedPaths)[...]
+        Trace.mark("probe")
+        try store.reading {
+            for event in page {
+                switch event {
+                case .deleted(let path): batch.deleted.append(path.description)
+                case .moved(let move):
+                    batch.moved.append(ChangeBatch.MovedItem(from: move.from.description, to: move.to.description,
+                                                             kind: move.isFolder ? "folder" : move.entry.mode == .symlink ? "symlink" : "file"))
+                case .updated(let path, let entry):
+                    guard let probe = probes.popFirst() else { break }
+                    batch.updated.append(try makeItem(entry, path: path, probe: probe, index: index, sizes: sizes))
+                }
             }
         }
         Trace.mark("items")

@@ -30,6 +30,11 @@ package final class Database {
         handle = db
         self.path = path
         sqlite3_busy_timeout(db, 10_000)
+        // Keep the WAL and its index between connections: otherwise the last
+        // connection of every command deletes both and the next one creates
+        // and initializes them again.
+        var persist: Int32 = 1
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
     }
 
     deinit { sqlite3_close_v2(handle) }
@@ -61,6 +66,22 @@ package final class Database {
     /// Runs `body` in one IMMEDIATE transaction: all of it or none of it.
     package func transaction<R>(_ body: () throws -> R) throws -> R {
         try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Runs `body` in one read transaction (or in the transaction already
+    /// open): its reads see one state of the database, and SQLite takes its
+    /// locks once instead of once a statement.
+    package func reading<R>(_ body: () throws -> R) throws -> R {
+        guard sqlite3_get_autocommit(handle) != 0 else { return try body() }
+        try execute("BEGIN DEFERRED")
         do {
             let result = try body()
             try execute("COMMIT")

@@ -1,6 +1,7 @@
 import CFprepSys
 import FoundationEssentials
 import Glibc
+import FprepGit
 
 /// The part of `lstat` fprep looks at.
 struct FileStat: Equatable {
@@ -199,6 +200,41 @@ extension FolderHandle {
         pointers.withUnsafeBufferPointer { buffer in
             fprep_prefetch_paths(fd, buffer.baseAddress, buffer.count, Int32(min(16, paths.count)))
         }
+    }
+}
+
+/// What an enumerator needs from the disk about one item: its lstat and,
+/// for a regular file, the placeholder attributes.
+struct ItemProbe {
+    var stat: FileStat?
+    var placeholderBlob: ObjectID?
+    var markedDataless = false
+
+    init(_ raw: fprep_probe) {
+        guard raw.found != 0 else { return }
+        stat = FileStat(raw.stat)
+        markedDataless = raw.marked_dataless != 0
+        if raw.has_blob != 0 {
+            placeholderBlob = withUnsafeBytes(of: raw.blob) { ObjectID(bytes: Array($0)) }
+        }
+    }
+}
+
+extension FolderHandle {
+    /// Probes `paths` beneath this folder in one pass each (one lookup, one
+    /// open for both attributes); on a cold cache, on several threads.
+    func probe(_ paths: [RepoPath]) -> [ItemProbe] {
+        guard !paths.isEmpty else { return [] }
+        let copies = paths.map { allocatedCString($0.bytes) }
+        defer { for copy in copies { copy.deallocate() } }
+        let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
+        var results = [fprep_probe](repeating: fprep_probe(), count: paths.count)
+        pointers.withUnsafeBufferPointer { buffer in
+            results.withUnsafeMutableBufferPointer { out in
+                fprep_probe_paths(fd, buffer.baseAddress, buffer.count, Int32(min(16, paths.count)), out.baseAddress)
+            }
+        }
+        return results.map(ItemProbe.init)
     }
 }
 

@@ -48,7 +48,7 @@ extension Replica {
         for component in folder.components {
             guard let entry = tree.entry(named: component) else { throw FprepError.notInReplica(shown) }
             if entry.mode != .tree {
-                let item = try makeItem(entry, path: folder, index: index, sizes: sizes)
+                let item = try makeItem(entry, path: folder, probe: rootFolder.probe([folder])[0], index: index, sizes: sizes)
                 return ItemPage(container: ContainerIdentifier.of(folder.parent), items: [item], nextPage: nil)
             }
             tree = try repository.tree(entry.id)
@@ -62,14 +62,17 @@ extension Replica {
             }
         }
         let page = Array(entries.prefix(pageSize))
-        let items = try page.map { try makeItem($0, path: folder.appending($0.name), index: index, sizes: sizes) }
+        let paths = page.map { folder.appending($0.name) }
+        let probes = rootFolder.probe(paths)
+        let items = try page.indices.map { try makeItem(page[$0], path: paths[$0], probe: probes[$0], index: index, sizes: sizes) }
         let next = entries.count > pageSize ? page.last.map { Self.encodePageToken($0.name) } : nil
         return ItemPage(container: ContainerIdentifier.of(folder), items: items, nextPage: next)
     }
 
-    func makeItem(_ entry: TreeEntry, path: RepoPath, index: LazyIndex,
-                          sizes: (ObjectID) throws -> BlobInfo?) throws -> Item {
-        let stat = rootFolder.stat(path)
+    /// The item for `entry` at `path`, from what `probe` read of it on disk.
+    func makeItem(_ entry: TreeEntry, path: RepoPath, probe: ItemProbe, index: LazyIndex,
+                  sizes: (ObjectID) throws -> BlobInfo?) throws -> Item {
+        let stat = probe.stat
         let parent = ContainerIdentifier.of(path.parent)
         let filename = RepoPath(bytes: path.name).description
         switch entry.mode {
@@ -80,7 +83,7 @@ extension Replica {
                         unsupported: entry.mode == .submodule ? "submodule" : nil)
         default:
             let info = try sizes(entry.id)
-            let state = try itemState(entry, path: path, stat: stat, index: index)
+            let state = try itemState(entry, path: path, probe: probe, index: index)
             let size = state == .modified ? stat?.size : info?.size
             let date = state == .modified ? stat?.mtime.0 : (info?.mtime ?? stat?.mtime.0)
             return Item(identifier: path.description, parent: parent, filename: filename,
@@ -92,11 +95,10 @@ extension Replica {
 
     /// An untouched placeholder says so itself (no data, its blob id in its
     /// attributes); only other files need the index, read on first need.
-    private func itemState(_ entry: TreeEntry, path: RepoPath, stat: FileStat?, index: LazyIndex) throws -> ItemState {
-        guard let stat else { return .deleted }
-        if entry.mode.isFile, stat.isRegular, ContentOperations.placeholderBlob(rootFolder, path) == entry.id,
-           ContentOperations.holdsNoData(rootFolder, path, stat),
-           ContentOperations.isMarkedDataless(rootFolder, path) {
+    private func itemState(_ entry: TreeEntry, path: RepoPath, probe: ItemProbe, index: LazyIndex) throws -> ItemState {
+        guard let stat = probe.stat else { return .deleted }
+        if entry.mode.isFile, stat.isRegular, probe.placeholderBlob == entry.id, probe.markedDataless,
+           ContentOperations.holdsNoData(rootFolder, path, stat) {
             return .dataless
         }
         let loaded = try index.get()

@@ -77,6 +77,7 @@ public final class Replica {
         guard let opened = replica else { throw FprepError("cannot open the replica at '\(root)'") }
         if access.exclusive || recoveryNeeded { opened.removeStaleGitLocks() }
         try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
+        Trace.mark("open")
         return opened
     }
 
@@ -89,10 +90,13 @@ public final class Replica {
         guard FileManager.default.fileExists(atPath: stateFolder + "/state.db") else {
             throw FprepError("the state database of the replica '\(root)' is missing; run 'fprep repair \(root)' to rebuild it from git")
         }
-        store = try StateStore(path: stateFolder + "/state.db")
-        let phase = try store.meta("phase")
-        let url = try store.meta("remote_url") ?? ""
-        guard phase != "fetching", let branch = try store.meta("branch") else {
+        let store = try StateStore(path: stateFolder + "/state.db")
+        self.store = store
+        let (phase, url, storedBranch, storedDomain, storedAnchor) = try store.reading {
+            (try store.meta("phase"), try store.meta("remote_url") ?? "", try store.meta("branch"),
+             try store.meta("domain") ?? "", try store.meta("anchor"))
+        }
+        guard phase != "fetching", let branch = storedBranch else {
             throw FprepError("the clone into '\(root)' did not finish; run 'fprep clone \(url) \(root)' again to finish it")
         }
         do {
@@ -103,8 +107,8 @@ public final class Replica {
         rootFolder = try FolderHandle(root: root)
         remoteURL = url
         self.branch = branch
-        domain = try store.meta("domain") ?? ""
-        anchor = try store.meta("anchor").flatMap(ObjectID.init(hex:))
+        domain = storedDomain
+        anchor = storedAnchor.flatMap(ObjectID.init(hex:))
     }
 
     func needsRecovery() throws -> Bool {

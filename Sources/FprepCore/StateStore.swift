@@ -30,7 +30,9 @@ final class StateStore {
     init(path: String) throws {
         do {
             database = try Database(path: path)
-            try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
+            // Pages are read through a mapping, not a read call each (the
+            // database is local; SQLite still writes with write calls).
+            try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA mmap_size=1073741824;")
             try migrate()
         } catch let error as DatabaseError where [SQLITE_CORRUPT, SQLITE_NOTADB].contains(error.code) {
             throw FprepError("the state database '\(path)' is corrupt (\(error.message)); run 'fprep repair' to rebuild it from git")
@@ -90,6 +92,9 @@ final class StateStore {
     func transaction<R>(_ body: () throws -> R) throws -> R { try database.transaction(body) }
 
     // MARK: meta
+
+    /// Runs `body`'s reads in one read transaction.
+    func reading<R>(_ body: () throws -> R) throws -> R { try database.reading(body) }
 
     func meta(_ key: String) throws -> String? {
         let statement = try database.prepare("SELECT value FROM meta WHERE key = ?1").bind(.text(key))

@@ -6,7 +6,9 @@ import Glibc
 /// `FPREP_TRACE` names when it is an absolute path (a benchmark that keeps
 /// fprep's standard error to itself).
 public enum Trace {
-    private static let setting = ProcessInfo.processInfo.environment["FPREP_TRACE"]
+    // getenv, not ProcessInfo: building the whole environment costs every
+    // command a little, traced or not.
+    private static let setting = getenv("FPREP_TRACE").map { String(cString: $0) }
     private static let enabled = setting != nil
     private static let file: Int32 = {
         guard let setting, setting.hasPrefix("/") else { return 2 }
@@ -24,9 +26,9 @@ public enum Trace {
     public static func mark(_ phase: String) {
         guard enabled else { return }
         let now = Date()
-        let milliseconds = Int((now.timeIntervalSince(last) * 1000).rounded())
+        let micro = Int((now.timeIntervalSince(last) * 1_000_000).rounded())
         let padded = phase.count < 28 ? phase + String(repeating: " ", count: 28 - phase.count) : phase
-        let line = Array("trace: \(padded) \(milliseconds / 1000).\(String(1000 + milliseconds % 1000).dropFirst()) s\n".utf8)
+        let line = Array("trace: \(padded) \(micro / 1_000_000).\(String(1_000_000 + micro % 1_000_000).dropFirst()) s\n".utf8)
         _ = line.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
         last = now
     }

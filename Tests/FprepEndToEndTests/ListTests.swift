@@ -272,4 +272,51 @@ struct StatusTests {
             #expect(try box.fprep(["changes", "--stdin", "--from", base], cwd: replica).status == 64)
         }
     }
+
+    @Test("an enumerator's request, read without ArgumentParser, answers exactly as ArgumentParser's reading does")
+    func changesReadEitherWayAnswerAlike() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/new.txt"))
+            try box.gitOK(["add", "-A"], cwd: work)
+            try box.gitOK(["commit", "-q", "-m", "two changes"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.fprepOK(["sync"], cwd: replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+
+            let base = remote.commit
+            // The first of each pair takes the quick reading; `--opt=value`
+            // (or a repeated option) goes to ArgumentParser.
+            let pairs: [([String], [String])] = [
+                (["changes", "-C", replica, "--from", base, "--json"], ["changes", "--replica=\(replica)", "--from=\(base)", "--json"]),
+                (["-C", replica, "changes", "--from", base, "--limit", "1", "--json"], ["changes", "-C", replica, "--from=\(base)", "--limit=1", "--json"]),
+                (["changes", "-C", replica, "--from", base, "--container", "NSFileProviderRootContainerItemIdentifier"],
+                 ["changes", "-C", replica, "--from=\(base)", "--container=NSFileProviderRootContainerItemIdentifier"]),
+                (["changes", "-C", replica, "--from", "not-an-anchor"], ["changes", "-C", replica, "--from=not-an-anchor"]),
+                (["changes", "-C", replica, "--from", base, "--limit", "0"], ["changes", "-C", replica, "--from=\(base)", "--limit=0"]),
+            ]
+            for (quick, parsed) in pairs {
+                let a = try box.fprep(quick, cwd: box.path)
+                let b = try box.fprep(parsed, cwd: box.path)
+                #expect(a.status == b.status && a.stdout == b.stdout && a.stderr == b.stderr, "\(quick): \(a) vs \(b)")
+            }
+            let batch = try box.fprep(["changes", "-C", replica, "--from", base, "--json"], cwd: box.path)
+            #expect(batch.status == 0 && batch.stdout.contains("\"new.txt\"") && batch.stdout.contains("\"materialized\""), "\(batch)")
+
+            // What the quick reading does not take still gets ArgumentParser's answers.
+            let help = try box.fprep(["changes", "--help"], cwd: replica)
+            #expect(help.status == 0 && help.stdout.contains("--container"), "\(help)")
+            let missing = try box.fprep(["changes", "--from"], cwd: replica)
+            #expect(missing.status == 64 && missing.stderr.contains("--from"), "\(missing)")
+            let twice = try box.fprep(["changes", "--from", base, "--from", base, "--json"], cwd: replica)
+            #expect(twice.status == 0, "a repeated option is ArgumentParser's to settle: \(twice)")
+            let unknown = try box.fprep(["changes", "--from", base, "--frm", base], cwd: replica)
+            #expect(unknown.status == 64, "\(unknown)")
+        }
+    }
 }

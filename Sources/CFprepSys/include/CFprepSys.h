@@ -60,6 +60,7 @@ void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t 
  * one after another. Only a warm-up; nothing is decided from it. */
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads);
 
+
 /* The stat scan of an index (git's version 2/3 entry layout at base +
  * offsets[i], in path order): every entry's file is looked at once with
  * fstatat relative to its folder, folders opened one component at a time
@@ -112,6 +113,21 @@ struct fprep_stat {
 int fprep_lstat_at(int dirfd, const char *path, struct fprep_stat *out);
 int fprep_fstat(int fd, struct fprep_stat *out);
 void fprep_stat_flatten(const struct stat *st, struct fprep_stat *out);
+
+/* What an item's enumeration reads from the disk, in one pass per path:
+ * its lstat and, for a regular file, the placeholder attributes
+ * (user.fprep.blob, 20 bytes; user.fprep.state, "dataless"). */
+struct fprep_probe {
+    int found;
+    int has_blob;
+    int marked_dataless;
+    unsigned char blob[20];
+    struct fprep_stat stat;
+};
+
+/* Probes every path beneath dirfd, on up to `threads` threads when the
+ * first lookups show the disk is being read (see fprep_parallel_for_disk). */
+void fprep_probe_paths(int dirfd, const char *const *paths, size_t count, int threads, struct fprep_probe *results);
 
 /* Sets the mtime (and atime to the same) of an open fd. */
 int fprep_set_mtime(int fd, long long sec, long nsec);
