@@ -11,9 +11,9 @@ import PackageDescription
 let staticCLibraries: [LinkerSetting] = [
     "git2", "ssh2", "mbedtls", "mbedx509", "mbedcrypto", "http_parser", "pcre2-8", "z", "crypto",
 ].map { .linkedLibrary(":lib\($0).a") } + [
-    // libgit2's calls to mbedTLS's CA loaders go to fprep's no-ops
-    // (Sources/CLibGit2Support/tls_bundle.c).
-    .unsafeFlags(["-Xlinker", "--wrap=mbedtls_x509_crt_parse_file", "-Xlinker", "--wrap=mbedtls_x509_crt_parse_path"]),
+    // libgit2's init skips its network stack (fprep's network is the git
+    // command): Sources/CLibGit2Support/network_init.c.
+    .unsafeFlags(["-Xlinker", "--wrap=git_mbedtls_stream_global_init", "-Xlinker", "--wrap=git_transport_ssh_global_init"]),
 ]
 
 let package = Package(
@@ -50,8 +50,8 @@ let package = Package(
         ),
         // Linux calls Glibc's Swift overlay does not expose (openat2, fallocate flags, syncfs).
         .target(name: "CFprepSys"),
-        // What libgit2's static archive needs besides its libraries: no CA
-        // bundle parsed at init, no GSSAPI.
+        // What libgit2's static archive needs besides its libraries: an init
+        // without its network stack, and no GSSAPI.
         .target(name: "CLibGit2Support"),
         .target(
             name: "FprepGit",
@@ -78,7 +78,15 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .executableTarget(name: "fprep", dependencies: ["FprepCLI"]),
+        .executableTarget(
+            name: "fprep",
+            dependencies: ["FprepCLI"],
+            // The static Swift runtime's link exports every symbol of the
+            // program; nothing looks them up, and the runtime's start-up
+            // (the backtracer finding its own path with dladdr) scans all
+            // 16,900 of them on every command.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--no-export-dynamic"])]
+        ),
         .executableTarget(
             name: "fprep-bench",
             dependencies: [

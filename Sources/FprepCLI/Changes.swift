@@ -85,7 +85,8 @@ struct ChangesRequest: Equatable {
             guard let anchor = line.split(whereSeparator: \.isWhitespace).first.map(String.init) else { continue }
             do {
                 let opened = try location.open("changes", exclusive: false)
-                try JSONOutput.printLine(try opened.changes(from: anchor, to: to, container: container, limit: limit))
+                let batch = try opened.changes(from: anchor, to: to, container: container, limit: limit)
+                Console.output(Data(batch.json(pretty: false) + [0x0A]))
             } catch let error as FprepError {
                 try? JSONOutput.printLine(Failure(error: error.message, status: error.exitCode))
             } catch {
@@ -96,7 +97,7 @@ struct ChangesRequest: Equatable {
     }
 
     func show(_ batch: ChangeBatch) throws {
-        if json { return try JSONOutput.print(batch) }
+        if json { return Console.output(Data(batch.json(pretty: true) + [0x0A])) }
         for path in batch.deleted { print("deleted  \(path)") }
         for move in batch.moved { print("moved    \(move.from) → \(move.to)") }
         for item in batch.updated { print("updated  \(item.identifier)\(item.kind == "folder" ? "/" : "")  \(item.size.map(String.init) ?? "-")  \(item.state.rawValue)") }
@@ -113,10 +114,14 @@ struct ChangesRequest: Equatable {
     static func quickParse(_ arguments: [String]) -> ChangesRequest? {
         guard arguments.first == "changes" else { return nil }
         var request = ChangesRequest()
-        var seen: Set<String> = []
+        // An array, not a Set: a Set of strings would be the process's
+        // first, and its generic metadata costs more than this whole loop.
+        var seen: [String] = []
         var rest = arguments.dropFirst()
         while let option = rest.popFirst() {
-            guard seen.insert(option == "--replica" ? "-C" : option).inserted else { return nil }
+            let name = option == "--replica" ? "-C" : option
+            guard !seen.contains(name) else { return nil }
+            seen.append(name)
             switch option {
             case "--json": request.json = true
             case "--follow": request.follow = true

@@ -33,7 +33,7 @@ struct ReplicaLocation: Equatable {
 
     /// Where relative paths start: -C DIR when given, else the current folder.
     var baseDirectory: String {
-        let current = FileManager.default.currentDirectoryPath
+        let current = currentFolder()
         guard let replica else { return current }
         return replica.hasPrefix("/") ? replica : current + "/" + replica
     }

@@ -94,11 +94,7 @@ public enum Remote {
         }
     }
 
-    static func absolute(_ path: String) -> String {
-        let url = path.hasPrefix("/") ? URL(fileURLWithPath: path)
-            : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path)
-        return url.standardizedFileURL.path
-    }
+    static func absolute(_ path: String) -> String { absolutePath(path) }
 }
 
 /// Commit dates, from `GIT_AUTHOR_DATE` / `GIT_COMMITTER_DATE` when set (as

@@ -49,7 +49,7 @@ public final class Replica {
     public static func findRoot(from path: String) -> String? {
         var current = realPath(Remote.absolute(path))
         while true {
-            if isFolder(current + "/" + stateFolderName), FileManager.default.fileExists(atPath: current + "/.git") { return current }
+            if isFolder(current + "/" + stateFolderName), access(current + "/.git", F_OK) == 0 { return current }
             let parent = parentFolder(of: current)
             if parent == current || parent.isEmpty { return nil }
             current = parent
