@@ -69,6 +69,12 @@ struct ChangesRequest: Equatable {
             guard to == nil, limit == nil else { throw FprepError(.usage, "--follow takes neither --to nor --limit") }
             return try ChangesFollower(replica: location, from: from, container: container, show: show).run()
         }
+        try showChanges(from: from)
+        Trace.mark("close")
+    }
+
+    /// One batch, shown; the replica is closed when this returns.
+    private func showChanges(from: String) throws {
         let opened = try location.open("changes", exclusive: false)
         try show(try opened.changes(from: from, to: to, container: container, limit: limit))
         Trace.mark("output")

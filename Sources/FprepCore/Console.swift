@@ -70,17 +70,24 @@ public func currentFolder() -> String {
 /// does, symlinks untouched), without Foundation's URL: its first use costs
 /// a command 0.4 ms.
 public func absolutePath(_ path: String) -> String {
-    let full = path.hasPrefix("/") ? path : currentFolder() + "/" + path
-    var parts: [Substring] = []
-    for part in full.split(separator: "/") {
-        if part == "." { continue }
-        if part == ".." {
-            _ = parts.popLast()
-            continue
+    let full = Array((path.hasPrefix("/") ? path : currentFolder() + "/" + path).utf8)
+    let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+    var result: [UInt8] = []
+    result.reserveCapacity(full.count)
+    var start = 0
+    while start < full.count {
+        var end = start
+        while end < full.count && full[end] != slash { end += 1 }
+        let length = end - start
+        if length == 2 && full[start] == dot && full[start + 1] == dot {
+            while let last = result.popLast(), last != slash {}
+        } else if length > 0 && !(length == 1 && full[start] == dot) {
+            result.append(slash)
+            result += full[start..<end]
         }
-        parts.append(part)
+        start = end + 1
     }
-    return "/" + parts.joined(separator: "/")
+    return result.isEmpty ? "/" : String(decoding: result, as: UTF8.self)
 }
 
 /// The folder part of a path, as `dirname` has it ("/" for "/a").

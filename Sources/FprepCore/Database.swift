@@ -30,11 +30,14 @@ package final class Database {
         handle = db
         self.path = path
         sqlite3_busy_timeout(db, 10_000)
-        // Keep the WAL and its index between connections: otherwise the last
+        // Keep the WAL and its index between connections (otherwise the last
         // connection of every command deletes both and the next one creates
-        // and initializes them again.
+        // and initializes them again), but empty: the last connection
+        // truncates the WAL after its checkpoint. A WAL left full would be
+        // read again by every open and copied again by every close.
         var persist: Int32 = 1
         sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
+        sqlite3_exec(db, "PRAGMA journal_size_limit=0", nil, nil, nil)
     }
 
     deinit { sqlite3_close_v2(handle) }

@@ -61,3 +61,15 @@ import Testing
         }
     }
 }
+
+/// Paths made absolute without URL must come out as URL's standardized
+/// file paths did before.
+struct AbsolutePathTests {
+    @Test(arguments: ["/", "/a/b", "/a/b/", "/a//b", "/a/./b", "/a/b/../c", "/a/../../b", "/..", "/a/b/..",
+                      "/a/.hidden/..x/...", "relative", "relative/../x", ".", "..", "a/./b/../../c", "/é/日本"])
+    func matchesURLStandardization(_ path: String) {
+        let expected = (path.hasPrefix("/") ? URL(fileURLWithPath: path)
+            : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path)).standardizedFileURL.path
+        #expect(absolutePath(path) == expected)
+    }
+}
