@@ -40,6 +40,7 @@ struct ChangeSet {
         } catch let error as DuplicateTreeEntry {
             throw FprepError.unsafeEntry(RepoPath(bytes: error.path).description, "two entries share this name (a symlink and a folder, say)")
         }
+        Trace.mark("tree diff")
         var set = ChangeSet()
 
         // Folder renames: a folder gone and a folder come with the same tree id.
