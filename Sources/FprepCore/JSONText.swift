@@ -24,7 +24,9 @@ public struct JSONText {
     public mutating func key(_ name: String) {
         element()
         string(name)
-        bytes += pretty ? Array(" : ".utf8) : [UInt8(ascii: ":")]
+        if pretty { bytes.append(UInt8(ascii: " ")) }
+        bytes.append(UInt8(ascii: ":"))
+        if pretty { bytes.append(UInt8(ascii: " ")) }
     }
 
     /// Starts the next element of the array; its value follows.
@@ -36,6 +38,17 @@ public struct JSONText {
 
     public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
+        var value = value
+        // Most strings need no escape: copied whole.
+        let plain = value.withUTF8 { utf8 in
+            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+            bytes.append(contentsOf: utf8)
+            return true
+        }
+        if plain {
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
@@ -46,8 +59,9 @@ public struct JSONText {
             case 0x08: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "b")]
             case 0x0C: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "f")]
             case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+                let hex: StaticString = "0123456789abcdef"
+                bytes += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
+                          hex.utf8Start[Int(byte >> 4)], hex.utf8Start[Int(byte & 0xF)]]
             default: bytes.append(byte)
             }
         }
@@ -55,7 +69,10 @@ public struct JSONText {
     }
 
     public mutating func int(_ value: Int64) { bytes += Array(String(value).utf8) }
-    public mutating func bool(_ value: Bool) { bytes += Array((value ? "true" : "false").utf8) }
+    public mutating func bool(_ value: Bool) {
+        let text: StaticString = value ? "true" : "false"
+        bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
 
     private mutating func open(_ bracket: UInt8) {
         bytes.append(bracket)
@@ -76,7 +93,7 @@ public struct JSONText {
 
     private mutating func newline() {
         bytes.append(0x0A)
-        bytes += [UInt8](repeating: UInt8(ascii: " "), count: 2 * depth)
+        for _ in 0..<2 * depth { bytes.append(UInt8(ascii: " ")) }
     }
 }
 
