@@ -81,11 +81,17 @@ let package = Package(
         .executableTarget(
             name: "fprep",
             dependencies: ["FprepCLI"],
-            // The static Swift runtime's link exports every symbol of the
-            // program; nothing looks them up, and the runtime's start-up
-            // (the backtracer finding its own path with dladdr) scans all
-            // 16,900 of them on every command.
-            linkerSettings: [.unsafeFlags(["-Xlinker", "--no-export-dynamic"])]
+            exclude: ["Linker"],
+            linkerSettings: [.unsafeFlags([
+                // The static Swift runtime's link exports every symbol of the
+                // program; nothing looks them up, and the runtime's start-up
+                // (the backtracer finding its own path with dladdr) scans all
+                // 16,900 of them on every command.
+                "-Xlinker", "--no-export-dynamic",
+                // The C++ runtime and GCC's unwinder from their static
+                // archives (see the linker scripts there).
+                "-L" + Context.packageDirectory + "/Sources/fprep/Linker",
+            ])]
         ),
         .executableTarget(
             name: "fprep-bench",

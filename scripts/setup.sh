@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what fprep needs to build and run on a fresh Debian machine:
-# libgit2, SQLite and OpenSSL's libcrypto (headers for the build), pkg-config, git, and attr
-# (getfattr, used by the quickstart to show placeholder attributes).
+# libgit2, SQLite and OpenSSL's libcrypto (headers and the static archives fprep links: the
+# -dev packages; libgit2-dev brings those of zlib, mbedTLS, libssh2, http-parser and PCRE2),
+# git, and attr (getfattr, used by the quickstart to show placeholder attributes).
 set -euo pipefail
 need=()
-pkg-config --exists libgit2 2>/dev/null || need+=(libgit2-dev)
-pkg-config --exists sqlite3 2>/dev/null || need+=(libsqlite3-dev)
-pkg-config --exists libcrypto 2>/dev/null || need+=(libssl-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
+for package in libgit2-dev libsqlite3-dev libssl-dev; do
+  installed "$package" || need+=("$package")
+done
 command -v git >/dev/null || need+=(git)
 command -v getfattr >/dev/null || need+=(attr)
 if [ ${#need[@]} -gt 0 ]; then
