@@ -68,15 +68,7 @@ package final class Database {
 
     /// Runs `body` in one IMMEDIATE transaction: all of it or none of it.
     package func transaction<R>(_ body: () throws -> R) throws -> R {
-        try execute("BEGIN IMMEDIATE")
-        do {
-            let result = try body()
-            try execute("COMMIT")
-            return result
-        } catch {
-            try? execute("ROLLBACK")
-            throw error
-        }
+        try inTransaction("BEGIN IMMEDIATE", body)
     }
 
     /// Runs `body` in one read transaction (or in the transaction already
@@ -84,7 +76,11 @@ package final class Database {
     /// locks once instead of once a statement.
     package func reading<R>(_ body: () throws -> R) throws -> R {
         guard sqlite3_get_autocommit(handle) != 0 else { return try body() }
-        try execute("BEGIN DEFERRED")
+        return try inTransaction("BEGIN DEFERRED", body)
+    }
+
+    private func inTransaction<R>(_ begin: String, _ body: () throws -> R) throws -> R {
+        try execute(begin)
         do {
             let result = try body()
             try execute("COMMIT")

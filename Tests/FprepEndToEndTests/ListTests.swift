@@ -236,17 +236,7 @@ struct StatusTests {
     @Test("changes --stdin answers each anchor with one JSON line, refusals included, until the input ends")
     func changesAnsweredFromStandardInput() throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            let work = box.at("work")
-            try box.gitOK(["clone", "-q", remote.path, work])
-            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
-            try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/new.txt"))
-            try box.gitOK(["add", "-A"], cwd: work)
-            try box.gitOK(["commit", "-q", "-m", "two changes"], cwd: work)
-            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
-            try box.fprepOK(["sync"], cwd: replica)
+            let (remote, replica) = try Self.replicaSyncedPastTwoChanges(in: box)
 
             let base = remote.commit
             let input = "\(base)\nnot-an-anchor\n\n\(String(repeating: "0", count: 39))1\n\(base)\n"
@@ -276,17 +266,7 @@ struct StatusTests {
     @Test("an enumerator's request, read without ArgumentParser, answers exactly as ArgumentParser's reading does")
     func changesReadEitherWayAnswerAlike() throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            let work = box.at("work")
-            try box.gitOK(["clone", "-q", remote.path, work])
-            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
-            try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/new.txt"))
-            try box.gitOK(["add", "-A"], cwd: work)
-            try box.gitOK(["commit", "-q", "-m", "two changes"], cwd: work)
-            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
-            try box.fprepOK(["sync"], cwd: replica)
+            let (remote, replica) = try Self.replicaSyncedPastTwoChanges(in: box)
             try box.fprepOK(["materialize", "a.txt"], cwd: replica)
 
             let base = remote.commit
@@ -318,5 +298,21 @@ struct StatusTests {
             let unknown = try box.fprep(["changes", "--from", base, "--frm", base], cwd: replica)
             #expect(unknown.status == 64, "\(unknown)")
         }
+    }
+
+    /// A replica synced past one remote commit that changes a.txt and adds new.txt.
+    static func replicaSyncedPastTwoChanges(in box: Sandbox) throws -> (remote: Remote, replica: String) {
+        let remote = try box.makeRemote()
+        let replica = box.at("replica")
+        _ = try box.clone(remote.path, replica)
+        let work = box.at("work")
+        try box.gitOK(["clone", "-q", remote.path, work])
+        try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+        try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/new.txt"))
+        try box.gitOK(["add", "-A"], cwd: work)
+        try box.gitOK(["commit", "-q", "-m", "two changes"], cwd: work)
+        try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+        try box.fprepOK(["sync"], cwd: replica)
+        return (remote, replica)
     }
 }
