@@ -57,41 +57,68 @@ struct ChangesFollower {
 
 /// An enumerator registered with the push service for as long as it runs,
 /// renewed before its lease ends. Every call is best-effort: without a
-/// service (or with one that is down) changes are still followed locally.
+/// service (or with one that is down) changes are still followed locally,
+/// and a registration that failed (the service busy or not yet known to the
+/// replica) is tried again a second later, then less and less often.
 private final class EnumeratorLease {
-    private let client: DeviceClient?
-    private let token: String?
+    private let replica: ReplicaLocation
+    private var client: DeviceClient?
+    private var token: String?
     private let container: String
     private let seconds: Int64
-    private var renewed = 0.0
+    /// When the service last took the enumerator; nil while it does not hold it.
+    private var registered: Double?
+    private var nextTry = 0.0
+    private var pause = 1.0
 
     init(replica: ReplicaLocation, container: String, seconds: Int64) {
+        self.replica = replica
         self.container = container
         self.seconds = seconds
+    }
+
+    func open() { register() }
+
+    func renewIfDue() {
+        if let registered {
+            if now() - registered > Double(seconds) / 2 { register() }
+        } else if now() >= nextTry {
+            register()
+        }
+    }
+
+    func close() {
+        guard registered != nil else { return }
+        _ = send(active: false)
+    }
+
+    private func register() {
+        if send(active: true) {
+            registered = now()
+            pause = 1
+        } else {
+            registered = nil
+            nextTry = now() + pause
+            pause = min(pause * 2, 60)
+        }
+    }
+
+    /// Tells the service; false when it could not be told.
+    private func send(active: Bool) -> Bool {
+        if client == nil { connect() }
+        guard let client, let token else { return false }
+        let (container, seconds) = (self.container, self.seconds)
+        return (try? runBlocking {
+            try await client.setEnumerator(token: token, container: container, active: active, lifetime: active ? seconds : nil)
+        }) != nil
+    }
+
+    /// The service and token the replica's `fprep watch` registered with.
+    private func connect() {
         let settings = try? replica.open("changes", exclusive: false).pushSettings()
         if let address = settings?.service, let url = ServiceURL(address), let token = settings?.token {
             client = DeviceClient.make(service: url, timeoutSeconds: 2)
             self.token = token
-        } else {
-            client = nil
-            token = nil
-        }
-    }
-
-    func open() { send(active: true) }
-
-    func renewIfDue() {
-        if now() - renewed > Double(seconds) / 2 { send(active: true) }
-    }
-
-    func close() { send(active: false) }
-
-    private func send(active: Bool) {
-        guard let client, let token else { return }
-        renewed = now()
-        let (container, seconds) = (self.container, self.seconds)
-        _ = try? runBlocking {
-            try await client.setEnumerator(token: token, container: container, active: active, lifetime: active ? seconds : nil)
         }
     }
 

@@ -189,17 +189,13 @@ func diskUsage(of path: String) -> Int64 {
 }
 
 extension FolderHandle {
-    /// Warms the cache for `paths` beneath this folder with lookups on
-    /// several threads: on a cold cache, a change of scattered paths then
-    /// waits for its folder and inode reads together, not one by one.
+    /// Warms the cache for `paths` beneath this folder with lookups, on
+    /// several threads when the first ones show a cold cache: a change of
+    /// scattered paths then waits for its folder and inode reads together,
+    /// not one by one.
     func prefetch(_ paths: [RepoPath]) {
         guard paths.count > 1 else { return }
-        let copies = paths.map { allocatedCString($0.bytes) }
-        defer { for copy in copies { copy.deallocate() } }
-        let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
-        pointers.withUnsafeBufferPointer { buffer in
-            fprep_prefetch_paths(fd, buffer.baseAddress, buffer.count, Int32(min(16, paths.count)))
-        }
+        withCPaths(paths) { fprep_prefetch_paths(fd, $0.baseAddress, $0.count, Int32(min(16, paths.count))) }
     }
 }
 
@@ -225,17 +221,23 @@ extension FolderHandle {
     /// open for both attributes); on a cold cache, on several threads.
     func probe(_ paths: [RepoPath]) -> [ItemProbe] {
         guard !paths.isEmpty else { return [] }
-        let copies = paths.map { allocatedCString($0.bytes) }
-        defer { for copy in copies { copy.deallocate() } }
-        let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
         var results = [fprep_probe](repeating: fprep_probe(), count: paths.count)
-        pointers.withUnsafeBufferPointer { buffer in
+        withCPaths(paths) { buffer in
             results.withUnsafeMutableBufferPointer { out in
                 fprep_probe_paths(fd, buffer.baseAddress, buffer.count, Int32(min(16, paths.count)), out.baseAddress)
             }
         }
         return results.map(ItemProbe.init)
     }
+}
+
+/// Calls `body` with `paths` as C strings (NUL-terminated copies of their
+/// bytes, valid for the call), for C code that works on many at once.
+private func withCPaths<R>(_ paths: [RepoPath], _ body: (UnsafeBufferPointer<UnsafePointer<CChar>?>) -> R) -> R {
+    let copies = paths.map { allocatedCString($0.bytes) }
+    defer { for copy in copies { copy.deallocate() } }
+    let pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
+    return pointers.withUnsafeBufferPointer(body)
 }
 
 /// A NUL-terminated copy of raw bytes (paths need not be UTF-8) for C code

@@ -55,9 +55,10 @@ struct fprep_placeholder_job {
 void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads);
 
 /* Looks up (fstatat, no symlink followed at the end) every path beneath
- * dirfd on several threads at once, results dropped: on a cold cache the
- * folder and inode reads of scattered paths then overlap instead of coming
- * one after another. Only a warm-up; nothing is decided from it. */
+ * dirfd, results dropped, on several threads when the first lookups show a
+ * cold cache (see fprep_parallel_for_disk): the folder and inode reads of
+ * scattered paths then overlap instead of coming one after another. Only a
+ * warm-up; nothing is decided from it. */
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads);
 
 
