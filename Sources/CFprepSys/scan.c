@@ -146,8 +146,10 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
             && be32(entry + 36) == (uint32_t)st.st_size;
         int skip_worktree = (be16(entry + 60) & 0x4000) && (be16(entry + 62) & 0x4000);
         if (skip_worktree) {
-            /* A placeholder: unchanged while it keeps its size and holds no blocks. */
-            int dataless = S_ISREG(st.st_mode) && (same || (st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
+            /* A placeholder: unchanged while it keeps its size and execute bit and holds no blocks. */
+            int mode_ok = ((st.st_mode & 0100) != 0) == (mode == 0100755);
+            int dataless = S_ISREG(st.st_mode) && mode_ok
+                && (same || (st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
             states[i] = dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK;
             continue;
         }

@@ -104,6 +104,22 @@ final class FolderHandle: @unchecked Sendable {
         return try readAll(fd, shown: path.description)
     }
 
+    /// Gives the regular file at `path` the execute bits of its read bits
+    /// (as git checks out 0755 under the umask), or takes them away; nothing
+    /// changes when the owner's bit already says so.
+    func setExecutable(_ path: RepoPath, _ executable: Bool) throws {
+        let fd = openFile(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else { throw SystemError("open", path.description) }
+        defer { close(fd) }
+        var raw = fprep_stat()
+        guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", path.description) }
+        let stat = FileStat(raw)
+        guard stat.isRegular, stat.isExecutable != executable else { return }
+        let bits = mode_t(truncatingIfNeeded: stat.mode) & 0o7777
+        let wanted = executable ? bits | ((bits & 0o444) >> 2) : bits & ~0o111
+        guard fchmod(fd, wanted) == 0 else { throw SystemError("change the mode of", path.description) }
+    }
+
     /// The target of the symlink at `path`.
     func readLink(_ path: RepoPath) throws -> [UInt8] {
         let parent = try folder(path.parent)

@@ -15,6 +15,15 @@ public enum ItemState: String, Sendable, Codable {
     case dataless, materialized, modified, deleted
 }
 
+/// What happened to a placeholder since fprep made it (see
+/// `StateClassifier.placeholderChange`).
+enum PlaceholderChange: Equatable {
+    /// Only its mode changed: it still holds no data.
+    case mode(FileMode)
+    /// A program wrote into it (appended, truncated, wrote at an offset).
+    case written
+}
+
 /// Decides an index entry's state from a fresh `lstat`, the way git's index
 /// does: unchanged stat data means unchanged content, and only a file whose
 /// stat changed is read.
@@ -49,8 +58,10 @@ struct StateClassifier {
         }
         guard stat.isRegular else { return .modified }
         if entry.skipWorktree {
-            // A placeholder is unchanged while it holds no data and keeps its
-            // size; a touch or chmod alone does not make content.
+            // A placeholder is unchanged while it holds no data, keeps its
+            // size and its execute bit; a touch alone does not make content,
+            // a chmod is a change of mode (see `placeholderChange`).
+            guard stat.isExecutable == (mode == .executable) else { return .modified }
             if matches(entry.stat, stat) { return .dataless }
             guard UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize else { return .modified }
             return ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) ? .dataless : .modified
@@ -60,6 +71,27 @@ struct StateClassifier {
               let bytes = try? root.readFile(RepoPath(bytes: entry.path)),
               let id = try? bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) else { return .modified }
         return id == entry.id ? .materialized : .modified
+    }
+
+    /// What a program did to a placeholder (an entry with the skip-worktree
+    /// bit) that `state` found modified: only its mode changed (it still
+    /// holds no data and keeps its size), or something wrote into it. nil
+    /// when a file no longer stands there (a folder, a symlink: a change of
+    /// kind, committed as what is on disk).
+    ///
+    /// Bytes written into a placeholder were written over content that was
+    /// not on disk: a program that read it saw zeros. They are the user's,
+    /// but not a new version of the file; sync keeps them as a conflict copy
+    /// and the name keeps the remote's content. This is decided from what
+    /// fprep recorded (the dataless state, size and blocks), never from the
+    /// bytes.
+    func placeholderChange(of entry: IndexEntry, stat: FileStat) -> PlaceholderChange? {
+        guard entry.skipWorktree, stat.isRegular else { return nil }
+        if UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize,
+           ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) {
+            return .mode(stat.gitMode)
+        }
+        return .written
     }
 
     func isRacy(_ recorded: StatData) -> Bool {

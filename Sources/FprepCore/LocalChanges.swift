@@ -15,6 +15,11 @@ public struct LocalChange: Sendable, Encodable, Equatable {
         case deleted
         /// Deleted at `from`, added with the same content at `path`.
         case moved
+        /// Only the mode changed (a placeholder's included: no content needed).
+        case modeChanged
+        /// Bytes written into a placeholder whose content was not on disk:
+        /// sync keeps them as a conflict copy beside the remote's version.
+        case writtenWhileDataless
     }
 
     public let kind: Kind
@@ -47,12 +52,26 @@ struct LocalChangeSet {
     /// Disk space of the tree outside `.git` and `.fprep`, as `du` counts.
     var treeBytes: Int64 = 0
 
-    var isEmpty: Bool { removed.isEmpty && written.isEmpty }
+    /// Placeholders a program wrote into: the commit keeps their bytes as
+    /// conflict copies (`WrittenPlaceholder`).
+    var writtenPlaceholders: [IndexEntry] = []
 
-    /// A tracked file whose content or mode changed on disk.
-    mutating func recordModified(_ path: RepoPath, _ stat: FileStat) {
-        written.append(Write(path: path, id: nil, mode: stat.gitMode, placeholder: false))
-        changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
+    var isEmpty: Bool { removed.isEmpty && written.isEmpty && writtenPlaceholders.isEmpty }
+
+    /// A tracked item whose content, mode or kind changed on disk.
+    mutating func recordModified(_ entry: IndexEntry, _ stat: FileStat, classifier: StateClassifier) {
+        let path = RepoPath(bytes: entry.path)
+        switch classifier.placeholderChange(of: entry, stat: stat) {
+        case .mode(let mode):
+            written.append(Write(path: path, id: entry.id, mode: mode, placeholder: true))
+            changes.append(LocalChange(kind: .modeChanged, path: path.description, from: nil))
+        case .written:
+            writtenPlaceholders.append(entry)
+            changes.append(LocalChange(kind: .writtenWhileDataless, path: path.description, from: nil))
+        case nil:
+            written.append(Write(path: path, id: nil, mode: stat.gitMode, placeholder: false))
+            changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
+        }
     }
 }
 
@@ -151,7 +170,7 @@ struct LocalScanner {
                     bytes += try collectNew(path, into: &added)
                     continue
                 }
-                set.recordModified(path, stat)
+                set.recordModified(entry, stat, classifier: classifier)
             }
         }
         set.items = clean + dataless + modified + gone
@@ -271,7 +290,6 @@ struct LocalScanner {
                     let state = classifier.state(of: entry, stat: stat)
                     set.counts[state, default: 0] += 1
                     guard state == .modified else { continue }
-                    let itemPath = RepoPath(bytes: path)
                     if stat.isDirectory {
                         // A file turned into a folder: the file is gone; what
                         // is in the folder comes as new files.
@@ -279,7 +297,7 @@ struct LocalScanner {
                         if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
                         continue
                     }
-                    set.recordModified(itemPath, stat)
+                    set.recordModified(entry, stat, classifier: classifier)
                 } else if stat.isDirectory {
                     if index.firstPosition(withPrefix: path + [0x2F]) != nil { set.folderCount += 1 }
                     if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }

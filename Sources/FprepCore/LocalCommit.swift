@@ -1,3 +1,4 @@
+import CFprepSys
 import FoundationEssentials
 import FprepGit
 import Glibc
@@ -9,11 +10,23 @@ import Glibc
 struct LocalCommitter {
     let replica: Replica
 
+    /// What a local commit did.
+    struct Committed {
+        /// The commit made; nil when the tree already held every change (a
+        /// run after a crash between the commit and the index).
+        let commit: ObjectID?
+        let changes: [LocalChange]
+        /// Bytes written into placeholders, kept as conflict copies.
+        let conflicts: [Conflict]
+    }
+
     /// The commit made, and the changes it holds; nil when nothing changed.
-    func commit(_ scan: LocalChangeSet, index: Index) throws -> (ObjectID, [LocalChange])? {
+    func commit(_ scan: LocalChangeSet, index: Index) throws -> Committed? {
         guard !scan.isEmpty, let anchor = replica.anchor else { return nil }
         let repository = replica.repository
         let baseTree = try repository.commit(anchor).treeID
+        let lookup = TreeLookup(repository: repository, tree: baseTree)
+        var takenNames = Set<RepoPath>()
         var edits: [[UInt8]: TreeEditor.Edit] = [:]
         var entries: [IndexEntry] = []
         var sizes: [(ObjectID, BlobInfo)] = []
@@ -37,8 +50,26 @@ struct LocalCommitter {
             entries.append(IndexEntry(path: write.path.bytes, id: id, mode: write.mode.raw, stat: recorded,
                                       skipWorktree: write.placeholder))
         }
+        // Bytes written into placeholders go beside them, as conflict
+        // copies; the names keep the remote's versions.
+        var copies: [WrittenPlaceholder] = []
+        for entry in scan.writtenPlaceholders {
+            guard let copy = try WrittenPlaceholder.capture(entry, replica: replica, inTree: { try lookup.entry(at: $0) },
+                                                            taken: &takenNames) else { continue }
+            edits[copy.copy.bytes] = .put(copy.blob, copy.mode)
+            sizes.append((copy.blob, BlobInfo(size: copy.stat.size, mtime: copy.stat.mtime.0)))
+            copies.append(copy)
+        }
         let tree = try TreeEditor(repository).apply(edits, to: baseTree)
-        guard tree != baseTree else { return nil }
+        guard tree != baseTree else {
+            // The anchor already holds these changes (a commit whose index
+            // a crash did not write): only the disk and the index follow.
+            try settle(copies, index: index)
+            for path in scan.removed { try? index.remove(path: path.bytes) }
+            for entry in entries { try index.add(entry) }
+            try index.write()
+            return nil
+        }
         let identity = Identity.current()
         let signature = Signature(name: identity.name, email: identity.email, time: now)
         let summary = scan.changes.prefix(20).map { "\($0.kind.rawValue) \($0.from.map { "\($0) -> " } ?? "")\($0.path)" }
@@ -75,10 +106,35 @@ struct LocalCommitter {
             }
         }
         replica.anchor = commit
+        let conflicts = try settle(copies, index: index)
         for path in scan.removed { try? index.remove(path: path.bytes) }
         for entry in entries { try index.add(entry) }
         try index.write()
-        return (commit, scan.changes)
+        return Committed(commit: commit, changes: scan.changes, conflicts: conflicts)
+    }
+
+    /// Puts the written placeholders' bytes at their copies' names and the
+    /// placeholders back, and records both in the index and the store.
+    @discardableResult
+    private func settle(_ copies: [WrittenPlaceholder], index: Index) throws -> [Conflict] {
+        guard !copies.isEmpty else { return [] }
+        let sizes = try replica.store.blobInfoLookup()
+        var conflicts: [Conflict] = []
+        var materialized: [(RepoPath, ObjectID)] = []
+        for copy in copies {
+            let size = try sizes(copy.entry.id)?.size ?? Int64(copy.entry.stat.fileSize)
+            guard try copy.settleOnDisk(replica, size: size) else { continue }
+            var placeholder = copy.entry
+            placeholder.stat = .placeholder(size: size, mtime: Int64(copy.entry.stat.mtimeSeconds))
+            try index.add(placeholder)
+            try index.add(copy.copyEntry)
+            materialized.append((copy.copy, copy.blob))
+            conflicts.append(Conflict(path: copy.path.description, copy: copy.copy.description,
+                                      reason: "written while dataless (its content was not on disk)"))
+        }
+        guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
+        return conflicts
     }
 }
 

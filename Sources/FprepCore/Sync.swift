@@ -66,8 +66,9 @@ extension Replica {
             index = scanned
             let scan = try LocalScanner(replica: self, index: scanned).scan()
             Trace.mark("scan")
-            if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: scanned) {
-                report.localChanges = changes
+            if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {
+                report.localChanges = committed.changes
+                report.conflicts += committed.conflicts
             }
             Trace.mark("local commit")
         }
@@ -750,7 +751,10 @@ struct SyncApplier {
         }
     }
 
+    /// Records an item whose content is already on disk; its execute bit
+    /// follows the entry's mode first (a change of mode alone arrives here).
     private func addIndexEntry(_ path: RepoPath, _ entry: TreeEntry, skipWorktree: Bool) throws {
+        if entry.mode.isFile { try replica.rootFolder.setExecutable(path, entry.mode == .executable) }
         var stat = StatData()
         if !skipWorktree, let onDisk = replica.rootFolder.stat(path) { stat = StatData(onDisk) }
         else if let info = try sizes(entry.id) { stat = .placeholder(size: info.size, mtime: info.mtime) }

@@ -54,73 +54,142 @@ struct TreeMerge {
         var edits: [[UInt8]: TreeEditor.Edit] = [:]
         var conflicts: [Conflict] = []
         var takenNames = Set<RepoPath>()
-        var needContent: [(path: RepoPath, base: ObjectID, ours: TreeEntry, theirs: TreeEntry)] = []
+        var needContent: [(path: RepoPath, base: TreeEntry, ours: TreeEntry, theirs: TreeEntry)] = []
 
-        func keepBoth(_ path: RepoPath, ours: TreeEntry, reason: String) {
-            let copy = conflictName(for: path, taken: &takenNames, existing: theirTreeEntries)
+        // What the remote's tree holds at a path, looked up once per path.
+        let theirLookup = TreeLookup(repository: repository, tree: theirTree)
+        var theirEntryCache: [RepoPath: TreeEntry?] = [:]
+        func theirEntry(_ path: RepoPath) throws -> TreeEntry? {
+            if let known = theirEntryCache[path] { return known }
+            let found = try theirLookup.entry(at: path)
+            theirEntryCache[path] = found
+            return found
+        }
+        // Items the remote added or changed, to tell a folder it filled from
+        // one it only kept.
+        let theirNewItems = their.updated.map(\.path) + their.moved.map(\.to)
+        func theirAdded(within folder: RepoPath) -> Bool {
+            theirNewItems.contains { $0 != folder && $0.isWithin(folder) }
+        }
+        func removed(_ path: RepoPath) -> Bool {
+            if case .remove = edits[path.bytes] { return true }
+            return false
+        }
+
+        // Local removals first (only of what the remote left as it was, and
+        // the old names of local renames), so a put below sees what stays.
+        for (path, _) in mine.deleted where theirUpdated[path] == nil && theirMoved[path] == nil && !theirDeleted.contains(path) {
+            edits[path.bytes] = .remove
+        }
+        for move in mine.moved where !move.isFolder && theirMoved[move.from] == nil {
+            if !theirDeleted.contains(move.from) || theirUpdated[move.from] != nil { edits[move.from.bytes] = .remove }
+        }
+
+        // A folder of this device's whose name the remote gave to a file (or
+        // symlink) that stays: its items go to a conflict-named folder beside
+        // it, one per folder, so neither side's items are lost.
+        var relocated: [RepoPath: RepoPath] = [:]
+        func resolvedFolder(_ folder: RepoPath) throws -> RepoPath {
+            var prefix = RepoPath.root
+            for name in folder.components {
+                prefix = prefix.appending(name)
+                let rest = folder.bytes.dropFirst(prefix.bytes.count)
+                if let copy = relocated[prefix] { return RepoPath(bytes: copy.bytes + rest) }
+                if let standing = try theirEntry(prefix), standing.mode != .tree, !removed(prefix) {
+                    let copy = try conflictName(for: prefix, taken: &takenNames, existing: [:], lookup: theirEntry)
+                    relocated[prefix] = copy
+                    conflicts.append(Conflict(path: prefix.description, copy: copy.description,
+                                              reason: "a file on the remote, a folder with items here"))
+                    return RepoPath(bytes: copy.bytes + rest)
+                }
+            }
+            return folder
+        }
+
+        func keepBoth(_ path: RepoPath, ours: TreeEntry, reason: String) throws {
+            let folder = try resolvedFolder(path.parent)
+            let copy = try conflictName(for: folder.appending(path.name), taken: &takenNames, existing: theirTreeEntries, lookup: theirEntry)
             edits[copy.bytes] = .put(ours.id, ours.mode)
             conflicts.append(Conflict(path: path.description, copy: copy.description, reason: reason))
+        }
+
+        // Puts a local item into the result; a collision with what the
+        // remote made of the same place keeps both.
+        func place(_ wanted: RepoPath, _ entry: TreeEntry, clash: String) throws {
+            let path = try resolvedFolder(wanted.parent).appending(wanted.name)
+            if path == wanted, entry.mode != .tree, let standing = try theirEntry(path), standing.mode == .tree,
+               theirAdded(within: path) {
+                // The remote filled a folder at this name: it keeps the name.
+                try keepBoth(path, ours: entry, reason: clash)
+                return
+            }
+            edits[path.bytes] = .put(entry.id, entry.mode)
         }
 
         // Local updates (new and changed items).
         for update in mine.updated {
             let path = update.path
             if let (to, _) = theirMoved[path] {
-                edits[to.bytes] = .put(update.new.id, update.new.mode)  // the edit goes to the new name
+                try place(to, update.new, clash: "moved on the remote onto a folder, changed here")  // the edit goes to the new name
             } else if let theirs = theirUpdated[path] {
                 if theirs.id == update.new.id && theirs.mode == update.new.mode { continue }
                 if let old = update.old, old.mode.isFile, update.new.mode.isFile, theirs.mode.isFile {
-                    needContent.append((path, old.id, update.new, theirs))
+                    // A side that changed only the mode takes the other's
+                    // content: nothing to merge.
+                    let mode = update.new.mode != old.mode ? update.new.mode : theirs.mode
+                    if update.new.id == old.id {
+                        edits[path.bytes] = .put(theirs.id, mode)
+                    } else if theirs.id == old.id {
+                        edits[path.bytes] = .put(update.new.id, mode)
+                    } else {
+                        needContent.append((path, old, update.new, theirs))
+                    }
                 } else {
-                    keepBoth(path, ours: update.new, reason: update.old == nil ? "created on both devices" : "changed on both devices")
+                    try keepBoth(path, ours: update.new, reason: update.old == nil ? "created on both devices" : "changed on both devices")
                 }
             } else if theirDeleted.contains(path) || theirDeleted.contains(where: { path.isWithin($0) }) {
-                edits[path.bytes] = .put(update.new.id, update.new.mode)  // edit against delete keeps the edit
-            } else if let existing = theirTreeEntries[path], existing.id != update.new.id, update.old == nil {
-                keepBoth(path, ours: update.new, reason: "created on both devices")
+                // Edit against delete keeps the edit (beside whatever the
+                // remote put at its name since).
+                try place(path, update.new, clash: "changed here; the remote made a folder of it")
+            } else if let existing = theirTreeEntries[path], existing.id != update.new.id || existing.mode != update.new.mode,
+                      update.old == nil {
+                try keepBoth(path, ours: update.new, reason: "created on both devices")
             } else {
-                edits[path.bytes] = .put(update.new.id, update.new.mode)
+                try place(path, update.new, clash: "a file here, a folder on the remote")
             }
-        }
-        // Local deletions: only of what the remote left as it was.
-        for (path, _) in mine.deleted where theirUpdated[path] == nil && theirMoved[path] == nil && !theirDeleted.contains(path) {
-            edits[path.bytes] = .remove
         }
         // Local renames.
-        for move in mine.moved where !move.isFolder {
-            if let (theirTo, _) = theirMoved[move.from] {
-                _ = theirTo  // renamed on both devices: the remote's name stands
-                continue
-            }
+        for move in mine.moved where !move.isFolder && theirMoved[move.from] == nil {
+            // Renamed on both devices: the remote's name stands (skipped above).
             let content = theirUpdated[move.from] ?? move.entry  // rename against edit: the edit at the new name
-            if !theirDeleted.contains(move.from) || theirUpdated[move.from] != nil { edits[move.from.bytes] = .remove }
             if let existing = theirTreeEntries[move.to], existing.id != content.id {
-                keepBoth(move.to, ours: content, reason: "renamed here onto a file new on the remote")
+                try keepBoth(move.to, ours: content, reason: "renamed here onto a file new on the remote")
             } else {
-                edits[move.to.bytes] = .put(content.id, content.mode)
+                try place(move.to, content, clash: "renamed here onto a folder new on the remote")
             }
         }
 
         // Files changed on both sides: merge text, else keep both.
         if !needContent.isEmpty {
             let odb = try repository.objectDatabase()
-            let wanted = Set(needContent.flatMap { [$0.base, $0.theirs.id, $0.ours.id] }).filter { !odb.contains($0) }
+            let wanted = Set(needContent.flatMap { [$0.base.id, $0.theirs.id, $0.ours.id] }).filter { !odb.contains($0) }
             let quarantine = replica.stateFolder + "/fetch-merge"
             if !wanted.isEmpty {
                 try Transport.fetchObjects(Array(wanted), gitDirectory: replica.gitDirectory, quarantine: quarantine)
                 if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
             }
             for item in needContent {
-                let base = try repository.blob(item.base).withContent { Array($0) }
+                let base = try repository.blob(item.base.id).withContent { Array($0) }
                 let ours = try repository.blob(item.ours.id).withContent { Array($0) }
                 let theirs = try repository.blob(item.theirs.id).withContent { Array($0) }
                 if Self.isText(base), Self.isText(ours), Self.isText(theirs),
                    let merged = try? FileMerge.merge(base: base, ours: ours, theirs: theirs), merged.clean {
                     let id = try merged.content.withUnsafeBytes { try repository.writeBlob($0) }
-                    edits[item.path.bytes] = .put(id, item.theirs.mode)
+                    let mode = item.ours.mode != item.base.mode ? item.ours.mode : item.theirs.mode
+                    edits[item.path.bytes] = .put(id, mode)
                     try replica.store.recordBlobInfo([(id, BlobInfo(size: Int64(merged.content.count), mtime: Int64(Date().timeIntervalSince1970)))])
                 } else {
-                    keepBoth(item.path, ours: item.ours, reason: "changed on both devices")
+                    try keepBoth(item.path, ours: item.ours, reason: "changed on both devices")
                 }
             }
         }
@@ -128,12 +197,14 @@ struct TreeMerge {
         return Result(tree: tree, conflicts: conflicts)
     }
 
-    /// `NAME (conflict DEVICE DATE).EXT`, numbered when taken.
-    private func conflictName(for path: RepoPath, taken: inout Set<RepoPath>, existing: [RepoPath: TreeEntry]) -> RepoPath {
+    /// `NAME (conflict DEVICE DATE).EXT`, numbered when taken (in this
+    /// merge, or in the remote's tree).
+    private func conflictName(for path: RepoPath, taken: inout Set<RepoPath>, existing: [RepoPath: TreeEntry],
+                              lookup: (RepoPath) throws -> TreeEntry?) throws -> RepoPath {
         var counter = 1
         while true {
             let candidate = path.parent.appending(Self.conflictFileName(path.name, device: device, date: date, counter: counter))
-            if !taken.contains(candidate) && existing[candidate] == nil {
+            if !taken.contains(candidate), existing[candidate] == nil, try lookup(candidate) == nil {
                 taken.insert(candidate)
                 return candidate
             }

@@ -13,8 +13,14 @@ public struct TreeEditor {
     public init(_ repository: Repository) { self.repository = repository }
 
     /// The id of `base` (nil: the empty tree) with `edits` applied; paths
-    /// are '/'-separated bytes. A put below a path that holds a file
-    /// replaces that file with a folder.
+    /// are '/'-separated bytes.
+    ///
+    /// No entry is ever dropped by implication: a put below a path that
+    /// holds a file (in the base, or put by the same edits) throws
+    /// `TreeEditConflict` unless that file is removed explicitly, and
+    /// removals below a path that is not a folder are moot (the folder they
+    /// were in is already gone). Callers resolve such collisions (keeping
+    /// both sides) before they edit.
     public func apply(_ edits: [[UInt8]: Edit], to base: ObjectID?) throws -> ObjectID {
         try write(base, edits.map { (path: $0.key.split(separator: 0x2F).map(Array.init), edit: $0.value) }) ?? ObjectID.emptyTree
     }
@@ -41,7 +47,14 @@ public struct TreeEditor {
             }
         }
         for (name, childEdits) in below {
-            let existing = entries[name].flatMap { $0.mode == .tree ? $0.id : nil }
+            if let standing = entries[name], standing.mode != .tree {
+                // Something that is not a folder stands at `name`: removals
+                // below it have nothing left to remove, and a put below it
+                // would silently replace it.
+                if childEdits.allSatisfy({ if case .remove = $0.edit { true } else { false } }) { continue }
+                throw TreeEditConflict(path: name, below: childEdits.first?.path ?? [])
+            }
+            let existing = entries[name]?.id
             if let child = try write(existing, childEdits) {
                 entries[name] = TreeEntry(name: name, id: child, mode: .tree)
             } else {
@@ -52,5 +65,18 @@ public struct TreeEditor {
         let builder = try repository.treeBuilder()
         for entry in entries.values { try builder.insert(name: entry.name, id: entry.id, mode: entry.mode) }
         return try builder.write()
+    }
+}
+
+/// Edits that would put an entry below a file or symlink that stays: git
+/// can hold only one of the two, so applying them would lose the other.
+public struct TreeEditConflict: Error, Sendable, CustomStringConvertible {
+    /// The name of the entry that is not a folder (at the level it was met).
+    public let path: [UInt8]
+    /// The rest of the path of one put below it.
+    public let below: [[UInt8]]
+
+    public var description: String {
+        "an edit puts '\(String(decoding: Array(below.joined(separator: [0x2F])), as: UTF8.self))' below '\(String(decoding: path, as: UTF8.self))', which is not a folder"
     }
 }

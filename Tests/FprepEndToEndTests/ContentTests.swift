@@ -263,7 +263,7 @@ struct EvictTests {
             #expect(status.int("modified") == 2)
             let changed = status.objects("changes").compactMap { $0.string("path") }
             #expect(changed == ["bin.dat", "docs/readme.md"])
-            #expect(status.objects("changes").allSatisfy { $0.string("kind") == "modified" })
+            #expect(status.objects("changes").allSatisfy { $0.string("kind") == "writtenWhileDataless" })
 
             let materialize = try box.fprep(["materialize", "bin.dat", "docs", "--json"], cwd: replica)
             #expect(materialize.status == 0 || materialize.status == 2, "\(materialize)")
