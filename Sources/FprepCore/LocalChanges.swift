@@ -327,16 +327,28 @@ struct LocalScanner {
         var deletedByID: [ObjectID: [IndexEntry]] = [:]
         for entry in deleted { deletedByID[entry.id, default: []].append(entry) }
         var movedFrom = Set<[UInt8]>()
+        let sizes = try replica.store.blobInfoLookup()
         for (path, stat) in added {
             let mode = stat.gitMode
             var id: ObjectID?
             var placeholder = false
             if stat.isRegular, let marked = ContentOperations.placeholderBlob(replica.rootFolder, path),
-               ContentOperations.holdsNoData(replica.rootFolder, path, stat),
-               ContentOperations.isMarkedDataless(replica.rootFolder, path),
-               let candidates = deletedByID[marked], candidates.contains(where: { Int64($0.stat.fileSize) == stat.size & 0xFFFF_FFFF }) {
+               ContentOperations.isMarkedDataless(replica.rootFolder, path) {
+                // A placeholder moved or copied here (its marks travel with
+                // `mv`, `cp -a`, `tar --xattrs`): it stands for the blob it
+                // names, never for the zeros it reads as. Bytes written into
+                // it are kept as a conflict copy, as at its old name.
                 id = marked
                 placeholder = true
+                let info = try sizes(marked)
+                let size = info?.size ?? deletedByID[marked]?.first.map { Int64($0.stat.fileSize) }
+                let sizeKept = size.map { ($0 & 0xFFFF_FFFF) == (stat.size & 0xFFFF_FFFF) } ?? true
+                if !sizeKept || !ContentOperations.holdsNoData(replica.rootFolder, path, stat) {
+                    let recorded = StatData.placeholder(size: size ?? 0, mtime: info?.mtime ?? stat.mtime.0)
+                    set.writtenPlaceholders.append(IndexEntry(path: path.bytes, id: marked, mode: mode.raw, stat: recorded,
+                                                              skipWorktree: true))
+                    set.changes.append(LocalChange(kind: .writtenWhileDataless, path: path.description, from: nil))
+                }
             } else if !deletedByID.isEmpty {
                 id = try? hashOnDisk(path, stat: stat)
             }
@@ -348,7 +360,7 @@ struct LocalScanner {
                 set.written.append(LocalChangeSet.Write(path: path, id: id, mode: mode, placeholder: placeholder))
                 set.changes.append(LocalChange(kind: .moved, path: path.description, from: RepoPath(bytes: source.path).description))
             } else {
-                set.written.append(LocalChangeSet.Write(path: path, id: id, mode: mode, placeholder: false))
+                set.written.append(LocalChangeSet.Write(path: path, id: id, mode: mode, placeholder: placeholder))
                 set.changes.append(LocalChange(kind: .added, path: path.description, from: nil))
             }
         }

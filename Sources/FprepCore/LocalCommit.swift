@@ -64,9 +64,9 @@ struct LocalCommitter {
         guard tree != baseTree else {
             // The anchor already holds these changes (a commit whose index
             // a crash did not write): only the disk and the index follow.
-            try settle(copies, index: index)
             for path in scan.removed { try? index.remove(path: path.bytes) }
             for entry in entries { try index.add(entry) }
+            try settle(copies, index: index)
             try index.write()
             return nil
         }
@@ -106,9 +106,9 @@ struct LocalCommitter {
             }
         }
         replica.anchor = commit
-        let conflicts = try settle(copies, index: index)
         for path in scan.removed { try? index.remove(path: path.bytes) }
         for entry in entries { try index.add(entry) }
+        let conflicts = try settle(copies, index: index)
         try index.write()
         return Committed(commit: commit, changes: scan.changes, conflicts: conflicts)
     }

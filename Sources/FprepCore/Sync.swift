@@ -725,7 +725,18 @@ struct SyncApplier {
             guard renameat(folder.fd, cPath(path.name), folder.fd, cPath(candidate)) == 0 else {
                 throw SystemError("rename", path.description)
             }
-            return path.parent.appending(candidate).description
+            let copy = path.parent.appending(candidate)
+            // A placeholder a program wrote into is the user's bytes now, not
+            // a placeholder: the next scan must take it as a new file.
+            if let stat = replica.rootFolder.stat(copy), stat.isRegular,
+               !ContentOperations.holdsNoData(replica.rootFolder, copy, stat) {
+                let fd = replica.rootFolder.openFile(copy, flags: O_RDONLY | O_NONBLOCK)
+                if fd >= 0 {
+                    _ = fprep_clear_placeholder_marks(fd)
+                    close(fd)
+                }
+            }
+            return copy.description
         }
         return nil
     }

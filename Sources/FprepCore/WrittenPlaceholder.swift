@@ -100,6 +100,9 @@ final class WrittenPlaceholder {
     /// no longer holds the file that was read (it stays as it is).
     func settleOnDisk(_ replica: Replica, size: Int64) throws -> Bool {
         let folder = try replica.rootFolder.folder(path.parent)
+        // The file is content now, not a placeholder: its marks go first, so
+        // no name of it (the copy's, after a crash) passes for one.
+        guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
         if folder.stat(name: copy.name) == nil {
             let source = "/proc/self/fd/\(fd)"
             guard linkat(AT_FDCWD, source, folder.fd, cPath(copy.name), AT_SYMLINK_FOLLOW) == 0 else {

@@ -42,6 +42,12 @@ public enum Transport {
     /// bases, and a partial clone does not hold them.
     public static func push(_ commit: ObjectID, branch: String, gitDirectory: String) throws {
         do {
+            // A commit may name blobs this partial clone never fetched (a
+            // placeholder moved or kept beside a file the remote changed
+            // since): git sends every blob the remote's branch tips do not
+            // reach, so those are fetched first, in one request.
+            let missing = try missingObjects(reachableFrom: commit, gitDirectory: gitDirectory)
+            if !missing.isEmpty { try fetchObjects(missing, gitDirectory: gitDirectory) }
             try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                                 "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
         } catch let error as GitCommandError {
@@ -50,6 +56,17 @@ public enum Transport {
                 throw PushRefusal.rejected(error.reason)
             }
             throw PushRefusal.failed(error)
+        }
+    }
+
+    /// The objects reachable from `commit` and from no remote-tracking ref
+    /// that this partial clone does not have (`git rev-list --missing=print`):
+    /// what a push of `commit` would need and could not read.
+    static func missingObjects(reachableFrom commit: ObjectID, gitDirectory: String) throws -> [ObjectID] {
+        let output = try GitCommand.run(["--git-dir=\(gitDirectory)", "rev-list", "--objects", "--missing=print",
+                                         commit.hex, "--not", "--remotes=origin"])
+        return String(decoding: output, as: UTF8.self).split(separator: "\n").compactMap { line in
+            line.first == "?" ? ObjectID(hex: String(line.dropFirst())) : nil
         }
     }
 

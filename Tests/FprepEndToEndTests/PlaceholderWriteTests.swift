@@ -101,6 +101,34 @@ struct PlaceholderWriteTests {
         }
     }
 
+    @Test("a placeholder copied with its marks is a copy of its content, and one moved and written keeps both")
+    func copiedAndMovedPlaceholders() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let one = box.at("one"), two = box.at("two")
+            _ = try box.clone(remote.path, one)
+            _ = try box.clone(remote.path, two)
+            let original = try box.blobID(remote, "a.txt")
+            try box.sh("cp -a bin.dat copy.dat && mv a.txt moved.txt && printf 'dev#1\\n' >> moved.txt && cp -a run.sh run2.sh && printf 'dev#2\\n' >> run2.sh",
+                       cwd: one)
+            let report = try box.fprepJSON(["sync"], cwd: one)
+            #expect(Set(report.objects("conflicts").compactMap { $0.string("path") }) == ["moved.txt", "run2.sh"], "\(report)")
+            let tree = try box.remoteTree(remote.path)
+            #expect(tree["copy.dat"]?.id == tree["bin.dat"]?.id, "a copy of a placeholder is its content, not zeros")
+            #expect(tree["a.txt"] == nil && tree["moved.txt"]?.id == original)
+            #expect(tree["run2.sh"]?.id == tree["run.sh"]?.id && tree["run2.sh"]?.mode == "100755")
+            let copies = conflictCopies(tree, of: "moved.txt") + conflictCopies(tree, of: "run2.sh")
+            #expect(copies.count == 2, "\(tree.keys.sorted())")
+            let texts = try copies.map { String(decoding: try box.remoteBlob(remote.path, $0), as: UTF8.self) }
+            #expect(texts.contains { $0.hasSuffix("dev#1\n") } && texts.contains { $0.hasSuffix("dev#2\n") })
+            #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").isEmpty)
+            try box.fprepOK(["sync"], cwd: two)
+            try box.fprepOK(["materialize", "copy.dat", "moved.txt"], cwd: two)
+            #expect(contents(two + "/copy.dat") == remote.files["bin.dat"])
+            #expect(contents(two + "/moved.txt") == remote.files["a.txt"])
+        }
+    }
+
     @Test("sync --incoming over a written placeholder the remote changed keeps both, and no zeros reach the name")
     func incomingOverWrittenPlaceholder() throws {
         try withSandbox { box in
@@ -158,14 +186,15 @@ struct PlaceholderWriteTests {
             let one = box.at("one")
             _ = try box.clone(remote.path, one)
             try box.sh("printf 'dev#1\\n' >> a.txt", cwd: one)
-            // What a run killed after its first disk step leaves: the written
-            // file linked at the name its copy gets.
+            // What a run killed after its first disk steps leaves: the written
+            // file without its placeholder marks, linked at its copy's name.
             var host = [CChar](repeating: 0, count: 256)
             gethostname(&host, host.count)
             let formatter = ISO8601DateFormatter()
             formatter.formatOptions = [.withFullDate]
             let copy = "a (conflict \(String(cString: host)) \(formatter.string(from: Date()))).txt"
             #expect(link(one + "/a.txt", one + "/" + copy) == 0)
+            try box.sh("setfattr -x user.fprep.state a.txt && setfattr -x user.fprep.blob a.txt", cwd: one)
             let report = try box.fprepJSON(["sync"], cwd: one)
             let tree = try box.remoteTree(remote.path)
             #expect(conflictCopies(tree, of: "a.txt") == [copy], "\(report)")
