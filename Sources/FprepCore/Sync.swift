@@ -294,6 +294,8 @@ struct SyncApplier {
     var dematerialized: [RepoPath] = []
     var rematerialized: [(RepoPath, ObjectID)] = []
     var sizeDelta: Int64 = 0
+    /// Items of the user's that stood where the remote put a folder.
+    var steppedAside: [Skipped] = []
 
     init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index,
          token: String, contentFetch: SyncContentFetch) throws {
@@ -475,6 +477,7 @@ struct SyncApplier {
             if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
         }
         Trace.mark("new content")
+        report.keptLocal += steppedAside
         guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
         Trace.mark("syncfs")
         try index.write()
@@ -489,16 +492,24 @@ struct SyncApplier {
         guard unlinkat(parent.fd, cPath(path.name), 0) == 0 || errno == ENOENT else { throw SystemError("remove", path.description) }
     }
 
-    /// Makes `path` and its missing parents as folders, never through a symlink.
-    func makeFolders(_ path: RepoPath) throws {
+    /// Makes `path` and its missing parents as folders, never through a
+    /// symlink. A file of the user's (or a symlink) where a folder goes
+    /// steps aside under a conflict name, as a changed file does, so the
+    /// sync can finish and nothing is lost.
+    mutating func makeFolders(_ path: RepoPath) throws {
         var current = RepoPath.root
         for name in path.components {
             let parent = try replica.rootFolder.folder(current)
             current = current.appending(name)
             if mkdirat(parent.fd, cPath(name), 0o777) != 0 {
-                guard errno == EEXIST, parent.stat(name: name)?.isDirectory == true else {
-                    throw FprepError("cannot make the folder '\(current)': something of yours is in the way; move it and sync again")
+                guard errno == EEXIST else { throw SystemError("make the folder", current.description) }
+                if parent.stat(name: name)?.isDirectory == true { continue }
+                guard let copy = try setAside(current) else {
+                    throw FprepError("cannot make the folder '\(current)': something of yours is in the way and no conflict name is free; move it and sync again")
                 }
+                steppedAside.append(Skipped(path: current.description,
+                                            reason: "a folder on the remote; your item that was here is now '\(copy)'"))
+                guard mkdirat(parent.fd, cPath(name), 0o777) == 0 else { throw SystemError("make the folder", current.description) }
             }
         }
     }
@@ -716,7 +727,7 @@ struct SyncApplier {
 
     /// Renames the user's file at `path` to `NAME (conflict DEVICE DATE).EXT`
     /// in the same folder; returns the new identifier (nil when no free name).
-    private func setAside(_ path: RepoPath) throws -> String? {
+    func setAside(_ path: RepoPath) throws -> String? {
         let folder = try replica.rootFolder.folder(path.parent)
         for counter in 1...100 {
             let candidate = TreeMerge.conflictFileName(path.name, device: DeviceName.current, date: Replica.conflictDate(),

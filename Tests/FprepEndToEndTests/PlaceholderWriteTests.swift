@@ -351,6 +351,31 @@ struct KindChangeTests {
         }
     }
 
+    @Test("sync --incoming where the remote put a folder over a file changed here: the file steps aside, nothing wedges")
+    func incomingFolderOverChangedFile() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let one = box.at("one"), full = box.at("full")
+            _ = try box.clone(remote.path, one)
+            try box.fprepOK(["materialize", "a.txt"], cwd: one)
+            try box.sh("printf 'dev#1\\n' >> a.txt", cwd: one)
+            try box.gitOK(["clone", "-q", remote.path, full])
+            try box.sh("git rm -q a.txt && mkdir a.txt && printf 'remote#1\\n' > a.txt/inner && git add -A && git commit -qm kind && git push -q origin main",
+                       cwd: full)
+            try box.fprepOK(["sync", "--incoming"], cwd: one)
+            #expect(lstatInfo(one + "/a.txt")?.isDirectory == true)
+            try box.fprepOK(["status"], cwd: one)
+            try box.fprepOK(["sync"], cwd: one)
+            let tree = try box.remoteTree(remote.path)
+            #expect(tree["a.txt/inner"] != nil)
+            let copies = conflictCopies(tree, of: "a.txt")
+            #expect(copies.count == 1, "\(tree.keys.sorted())")
+            if let copy = copies.first {
+                #expect(String(decoding: try box.remoteBlob(remote.path, copy), as: UTF8.self) == "hello\ndev#1\n")
+            }
+        }
+    }
+
     @Test("a folder of files added here where the remote put a file: both kept")
     func folderItemsAgainstRemoteFile() throws {
         try withSandbox { box in
