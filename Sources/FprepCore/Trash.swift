@@ -1,3 +1,4 @@
+import CFprepSys
 import FoundationEssentials
 import FprepGit
 import Glibc
@@ -12,6 +13,12 @@ public struct TrashItem: Sendable, Encodable {
     public let deleted: String
     /// The commit that deleted it; nil for a local deletion not synced yet.
     public let commit: String?
+    /// Its git mode (a restore brings the execute bit back).
+    let mode: UInt32
+
+    private enum CodingKeys: String, CodingKey {
+        case identifier, contentVersion, kind, size, deleted, commit
+    }
 }
 
 extension Replica {
@@ -29,7 +36,8 @@ extension Replica {
             guard let entry = index.entry(path: path.bytes) else { continue }
             found[path] = TrashItem(identifier: change.path, contentVersion: entry.id.hex,
                                     kind: FileMode(raw: entry.mode) == .symlink ? "symlink" : "file",
-                                    size: try sizes(entry.id)?.size, deleted: Self.isoDate(Int64(Date().timeIntervalSince1970)), commit: nil)
+                                    size: try sizes(entry.id)?.size, deleted: Self.isoDate(Int64(Date().timeIntervalSince1970)), commit: nil,
+                                    mode: entry.mode)
         }
         // Deletions in history, newest first, back to the window's start.
         guard let anchor else { return found.values.sorted { $0.identifier < $1.identifier } }
@@ -48,7 +56,7 @@ extension Replica {
                 if let existing = found[path], existing.deleted >= Self.isoDate(commit.time) { continue }
                 found[path] = TrashItem(identifier: path.description, contentVersion: old.id.hex,
                                         kind: old.mode == .symlink ? "symlink" : "file", size: try sizes(old.id)?.size,
-                                        deleted: Self.isoDate(commit.time), commit: id.hex)
+                                        deleted: Self.isoDate(commit.time), commit: id.hex, mode: old.mode.raw)
             }
         }
         // Not what exists again at the anchor.
@@ -88,15 +96,33 @@ extension Replica {
             if mkdirat(parent.fd, cPath(name), 0o777) != 0 && errno != EEXIST { throw SystemError("mkdir", current.description) }
         }
         let folder = try rootFolder.folder(path.parent)
+        // Written whole under a temporary name first: a crash never leaves a
+        // part of the file at its name (which the next sync would take for
+        // the user's content), and a file that appeared there meanwhile is
+        // never replaced.
+        let temporary = ContentOperations.temporaryName(for: path.name, token: ContentOperations.newToken())
         if item.kind == "symlink" {
-            guard symlinkat(cPath(bytes), folder.fd, cPath(path.name)) == 0 else { throw SystemError("symlink", path.description) }
+            guard symlinkat(cPath(bytes), folder.fd, cPath(temporary)) == 0 else { throw SystemError("symlink", path.description) }
         } else {
-            let fd = openat(folder.fd, cPath(path.name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+            let fd = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                            FileMode(raw: item.mode) == .executable ? 0o777 : 0o666)
             guard fd >= 0 else { throw SystemError("create", path.description) }
-            defer { close(fd) }
-            try bytes.withUnsafeBytes { try writeAll(fd, $0, shown: path.description) }
-            guard fsync(fd) == 0 else { throw SystemError("fsync", path.description) }
+            do {
+                defer { close(fd) }
+                try bytes.withUnsafeBytes { try writeAll(fd, $0, shown: path.description) }
+                guard fsync(fd) == 0 else { throw SystemError("fsync", path.description) }
+            } catch {
+                unlinkat(folder.fd, cPath(temporary), 0)
+                throw error
+            }
         }
+        guard fprep_rename_noreplace_at(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
+            let code = errno
+            unlinkat(folder.fd, cPath(temporary), 0)
+            if code == EEXIST { throw FprepError(.usage, "'\(userPath)' exists; move it away first to restore the deleted version") }
+            throw SystemError("restore", path.description, code)
+        }
+        _ = fsync(folder.fd)
         return root + "/" + path.description
     }
 }

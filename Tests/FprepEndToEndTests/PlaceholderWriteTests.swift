@@ -263,6 +263,26 @@ struct ModeTests {
         }
     }
 
+    @Test("restore brings a deleted executable back executable, whole, as a change the next sync shares")
+    func restoreKeepsMode() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let one = box.at("one")
+            _ = try box.clone(remote.path, one)
+            try box.sh("rm run.sh", cwd: one)
+            try box.fprepOK(["sync"], cwd: one)
+            #expect(try box.remoteTree(remote.path)["run.sh"] == nil)
+            try box.fprepOK(["restore", "run.sh"], cwd: one)
+            #expect(lstatInfo(one + "/run.sh")?.permissions == 0o755)
+            #expect(contents(one + "/run.sh") == remote.files["run.sh"])
+            #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").map { $0.string("kind") } == ["added"])
+            try box.fprepOK(["sync"], cwd: one)
+            #expect(try box.remoteTree(remote.path)["run.sh"]?.mode == "100755")
+            let again = try box.fprep(["restore", "run.sh"], cwd: one)
+            #expect(again.status != 0)
+        }
+    }
+
     @Test("a change of mode here and of content there both land")
     func modeHereContentThere() throws {
         try withSandbox { box in
