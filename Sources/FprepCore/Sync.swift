@@ -395,8 +395,16 @@ struct SyncApplier {
                 try? index.remove(path: path.bytes)
                 if state == .materialized { dematerialized.append(path) }
             case .userChanged, .alreadyNew:
+                let wasPlaceholder = index.entry(path: path.bytes)?.skipWorktree == true
                 try? index.remove(path: path.bytes)
-                report.keptLocal.append(Skipped(path: path.description, reason: "deleted on the remote, changed here; your version is kept"))
+                if wasPlaceholder, let copy = try setAside(path) {
+                    // Bytes written into a placeholder are not a version of
+                    // the file: they go beside its name, as a conflict copy.
+                    report.keptLocal.append(Skipped(path: path.description,
+                                                    reason: "deleted on the remote; what was written into its placeholder is kept as '\(copy)'"))
+                } else {
+                    report.keptLocal.append(Skipped(path: path.description, reason: "deleted on the remote, changed here; your version is kept"))
+                }
             }
             trashed.append(TrashRecord(path: path, blob: old.id, mode: old.mode.raw, deletedAt: Int64(Date().timeIntervalSince1970), anchor: anchor))
             report.deleted += 1
@@ -737,19 +745,23 @@ struct SyncApplier {
                 throw SystemError("rename", path.description)
             }
             let copy = path.parent.appending(candidate)
-            // A placeholder a program wrote into is the user's bytes now, not
-            // a placeholder: the next scan must take it as a new file.
-            if let stat = replica.rootFolder.stat(copy), stat.isRegular,
-               !ContentOperations.holdsNoData(replica.rootFolder, copy, stat) {
-                let fd = replica.rootFolder.openFile(copy, flags: O_RDONLY | O_NONBLOCK)
-                if fd >= 0 {
-                    _ = fprep_clear_placeholder_marks(fd)
-                    close(fd)
-                }
-            }
+            releasePlaceholderMarks(copy)
             return copy.description
         }
         return nil
+    }
+
+    /// A placeholder a program wrote into that leaves the index (set aside,
+    /// or kept where the remote deleted it) is the user's bytes now, not a
+    /// placeholder: without its marks the next scan takes it as a new file,
+    /// never as the blob it once stood for.
+    func releasePlaceholderMarks(_ path: RepoPath) {
+        guard let stat = replica.rootFolder.stat(path), stat.isRegular,
+              !ContentOperations.holdsNoData(replica.rootFolder, path, stat) else { return }
+        let fd = replica.rootFolder.openFile(path, flags: O_RDONLY | O_NONBLOCK)
+        guard fd >= 0 else { return }
+        _ = fprep_clear_placeholder_marks(fd)
+        close(fd)
     }
 
     /// Whether an item gets its content rather than a placeholder: it was

@@ -151,6 +151,29 @@ struct PlaceholderWriteTests {
         }
     }
 
+    @Test("bytes written into a placeholder the remote deleted are kept as a conflict copy, never at its name",
+          arguments: [true, false])
+    func writtenPlaceholderDeletedOnRemote(_ incomingFirst: Bool) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let one = box.at("one"), full = box.at("full")
+            _ = try box.clone(remote.path, one)
+            try box.gitOK(["clone", "-q", remote.path, full])
+            try box.sh("git rm -q a.txt && git commit -qm delete && git push -q origin main", cwd: full)
+            try box.sh("printf 'dev#1\\n' >> a.txt", cwd: one)
+            if incomingFirst { try box.fprepOK(["sync", "--incoming"], cwd: one) }
+            try box.fprepOK(["sync"], cwd: one)
+            let tree = try box.remoteTree(remote.path)
+            #expect(tree["a.txt"] == nil, "zeros reached the name: \(tree.keys.sorted())")
+            let copies = conflictCopies(tree, of: "a.txt")
+            #expect(copies.count == 1, "\(tree.keys.sorted())")
+            if let copy = copies.first {
+                #expect(String(decoding: try box.remoteBlob(remote.path, copy), as: UTF8.self).hasSuffix("dev#1\n"))
+            }
+            #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").isEmpty)
+        }
+    }
+
     @Test("a program still writing a file that became a conflict copy writes into the copy")
     func writerKeepsWritingTheCopy() throws {
         try withSandbox { box in
