@@ -65,6 +65,7 @@ extension Replica {
             let scanned = try repository.index()
             index = scanned
             let scan = try LocalScanner(replica: self, index: scanned).scan()
+            report.keptLocal += scan.skipped
             Trace.mark("scan")
             if let (_, changes) = try LocalCommitter(replica: self).commit(scan, index: scanned) {
                 report.localChanges = changes
