@@ -117,11 +117,13 @@ public final class Replica {
 
     /// Removes git lock files a killed fprep command left (a commit of the
     /// index, a ref update). fprep holds the replica's lock here, so such a
-    /// file is either stale or a user's own git command at work: git makes
-    /// its lock files with O_EXCL and holds them open while it writes, so a
-    /// lock some process has open is live and never removed (fprep waits a
-    /// little, then refuses, naming the process); one no process has open
-    /// and that stays for two seconds is taken as stale.
+    /// file is either stale or a user's own git command at work. git makes
+    /// its lock files with O_EXCL and holds them open while it writes; some
+    /// it keeps closed for longer (`git commit PATH` while its editor or
+    /// hooks run). So a lock is live while a process has it open or a git
+    /// process works in the replica: never removed then (fprep waits a
+    /// little, then refuses, naming the process). Otherwise one that stays
+    /// for two seconds is stale.
     func removeStaleGitLocks() throws {
         var candidates = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock",
                           "refs/heads/\(branch).lock"]
@@ -140,7 +142,7 @@ public final class Replica {
             var waited = 0.0
             while lstat(path, &info) == 0 {
                 let age = Double(time(nil)) - Double(info.st_mtim.tv_sec)
-                let holder = GitLockHolder.process(holding: info)
+                let holder = GitLockHolder.process(holding: info, workingIn: root)
                 if holder == nil && age + waited >= 2 {
                     unlink(path)
                     break
@@ -218,22 +220,37 @@ public final class Replica {
     }
 }
 
-/// Finds a process that has a file open (a git lock file, say), from
-/// `/proc/PID/fd`: the lock is live while one does.
+/// Finds a live holder of a git lock file in `/proc`: a process that has
+/// it open, or a git process whose working folder is in the replica.
 enum GitLockHolder {
-    /// The id of a process (not this one) with the file of `info` open, or nil.
-    static func process(holding info: stat) -> Int32? {
+    /// The id of such a process (not this one), or nil.
+    static func process(holding info: stat, workingIn root: String) -> Int32? {
         let own = getpid()
         guard let processes = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return nil }
+        var gitInReplica: Int32?
         for entry in processes {
-            guard let pid = Int32(entry), pid != own,
-                  let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(entry)/fd") else { continue }
-            for descriptor in descriptors {
+            guard let pid = Int32(entry), pid != own else { continue }
+            for descriptor in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(entry)/fd")) ?? [] {
                 var target = stat()
                 guard stat("/proc/\(entry)/fd/\(descriptor)", &target) == 0 else { continue }
                 if target.st_ino == info.st_ino && target.st_dev == info.st_dev { return pid }
             }
+            if gitInReplica == nil, isGit(entry), let folder = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(entry)/cwd"),
+               folder == root || folder.hasPrefix(root + "/") {
+                gitInReplica = pid
+            }
         }
-        return nil
+        return gitInReplica
+    }
+
+    /// Whether the process's command name is git's (`git`, `git-…`).
+    private static func isGit(_ pid: String) -> Bool {
+        // procfs files show size 0: read them, never size a read from stat.
+        let fd = open("/proc/\(pid)/comm", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var name = [UInt8](repeating: 0, count: 64)
+        let count = read(fd, &name, name.count)
+        return count >= 3 && name.starts(with: Array("git".utf8))
     }
 }

@@ -310,4 +310,31 @@ struct GitLockTests {
             #expect(!exists(lock))
         }
     }
+    @Test("a git commit waiting on its editor (index.lock closed meanwhile) is not broken by a sync")
+    func gitCommitWithEditor() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("one\n".utf8).write(to: URL(fileURLWithPath: replica + "/new.txt"))
+            try box.gitOK(["add", "new.txt"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
+            try Data("two\n".utf8).write(to: URL(fileURLWithPath: replica + "/new.txt"))
+            // `git commit PATH` writes index.lock, closes it, and keeps it
+            // while the editor runs; the editor waits for the test.
+            let editing = box.at("editing"), go = box.at("go")
+            let editor = "sh -c 'touch \(editing); while [ ! -e \(go) ]; do sleep 0.05; done; echo message > \"$1\"' editor"
+            let commit = try box.spawn([Binaries.git, "commit", "-q", "new.txt"], cwd: replica,
+                                       env: ["GIT_EDITOR": editor, "GIT_NO_LAZY_FETCH": "1"])
+            let deadline = monotonicSeconds() + 20
+            while !exists(editing) && commit.isRunning && monotonicSeconds() < deadline { usleep(2_000) }
+            try #require(exists(editing) && exists(replica + "/.git/index.lock"), "git commit did not reach its editor")
+
+            let result = try box.fprep(["sync"], cwd: replica, timeout: 30)
+            expectOneLineError(result, mentioning: ["git is running", "index.lock"])
+            FileManager.default.createFile(atPath: go, contents: nil)
+            let committed = commit.wait(timeout: 30)
+            #expect(committed.status == 0, "git commit failed: \(committed)")
+            #expect(try box.gitOK(["log", "-1", "--format=%s"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"]) == "message")
+        }
+    }
 }
