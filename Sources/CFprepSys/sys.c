@@ -117,6 +117,13 @@ int fprep_rename_exchange(int dirfd, const char *a, const char *b) {
     return (int)syscall(SYS_renameat2, dirfd, a, dirfd, b, RENAME_EXCHANGE);
 }
 
+int fprep_rename_noreplace(int dirfd, const char *from, const char *to) {
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+    return (int)syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE);
+}
+
 int fprep_holds_no_data(int fd) {
     off_t at = lseek(fd, 0, SEEK_DATA);
     if (at < 0) return errno == ENXIO ? 1 : -1;
@@ -308,7 +315,11 @@ static void create_one_placeholder(void *context, size_t i) {
         *job->error = errno ? errno : EIO;
         return;
     }
-    if (renameat(job->dirfd, job->temporary, job->dirfd, job->name) != 0) {
+    /* Never over a file that appeared meanwhile (EEXIST: the caller sets it aside). */
+    int renamed = fprep_rename_noreplace(job->dirfd, job->temporary, job->name);
+    if (renamed != 0 && (errno == EINVAL || errno == ENOSYS))
+        renamed = renameat(job->dirfd, job->temporary, job->dirfd, job->name);
+    if (renamed != 0) {
         *job->error = errno ? errno : EIO;
         unlinkat(job->dirfd, job->temporary, 0);
     }

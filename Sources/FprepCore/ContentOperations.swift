@@ -176,13 +176,13 @@ struct ContentOperations {
         var materialized: [(RepoPath, ObjectID)] = []
         for (entry, folder, temporary) in written {
             let path = RepoPath(bytes: entry.path)
-            let swap = PlaceholderSwap(folder: folder, name: path.name, temporary: temporary, shown: path.description)
-            switch try swap.run(isDataless: { StateClassifier(root: replica.rootFolder, index: index).state(of: entry, stat: $0) == .dataless }) {
+            let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description, expectsDataless: true)
+            switch try swap.run(isUnchanged: { StateClassifier(root: replica.rootFolder, index: index).state(of: entry, stat: $0) == .dataless }) {
             case .refused(let reason):
                 unlinkat(folder.fd, cPath(temporary), 0)
-                result.skipped.append(Skipped(path: path.description, reason: reason))
+                result.skipped.append(Skipped(path: path.description, reason: "not materialized: \(reason)"))
                 continue
-            case .swapped(keptAs: let copy):
+            case .replaced(keptAs: let copy):
                 if let copy {
                     result.skipped.append(Skipped(path: path.description, reason: "a program wrote into the placeholder while it was materialized; the content is in place and the bytes written are kept as '\(path.parent.appending(copy))'"))
                 }
@@ -352,8 +352,8 @@ struct ContentOperations {
         for raw in journal.paths {
             let path = RepoPath(bytes: Array(raw))
             if let folder = try? replica.rootFolder.folder(path.parent) {
-                PlaceholderSwap(folder: folder, name: path.name, temporary: Self.temporaryName(for: path.name, token: journal.token),
-                                shown: path.description).settleTemporary()
+                SafeReplace(folder: folder, name: path.name, temporary: Self.temporaryName(for: path.name, token: journal.token),
+                            shown: path.description, expectsDataless: true).settleTemporary()
             }
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
             if entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size), Self.holdsNoData(replica.rootFolder, path, stat),

@@ -200,6 +200,49 @@ struct ConcurrentWriterTests {
         }
     }
 
+    @Test("programs holding files open while sync replaces and deletes them keep every byte they write")
+    func writersDuringSync() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            // The remote changes a placeholder and a materialized file, and deletes one.
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try Data("changed too\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/readme.md"))
+            try box.gitOK(["rm", "-q", "bin.dat"], cwd: work)
+            try box.gitOK(["commit", "-q", "-am", "change and delete"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+
+            let stop = box.at("stop")
+            var writers: [(Spawned, String)] = []
+            for (n, path) in ["a.txt", "docs/readme.md", "bin.dat"].enumerated() {
+                let ready = box.at("ready-\(n)"), log = box.at("log-\(n)")
+                writers.append((try box.spawn([python, "-c", Self.holdingWriter, replica + "/" + path, ready, stop, log]), log))
+                let deadline = monotonicSeconds() + 20
+                while !exists(ready) && monotonicSeconds() < deadline { usleep(1_000) }
+                try #require(exists(ready), "writer \(n) did not start")
+            }
+            let report = try syncWithin(box, replica)
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            var everything = Data()
+            var counts: [Int] = []
+            for (writer, log) in writers {
+                let done = writer.wait(timeout: 30)
+                #expect(done.status == 0, "\(done)")
+                counts.append(Int(String(decoding: contents(log) ?? Data(), as: UTF8.self)) ?? 0)
+            }
+            everything = allBytes(in: replica) + allBytes(in: replica + "/docs")
+            #expect(counts == [20, 20, 20])
+            for n in 0..<20 {
+                let occurrences = everything.ranges(of: Data("<token-\(n)>".utf8)).count
+                #expect(occurrences == 3, "token \(n) is in \(occurrences) of 3 files: \(report)")
+            }
+        }
+    }
+
     /// Waits until fprep has read the whole file through a read-write
     /// descriptor (the evict's check of its content; its position is at the
     /// end), or holds a lease on it (/proc/locks), or has ended, then

@@ -28,6 +28,10 @@ int fprep_release_lease(int fd);
 /* Swaps the names `a` and `b` in `dirfd` atomically (renameat2 RENAME_EXCHANGE). */
 int fprep_rename_exchange(int dirfd, const char *a, const char *b);
 
+/* Renames `from` to `to` in `dirfd` unless `to` exists (renameat2
+ * RENAME_NOREPLACE; EEXIST then). */
+int fprep_rename_noreplace(int dirfd, const char *from, const char *to);
+
 /* Whether the open regular file `fd` holds no data (no data extents, or only
  * zeros): 1 yes, 0 no, -1 error. */
 int fprep_holds_no_data(int fd);
@@ -59,8 +63,8 @@ int fprep_syncfs(int fd);
 /* Reads xattr `name` of the file at `dirfd`/`name` without following a symlink
  * into `buf`; returns its length or -1. */
 /* One placeholder to lay out: made as `temporary` in dirfd, then renamed
- * over `name`. error receives 0 or the errno of the step that failed (the
- * temporary is removed then). */
+ * to `name`, never over something there (EEXIST). error receives 0 or the
+ * errno of the step that failed (the temporary is removed then). */
 struct fprep_placeholder_job {
     int dirfd;
     const char *temporary;

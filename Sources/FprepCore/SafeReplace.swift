@@ -2,44 +2,50 @@ import CFprepSys
 import FoundationEssentials
 import Glibc
 
-/// Puts a file written beside a placeholder in the placeholder's place
-/// without losing a byte a program writes into the placeholder meanwhile.
+/// Puts a file written beside a user's file in its place, or removes the
+/// file, without losing a byte a program writes into it meanwhile.
 ///
-/// A rename alone would lose a write that lands between the last check and
-/// the rename, and every later write of a program that holds the placeholder
-/// open (it writes into the replaced file). So:
-/// 1. a write lease on the placeholder: granted only while no one else has
-///    it open (else the swap is refused: a program has it open), and every
-///    open from then on waits until it is given back;
-/// 2. under it, the placeholder is checked once more and the two names are
-///    exchanged (`renameat2` RENAME_EXCHANGE), so the placeholder lives on
-///    under the temporary name;
+/// A rename (or unlink) alone would lose a write that lands between the last
+/// check and the rename, and every later write of a program that holds the
+/// file open (it writes into the replaced file). So:
+/// 1. a write lease on the old file: granted only while no one else has it
+///    open (else this is refused: a program has it open), and every open
+///    from then on waits until it is given back;
+/// 2. under it, the old file is checked once more and the names are
+///    exchanged (`renameat2` RENAME_EXCHANGE; a removal renames it to the
+///    temporary name), so the old file lives on under the temporary name;
 /// 3. the lease is given back (an open that waited goes on, into the old
-///    placeholder) and taken again, which succeeds once no one has the old
-///    placeholder open;
-/// 4. the old placeholder is looked at a last time: unchanged, it goes;
-///    written into, its bytes are the user's and stay as a conflict copy.
-struct PlaceholderSwap {
+///    file) and taken again, which succeeds once no one has it open;
+/// 4. the old file is looked at a last time: unchanged, it goes; written
+///    into, its bytes are the user's and stay as a conflict copy.
+struct SafeReplace {
     let folder: FolderHandle
     let name: [UInt8]
+    /// The new file, beside the old one; for a removal, the name the old
+    /// file steps aside to (nothing there).
     let temporary: [UInt8]
     let shown: String
+    /// The old file is a placeholder: unchanged means it still holds no data.
+    let expectsDataless: Bool
+    /// Whether the old file goes without a replacement.
+    var removing = false
 
     enum Outcome: Equatable {
-        /// The new file is in place; `keptAs` names the conflict copy of the
-        /// old placeholder a program wrote into meanwhile.
-        case swapped(keptAs: [UInt8]?)
-        /// Nothing was swapped, for this reason.
+        /// Done; `keptAs` names the conflict copy of the old file a program
+        /// wrote into meanwhile.
+        case replaced(keptAs: [UInt8]?)
+        /// Nothing was changed, for this reason.
         case refused(String)
     }
 
-    /// How long step 3 waits for the programs that opened the placeholder
-    /// during the swap to close it.
+    /// How long step 3 waits for the programs that opened the old file
+    /// meanwhile to close it.
     static let closeWait = 10.0
 
-    /// Swaps, when `isDataless` says the placeholder (its stat given) is
-    /// still one. The temporary is left to the caller when refused.
-    func run(isDataless: (FileStat) -> Bool) throws -> Outcome {
+    /// Replaces, when `isUnchanged` says the old file (its stat given) is
+    /// still as fprep last saw it. The temporary is left to the caller when
+    /// refused.
+    func run(isUnchanged: (FileStat) -> Bool) throws -> Outcome {
         let fd: Int32
         let opened: FileStat
         do {
@@ -48,11 +54,11 @@ struct PlaceholderSwap {
             return .refused(refusal.why)
         }
         defer { close(fd) }
-        // Checked before the lease: the check opens the file itself.
-        guard isDataless(opened) else { return .refused(Self.changed) }
+        // Checked before the lease: the check may open the file itself.
+        guard isUnchanged(opened) else { return .refused(Self.changed) }
         let leased = fprep_take_write_lease(fd) == 0
         if !leased && errno == EAGAIN {
-            return .refused("it is open in another program; materialize it again once that program closes it")
+            return .refused("it is open in another program; run the command again once that program closes it")
         }
         var raw = fprep_stat()
         guard fprep_fstat(fd, &raw) == 0 else {
@@ -64,32 +70,35 @@ struct PlaceholderSwap {
             if leased { _ = fprep_release_lease(fd) }
             return .refused(Self.changed)
         }
-        var exchanged = true
-        if fprep_rename_exchange(folder.fd, cPath(temporary), cPath(name)) != 0 {
+        var aside = true
+        let moved = removing ? renameat(folder.fd, cPath(name), folder.fd, cPath(temporary))
+                             : fprep_rename_exchange(folder.fd, cPath(temporary), cPath(name))
+        if moved != 0 {
             let code = errno
-            guard code == EINVAL || code == ENOSYS, renameat(folder.fd, cPath(temporary), folder.fd, cPath(name)) == 0 else {
+            guard !removing, code == EINVAL || code == ENOSYS,
+                  renameat(folder.fd, cPath(temporary), folder.fd, cPath(name)) == 0 else {
                 if leased { _ = fprep_release_lease(fd) }
-                throw SystemError("rename", shown, code)
+                throw SystemError(removing ? "remove" : "rename", shown, code)
             }
             // A filesystem without exchange: a plain rename, as before.
-            exchanged = false
+            aside = false
         }
         if leased {
             _ = fprep_release_lease(fd)
             waitUntilClosedElsewhere(fd)
         }
-        guard exchanged else { return .swapped(keptAs: nil) }
+        guard aside else { return .replaced(keptAs: nil) }
         guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", shown) }
         let last = FileStat(raw)
-        // The exchange itself changes the ctime only.
+        // The rename itself changes the ctime only.
         let untouched = last.size == checked.size && last.mtime == checked.mtime && last.blocks == checked.blocks
-            && fprep_holds_no_data(fd) == 1
+            && (!expectsDataless || fprep_holds_no_data(fd) == 1)
         if untouched {
             unlinkat(folder.fd, cPath(temporary), 0)
-            return .swapped(keptAs: nil)
+            return .replaced(keptAs: nil)
         }
         _ = fprep_clear_placeholder_marks(fd)
-        return .swapped(keptAs: try keepAsConflictCopy())
+        return .replaced(keptAs: try keepAsConflictCopy())
     }
 
     /// Waits (up to `closeWait`) until no one else has the file open: the
@@ -105,8 +114,8 @@ struct PlaceholderSwap {
         _ = fprep_release_lease(fd)
     }
 
-    /// Renames the old placeholder (now at the temporary name) to a free
-    /// conflict name beside the item; returns that name.
+    /// Renames the old file (now at the temporary name) to a free conflict
+    /// name beside the item; returns that name.
     private func keepAsConflictCopy() throws -> [UInt8] {
         for counter in 1...100 {
             let candidate = TreeMerge.conflictFileName(name, device: DeviceName.current, date: Replica.conflictDate(), counter: counter)
@@ -141,5 +150,5 @@ struct PlaceholderSwap {
         unlinkat(folder.fd, cPath(temporary), 0)
     }
 
-    private static let changed = "changed while it was being materialized; the change is kept"
+    private static let changed = "it changed meanwhile; the change is kept"
 }
