@@ -200,6 +200,95 @@ struct ConcurrentWriterTests {
         }
     }
 
+    /// Opens the file the moment fprep holds a lease on it (its open waits
+    /// until the lease is given back), appends a token and closes; if no
+    /// lease shows up before fprep ends, appends all the same.
+    static let leaseRacer = """
+        import os, sys
+        path, pid, log = sys.argv[1], sys.argv[2], sys.argv[3]
+        inode = str(os.stat(path).st_ino)
+        def leased():
+            for line in open('/proc/locks'):
+                fields = line.split()
+                if 'LEASE' in fields and any(f.count(':') == 2 and f.rsplit(':', 1)[1] == inode for f in fields):
+                    return True
+            return False
+        def gone():
+            try:
+                return open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0] in 'ZX'
+            except OSError:
+                return True
+        found = 'gone'
+        while not gone():
+            if leased():
+                found = 'leased'
+                break
+        with open(path, 'ab') as f:
+            f.write(b'<lease-token>')
+        open(log, 'w').write(found)
+        """
+
+    /// Runs fprep under strace, which holds each of its `renameat2` calls
+    /// (the swap of a file under its lease) for 30 ms, while `leaseRacer`
+    /// opens `watched` the moment the lease is there: the open waits for
+    /// the swap, then writes into the old file. Returns fprep's result, the
+    /// racer's log ("leased" when it met the lease) and the bytes of every
+    /// file in `folder`.
+    static func raceTheSwap(_ box: Sandbox, _ args: [String], cwd: String, watched: String,
+                            folder: String) throws -> (RunResult, String, Data) {
+        let log = box.at("log")
+        let traced = try box.spawn(["/usr/bin/strace", "-qq", "-o", "/dev/null", "-e", "trace=renameat2",
+                                    "-e", "inject=renameat2:delay_enter=30000", Binaries.fprep] + args, cwd: cwd)
+        let racer = try box.spawn([python, "-c", Self.leaseRacer, watched, String(traced.pid), log])
+        let result = traced.wait(timeout: 60)
+        let raced = racer.wait(timeout: 60)
+        #expect(raced.status == 0, "\(raced)")
+        return (result, String(decoding: contents(log) ?? Data(), as: UTF8.self), allBytes(in: folder))
+    }
+
+    static let straceWorks = (try? Shell.run(["/usr/bin/strace", "-qq", "-o", "/dev/null", "/bin/true"]))?.status == 0
+
+    @Test("a program that opens a placeholder while materialize swaps it keeps its bytes, as a conflict copy",
+          .enabled(if: straceWorks, "needs strace to hold the swap"))
+    func writerOpeningDuringMaterializeSwap() throws {
+        try withSandbox { box in
+            var nodes = standardTree
+            for n in 0..<20 { nodes["many/f\(n).txt"] = .text("file \(n)\n") }
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let (result, log, everything) = try Self.raceTheSwap(box, ["materialize", "many"], cwd: replica,
+                                                                  watched: replica + "/many/f9.txt", folder: replica + "/many")
+            #expect(result.status == 0, "\(result)")
+            #expect(log == "leased", "the racer never met the lease: \(result)")
+            #expect(everything.range(of: Data("<lease-token>".utf8)) != nil, "the token was lost: \(result)")
+            #expect(contents(replica + "/many/f9.txt") == Data("file 9\n".utf8))
+            let copies = ((try? FileManager.default.contentsOfDirectory(atPath: replica + "/many")) ?? []).filter { $0.contains("conflict") }
+            #expect(copies.count == 1 && result.stdout.contains("kept as"), "\(copies) \(result)")
+        }
+    }
+
+    @Test("a program that opens a file while sync swaps in the remote's version keeps its bytes, as a conflict copy",
+          .enabled(if: straceWorks, "needs strace to hold the swap"))
+    func writerOpeningDuringSyncSwap() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try box.gitOK(["commit", "-q", "-am", "change"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let (result, log, everything) = try Self.raceTheSwap(box, ["sync"], cwd: replica, watched: replica + "/a.txt", folder: replica)
+            #expect(result.status == 0, "\(result)")
+            #expect(log == "leased", "the racer never met the lease: \(result)")
+            #expect(everything.range(of: Data("<lease-token>".utf8)) != nil, "the token was lost: \(result)")
+            let copies = ((try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []).filter { $0.contains("conflict") }
+            #expect(copies.count == 1, "\(copies) \(result)")
+        }
+    }
+
     @Test("programs holding files open while sync replaces and deletes them keep every byte they write")
     func writersDuringSync() throws {
         try withSandbox { box in
