@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/openat2.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,76 @@ int fprep_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
     return -1;
 }
 
+int fprep_open_regular(int dirfd, const char *path, int flags, struct fprep_stat *out) {
+    struct stat st;
+    /* Look first: a FIFO, socket or device is never opened at all (opening
+     * a FIFO waits for a writer, opening a device may act on it). */
+    if (fstatat(dirfd, path[0] ? path : ".", &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+        fprep_stat_flatten(&st, out);
+        return -2;
+    }
+    int fd = fprep_open_beneath(dirfd, path, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
+    if (fd < 0) return -1;
+    if (fstat(fd, &st) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    fprep_stat_flatten(&st, out);
+    /* Swapped for something else between the look and the open. */
+    if (!S_ISREG(st.st_mode)) { close(fd); return -2; }
+    return fd;
+}
+
+/* A process holding a lease gets SIGIO when another opens the file; its
+ * default action would end fprep. The lease is given back within
+ * milliseconds, so the signal itself is not needed. */
+static void ignore_lease_signal(void) {
+    struct sigaction current;
+    if (sigaction(SIGIO, NULL, &current) == 0 && current.sa_handler == SIG_DFL) {
+        struct sigaction ignore;
+        memset(&ignore, 0, sizeof ignore);
+        ignore.sa_handler = SIG_IGN;
+        sigaction(SIGIO, &ignore, NULL);
+    }
+}
+
+int fprep_take_write_lease(int fd) {
+    ignore_lease_signal();
+    return fcntl(fd, F_SETLEASE, F_WRLCK);
+}
+
+int fprep_release_lease(int fd) { return fcntl(fd, F_SETLEASE, F_UNLCK); }
+
+int fprep_rename_exchange(int dirfd, const char *a, const char *b) {
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+    return (int)syscall(SYS_renameat2, dirfd, a, dirfd, b, RENAME_EXCHANGE);
+}
+
+int fprep_rename_noreplace(int dirfd, const char *from, const char *to) {
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+    return (int)syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE);
+}
+
+int fprep_holds_no_data(int fd) {
+    off_t at = lseek(fd, 0, SEEK_DATA);
+    if (at < 0) return errno == ENXIO ? 1 : -1;
+    static __thread char buffer[65536];
+    for (;;) {
+        ssize_t n = pread(fd, buffer, sizeof buffer, at);
+        if (n < 0) { if (errno == EINTR) continue; return -1; }
+        if (n == 0) break;
+        for (ssize_t i = 0; i < n; i++) if (buffer[i]) return 0;
+        at += n;
+    }
+    return 1;
+}
+
 void fprep_stat_flatten(const struct stat *st, struct fprep_stat *out) {
     out->dev = (long long)st->st_dev;
     out->ino = (long long)st->st_ino;
@@ -89,6 +160,22 @@ int fprep_lstat_at(int dirfd, const char *path, struct fprep_stat *out) {
     if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
     fprep_stat_flatten(&st, out);
     return 0;
+}
+
+int fprep_lstat_beneath(int dirfd, const char *path, struct fprep_stat *out) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return fprep_lstat_at(dirfd, path, out);
+    size_t length = (size_t)(slash - path);
+    char *parent = strndup(path, length);
+    if (!parent) { errno = ENOMEM; return -1; }
+    int fd = fprep_open_beneath(dirfd, parent, O_PATH | O_DIRECTORY, 0);
+    free(parent);
+    if (fd < 0) return -1;
+    int result = fprep_lstat_at(fd, slash + 1, out);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return result;
 }
 
 int fprep_fstat(int fd, struct fprep_stat *out) {
@@ -153,7 +240,7 @@ int fprep_clear_placeholder_marks(int fd) {
 int fprep_syncfs(int fd) { return syncfs(fd); }
 
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len) {
-    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
     if (fd < 0) return -1;
     ssize_t n = fgetxattr(fd, attr, buf, len);
     int saved = errno;
@@ -163,25 +250,10 @@ ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *
 }
 
 int fprep_holds_no_data_at(int dirfd, const char *path) {
-    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
-    if (fd < 0) return -1;
-    int result = 1;
-    off_t at = lseek(fd, 0, SEEK_DATA);
-    if (at < 0) {
-        /* ENXIO: no data anywhere; the blocks are attributes. */
-        result = errno == ENXIO ? 1 : -1;
-    } else {
-        /* Data extents: only zeros (a copy that wrote the holes out) are no data. */
-        static __thread char buffer[65536];
-        for (;;) {
-            ssize_t n = pread(fd, buffer, sizeof buffer, at);
-            if (n < 0) { if (errno == EINTR) continue; result = -1; break; }
-            if (n == 0) break;
-            for (ssize_t i = 0; i < n; i++) if (buffer[i]) { result = 0; break; }
-            if (result != 1) break;
-            at += n;
-        }
-    }
+    struct fprep_stat st;
+    int fd = fprep_open_regular(dirfd, path, O_RDONLY, &st);
+    if (fd < 0) { if (fd == -2) errno = EINVAL; return -1; }
+    int result = fprep_holds_no_data(fd);
     int saved = errno;
     close(fd);
     errno = saved;
@@ -243,7 +315,11 @@ static void create_one_placeholder(void *context, size_t i) {
         *job->error = errno ? errno : EIO;
         return;
     }
-    if (renameat(job->dirfd, job->temporary, job->dirfd, job->name) != 0) {
+    /* Never over a file that appeared meanwhile (EEXIST: the caller sets it aside). */
+    int renamed = fprep_rename_noreplace(job->dirfd, job->temporary, job->name);
+    if (renamed != 0 && (errno == EINVAL || errno == ENOSYS))
+        renamed = renameat(job->dirfd, job->temporary, job->dirfd, job->name);
+    if (renamed != 0) {
         *job->error = errno ? errno : EIO;
         unlinkat(job->dirfd, job->temporary, 0);
     }

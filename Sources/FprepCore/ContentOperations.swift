@@ -60,6 +60,14 @@ struct ContentOperations {
         return result
     }
 
+    /// Why an item is left alone when a FIFO, socket or device took its
+    /// place, or something else took the place of a folder on its way.
+    private func specialReason(_ path: RepoPath) -> String? {
+        if let obstruction = replica.rootFolder.obstruction(on: path.parent) { return obstruction }
+        guard let stat = replica.rootFolder.stat(path), stat.isSpecial else { return nil }
+        return ContentRefusal(path: path.description, reason: .notAFile(stat.kindDescription)).why
+    }
+
     // MARK: materialize
 
     func materialize(_ items: [(RepoPath, String)]) throws -> MaterializeResult {
@@ -112,13 +120,15 @@ struct ContentOperations {
             case .dataless where entry.skipWorktree: wanted.append(entry)
             case .materialized, .dataless: alreadyThere.append(path)
             case .modified:
-                if entry.skipWorktree {
+                if let special = specialReason(path) {
+                    result.skipped.append(Skipped(path: path.description, reason: special))
+                } else if entry.skipWorktree {
                     result.skipped.append(Skipped(path: path.description, reason: "a program wrote into its placeholder; that content is kept (run 'fprep sync')"))
                 } else {
                     alreadyThere.append(path)
                 }
             case .deleted:
-                result.skipped.append(Skipped(path: path.description, reason: "deleted locally"))
+                result.skipped.append(Skipped(path: path.description, reason: specialReason(path) ?? "deleted locally"))
             }
         }
         result.alreadyMaterialized = alreadyThere.count
@@ -166,14 +176,16 @@ struct ContentOperations {
         var materialized: [(RepoPath, ObjectID)] = []
         for (entry, folder, temporary) in written {
             let path = RepoPath(bytes: entry.path)
-            // A program may have written into the placeholder meanwhile: its bytes win.
-            guard StateClassifier(root: replica.rootFolder, index: index).state(of: entry) == .dataless else {
+            let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description, expectsDataless: true)
+            switch try swap.run(isUnchanged: { StateClassifier(root: replica.rootFolder, index: index).state(of: entry, stat: $0) == .dataless }) {
+            case .refused(let reason):
                 unlinkat(folder.fd, cPath(temporary), 0)
-                result.skipped.append(Skipped(path: path.description, reason: "changed while it was being materialized; the change is kept"))
+                result.skipped.append(Skipped(path: path.description, reason: "not materialized: \(reason)"))
                 continue
-            }
-            guard renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) == 0 else {
-                throw SystemError("rename", path.description)
+            case .replaced(keptAs: let copy):
+                if let copy {
+                    result.skipped.append(Skipped(path: path.description, reason: "a program wrote into the placeholder while it was materialized; the content is in place and the bytes written are kept as '\(path.parent.appending(copy))'"))
+                }
             }
             guard let stat = folder.stat(name: path.name) else { throw SystemError("stat", path.description) }
             var updated = entry
@@ -237,9 +249,9 @@ struct ContentOperations {
             case .dataless: result.alreadyDataless += 1
             case .materialized: candidates.append(entry)
             case .modified:
-                result.refused.append(Skipped(path: path.description, reason: "it has local changes (run 'fprep sync' first)"))
+                result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it has local changes (run 'fprep sync' first)"))
             case .deleted:
-                result.refused.append(Skipped(path: path.description, reason: "it was deleted locally (run 'fprep sync' first)"))
+                result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it was deleted locally (run 'fprep sync' first)"))
             }
         }
         guard !candidates.isEmpty else { return result }
@@ -268,14 +280,37 @@ struct ContentOperations {
     /// Frees the blocks of one unmodified materialized file in place; returns
     /// why it was refused instead, if it was.
     private func punch(_ entry: IndexEntry, path: RepoPath, index: Index, freed: inout Int64) throws -> String? {
-        let fd = replica.rootFolder.openFile(path, flags: O_RDWR)
-        guard fd >= 0 else { return "cannot open it: \(String(cString: strerror(errno)))" }
+        let fd: Int32
+        do {
+            fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
+        } catch let refusal as ContentRefusal {
+            return refusal.why
+        } catch {
+            return "cannot open it: \(String(cString: strerror(errno)))"
+        }
         defer { close(fd) }
+        // A write lease: granted only while no one else has the file open,
+        // and whoever opens it from now on waits until it is given back, so
+        // no write can land between the check below and the punch (it lands
+        // in the placeholder afterwards: the user's bytes, kept by sync).
+        let leased = fprep_take_write_lease(fd) == 0
+        if !leased && errno == EAGAIN { return "it is open in another program; evict it once that program closes it" }
+        defer { if leased { _ = fprep_release_lease(fd) } }
         var before = fprep_stat()
         guard fprep_fstat(fd, &before) == 0 else { throw SystemError("stat", path.description) }
+        // Another name shares these blocks (a hard link, maybe outside the
+        // replica): freeing them would empty that file too.
+        if before.nlink > 1 {
+            return "it has \(before.nlink) hard links, and evicting would empty the other names too; remove the other links (or copy the file) first"
+        }
         // Checked again on the open file: nothing written since the scan may be lost.
         if StatData(FileStat(before)) != entry.stat {
-            let bytes = try readAll(fd, shown: path.description)
+            let bytes: [UInt8]
+            do {
+                bytes = try readContent(fd, size: before.size, shown: path.description)
+            } catch let refusal as ContentRefusal {
+                return refusal.why
+            }
             guard try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == entry.id else {
                 return "it has local changes (run 'fprep sync' first)"
             }
@@ -317,15 +352,15 @@ struct ContentOperations {
         for raw in journal.paths {
             let path = RepoPath(bytes: Array(raw))
             if let folder = try? replica.rootFolder.folder(path.parent) {
-                unlinkat(folder.fd, cPath(Self.temporaryName(for: path.name, token: journal.token)), 0)
+                SafeReplace(folder: folder, name: path.name, temporary: Self.temporaryName(for: path.name, token: journal.token),
+                            shown: path.description, expectsDataless: true).settleTemporary()
             }
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
             if entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size), Self.holdsNoData(replica.rootFolder, path, stat),
                Self.isMarkedDataless(replica.rootFolder, path) {
                 // Punched: finish it, with the item's date (the kill may have
                 // come before the date was put back).
-                let fd = replica.rootFolder.openFile(path, flags: O_RDWR)
-                guard fd >= 0 else { continue }
+                guard let fd = try? replica.rootFolder.openRegular(path, flags: O_RDWR).fd else { continue }
                 _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
                 var after = fprep_stat()
                 let statted = fprep_fstat(fd, &after)
@@ -339,8 +374,7 @@ struct ContentOperations {
                       try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == entry.id {
                 // The content is whole: a file, not a placeholder, whatever
                 // marks an evict that never punched it left on it.
-                let fd = replica.rootFolder.openFile(path, flags: O_RDWR)
-                guard fd >= 0 else { continue }
+                guard let fd = try? replica.rootFolder.openRegular(path, flags: O_RDWR).fd else { continue }
                 _ = fprep_clear_placeholder_marks(fd)
                 var after = fprep_stat()
                 let statted = fprep_fstat(fd, &after)

@@ -8,6 +8,7 @@ struct FileStat: Equatable {
     var device: Int64
     var inode: Int64
     var mode: Int64
+    var links: Int64
     var uid: Int64
     var gid: Int64
     var size: Int64
@@ -20,6 +21,7 @@ struct FileStat: Equatable {
         device = raw.dev
         inode = raw.ino
         mode = raw.mode
+        links = raw.nlink
         uid = raw.uid
         gid = raw.gid
         size = raw.size
@@ -33,6 +35,22 @@ struct FileStat: Equatable {
     var isDirectory: Bool { mode_t(truncatingIfNeeded: mode) & S_IFMT == S_IFDIR }
     var isSymlink: Bool { mode_t(truncatingIfNeeded: mode) & S_IFMT == S_IFLNK }
     var isExecutable: Bool { mode & 0o100 != 0 }
+    /// A FIFO, socket or device node: never read, never committed.
+    var isSpecial: Bool { !isRegular && !isDirectory && !isSymlink }
+
+    /// What is there, as a user reads it ("a FIFO", "a folder"…).
+    var kindDescription: String {
+        switch mode_t(truncatingIfNeeded: mode) & S_IFMT {
+        case S_IFREG: "a file"
+        case S_IFDIR: "a folder"
+        case S_IFLNK: "a symlink"
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        case S_IFCHR: "a character device"
+        case S_IFBLK: "a block device"
+        default: "not a file"
+        }
+    }
 
     static func == (lhs: FileStat, rhs: FileStat) -> Bool {
         lhs.device == rhs.device && lhs.inode == rhs.inode && lhs.mode == rhs.mode && lhs.size == rhs.size
@@ -73,14 +91,36 @@ final class FolderHandle: @unchecked Sendable {
     func folder(_ path: RepoPath) throws -> FolderHandle {
         if path.isRoot { return FolderHandle(fd: dup(fd), shownPath: shownPath) }
         let fd = fprep_open_beneath(self.fd, cPath(path.bytes), O_RDONLY | O_DIRECTORY, 0)
-        guard fd >= 0 else { throw SystemError("open folder", path.description) }
+        guard fd >= 0 else {
+            let code = errno
+            if code == ELOOP || code == ENOTDIR, let problem = obstruction(on: path) { throw FprepError(problem) }
+            throw SystemError("open folder", path.description, code)
+        }
         return FolderHandle(fd: fd, shownPath: path.description)
     }
 
-    /// `lstat` of `path` below this folder; nil when nothing is there.
+    /// What stands where `path` has a folder: the first component that is
+    /// not one (a user's symlink in place of a folder, say), as a message
+    /// that names it; nil when every folder on the way is one.
+    func obstruction(on path: RepoPath) -> String? {
+        var current = RepoPath.root
+        for name in path.components {
+            current = current.appending(name)
+            guard let stat = stat(current) else { return nil }
+            if stat.isDirectory { continue }
+            let what = stat.isSymlink ? "a symlink where the replica has a folder; fprep never follows symlinks"
+                                      : "\(stat.kindDescription) where the replica has a folder"
+            return "'\(current)' is \(what); put the folder back (or run 'fprep sync' to commit the change)"
+        }
+        return nil
+    }
+
+    /// `lstat` of `path` below this folder, never through a symlink (a
+    /// symlink in place of a folder on the way reads as nothing there); nil
+    /// when nothing is there.
     func stat(_ path: RepoPath) -> FileStat? {
         var raw = fprep_stat()
-        guard fprep_lstat_at(fd, cPath(path.bytes), &raw) == 0 else { return nil }
+        guard fprep_lstat_beneath(fd, cPath(path.bytes), &raw) == 0 else { return nil }
         return FileStat(raw)
     }
 
@@ -91,30 +131,31 @@ final class FolderHandle: @unchecked Sendable {
         return FileStat(raw)
     }
 
-    /// Opens a file below this folder, never through a symlink.
-    func openFile(_ path: RepoPath, flags: Int32, mode: mode_t = 0) -> Int32 {
-        fprep_open_beneath(fd, cPath(path.bytes), flags | O_NOFOLLOW, mode)
+    /// Opens the regular file at `path` below this folder for its content,
+    /// never through a symlink: a FIFO, socket or device is refused without
+    /// being opened. Every read of a user's file starts here.
+    func openRegular(_ path: RepoPath, flags: Int32) throws -> (fd: Int32, stat: FileStat) {
+        var raw = fprep_stat()
+        let fd = fprep_open_regular(self.fd, cPath(path.bytes), flags, &raw)
+        if fd == -2 { throw ContentRefusal(path: path.description, reason: .notAFile(FileStat(raw).kindDescription)) }
+        guard fd >= 0 else { throw SystemError("open", path.description) }
+        return (fd, FileStat(raw))
     }
 
-    /// Reads the whole file at `path` (not following a symlink at the end).
+    /// The content of the regular file at `path` (see `openRegular`).
     func readFile(_ path: RepoPath) throws -> [UInt8] {
-        let fd = openFile(path, flags: O_RDONLY)
-        guard fd >= 0 else { throw SystemError("open", path.description) }
+        let (fd, stat) = try openRegular(path, flags: O_RDONLY)
         defer { close(fd) }
-        return try readAll(fd, shown: path.description)
+        return try readContent(fd, size: stat.size, shown: path.description)
     }
 
     /// Gives the regular file at `path` the execute bits of its read bits
     /// (as git checks out 0755 under the umask), or takes them away; nothing
     /// changes when the owner's bit already says so.
     func setExecutable(_ path: RepoPath, _ executable: Bool) throws {
-        let fd = openFile(path, flags: O_RDONLY | O_NONBLOCK | O_NOCTTY)
-        guard fd >= 0 else { throw SystemError("open", path.description) }
+        let (fd, stat) = try openRegular(path, flags: O_RDONLY)
         defer { close(fd) }
-        var raw = fprep_stat()
-        guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", path.description) }
-        let stat = FileStat(raw)
-        guard stat.isRegular, stat.isExecutable != executable else { return }
+        guard stat.isExecutable != executable else { return }
         let bits = mode_t(truncatingIfNeeded: stat.mode) & 0o7777
         let wanted = executable ? bits | ((bits & 0o444) >> 2) : bits & ~0o111
         guard fchmod(fd, wanted) == 0 else { throw SystemError("change the mode of", path.description) }
@@ -146,19 +187,51 @@ final class FolderHandle: @unchecked Sendable {
     }
 }
 
-func readAll(_ fd: Int32, shown: String) throws -> [UInt8] {
-    var result: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 1 << 16)
-    while true {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+/// Why fprep did not read a user's file: it is not a file, or it changed
+/// while read (a program writing it meanwhile; it is read again next time).
+struct ContentRefusal: Error, CustomStringConvertible, Equatable {
+    enum Reason: Equatable {
+        case notAFile(String)
+        case changedWhileRead
+    }
+
+    let path: String
+    let reason: Reason
+
+    /// The reason alone, for lists of skipped items.
+    var why: String {
+        switch reason {
+        case .notAFile(let kind): "it is \(kind), not a file; fprep does not read or sync it (move it out of the replica)"
+        case .changedWhileRead: "it changed while fprep read it (a program is writing it); run the command again once it is written"
+        }
+    }
+
+    var description: String { "'\(path)': \(why)" }
+}
+
+/// Reads the open regular file `fd` of `size` bytes (its size when opened),
+/// never more: a file that grew or shrank meanwhile is a writer's race,
+/// refused as changed rather than read without end.
+func readContent(_ fd: Int32, size: Int64, shown: String) throws -> [UInt8] {
+    var result = [UInt8](repeating: 0, count: Int(max(size, 0)))
+    var offset = 0
+    while offset < result.count {
+        let count = result.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + offset, $0.count - offset, off_t(offset)) }
         if count < 0 {
             if errno == EINTR { continue }
             throw SystemError("read", shown)
         }
-        if count == 0 { break }
-        result.append(contentsOf: chunk[0..<count])
+        if count == 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
+        offset += count
     }
-    return result
+    var extra: UInt8 = 0
+    while true {
+        let count = pread(fd, &extra, 1, off_t(offset))
+        if count < 0 && errno == EINTR { continue }
+        if count < 0 { throw SystemError("read", shown) }
+        if count > 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
+        return result
+    }
 }
 
 func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, shown: String) throws {

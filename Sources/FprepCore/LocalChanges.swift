@@ -45,6 +45,8 @@ struct LocalChangeSet {
     var written: [Write] = []
     /// The changes as a user reads them.
     var changes: [LocalChange] = []
+    /// What the scan leaves alone, with why: FIFOs, sockets and devices.
+    var skipped: [Skipped] = []
     /// How many tracked items are in each state, and how many folders.
     var counts: [ItemState: Int] = [:]
     var items = 0
@@ -58,9 +60,11 @@ struct LocalChangeSet {
 
     var isEmpty: Bool { removed.isEmpty && written.isEmpty && writtenPlaceholders.isEmpty }
 
-    /// A tracked item whose content, mode or kind changed on disk.
+    /// A tracked item whose content, mode or kind changed on disk; a FIFO,
+    /// socket or device in its place is skipped (never read, never a deletion).
     mutating func recordModified(_ entry: IndexEntry, _ stat: FileStat, classifier: StateClassifier) {
         let path = RepoPath(bytes: entry.path)
+        if stat.isSpecial { return recordSpecial(path, stat) }
         switch classifier.placeholderChange(of: entry, stat: stat) {
         case .mode(let mode):
             written.append(Write(path: path, id: entry.id, mode: mode, placeholder: true))
@@ -72,6 +76,11 @@ struct LocalChangeSet {
             written.append(Write(path: path, id: nil, mode: stat.gitMode, placeholder: false))
             changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
         }
+    }
+
+    /// A FIFO, socket or device node in the replica: reported, left alone.
+    mutating func recordSpecial(_ path: RepoPath, _ stat: FileStat) {
+        skipped.append(Skipped(path: path.description, reason: ContentRefusal(path: path.description, reason: .notAFile(stat.kindDescription)).why))
     }
 }
 
@@ -208,7 +217,7 @@ struct LocalScanner {
                 bytes += stat.blocks * 512
                 if stat.isDirectory {
                     bytes += try collectNew(path, into: &added)
-                } else if stat.isRegular || stat.isSymlink {
+                } else {
                     added.append((path, stat))
                 }
             }
@@ -247,7 +256,7 @@ struct LocalScanner {
             let child = path.appending(name)
             if stat.isDirectory {
                 bytes += try collectNew(child, into: &added)
-            } else if stat.isRegular || stat.isSymlink {
+            } else {
                 added.append((child, stat))
             }
         }
@@ -301,7 +310,7 @@ struct LocalScanner {
                 } else if stat.isDirectory {
                     if index.firstPosition(withPrefix: path + [0x2F]) != nil { set.folderCount += 1 }
                     if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
-                } else if stat.isRegular || stat.isSymlink {
+                } else {
                     added.append((RepoPath(bytes: path), stat))
                 }
             }
@@ -329,6 +338,10 @@ struct LocalScanner {
         var movedFrom = Set<[UInt8]>()
         let sizes = try replica.store.blobInfoLookup()
         for (path, stat) in added {
+            if stat.isSpecial {
+                set.recordSpecial(path, stat)
+                continue
+            }
             let mode = stat.gitMode
             var id: ObjectID?
             var placeholder = false

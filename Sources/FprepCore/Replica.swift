@@ -75,7 +75,7 @@ public final class Replica {
             replica = try Replica(root: root, access: access, exclusive: true)
         }
         guard let opened = replica else { throw FprepError("cannot open the replica at '\(root)'") }
-        if access.exclusive || recoveryNeeded { opened.removeStaleGitLocks() }
+        if access.exclusive || recoveryNeeded { try opened.removeStaleGitLocks() }
         try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
         Trace.mark("open")
         return opened
@@ -117,9 +117,14 @@ public final class Replica {
 
     /// Removes git lock files a killed fprep command left (a commit of the
     /// index, a ref update). fprep holds the replica's lock here, so such a
-    /// file is either stale or a user's own git command finishing: one that
-    /// stays for two seconds is taken as stale.
-    func removeStaleGitLocks() {
+    /// file is either stale or a user's own git command at work. git makes
+    /// its lock files with O_EXCL and holds them open while it writes; some
+    /// it keeps closed for longer (`git commit PATH` while its editor or
+    /// hooks run). So a lock is live while a process has it open or a git
+    /// process works in the replica: never removed then (fprep waits a
+    /// little, then refuses, naming the process). Otherwise one that stays
+    /// for two seconds is stale.
+    func removeStaleGitLocks() throws {
         var candidates = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock",
                           "refs/heads/\(branch).lock"]
         // Every ref a fetch updates: the followed branch and fprep's own
@@ -134,13 +139,20 @@ public final class Replica {
             let path = gitDirectory + "/" + name
             var info = stat()
             guard lstat(path, &info) == 0 else { continue }
-            let age = Double(time(nil)) - Double(info.st_mtim.tv_sec)
             var waited = 0.0
-            while age + waited < 2, access(path, F_OK) == 0 {
+            while lstat(path, &info) == 0 {
+                let age = Double(time(nil)) - Double(info.st_mtim.tv_sec)
+                let holder = GitLockHolder.process(holding: info, workingIn: root)
+                if holder == nil && age + waited >= 2 {
+                    unlink(path)
+                    break
+                }
+                if let holder, waited >= 2 {
+                    throw FprepError(.busy, "git is running in the replica ('.git/\(name)' held by pid \(holder)); let it finish, then run the command again")
+                }
                 usleep(50_000)
                 waited += 0.05
             }
-            unlink(path)
         }
     }
 
@@ -205,5 +217,40 @@ public final class Replica {
         }
         if result.isEmpty { throw FprepError.notInReplica(shown) }
         return result
+    }
+}
+
+/// Finds a live holder of a git lock file in `/proc`: a process that has
+/// it open, or a git process whose working folder is in the replica.
+enum GitLockHolder {
+    /// The id of such a process (not this one), or nil.
+    static func process(holding info: stat, workingIn root: String) -> Int32? {
+        let own = getpid()
+        guard let processes = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return nil }
+        var gitInReplica: Int32?
+        for entry in processes {
+            guard let pid = Int32(entry), pid != own else { continue }
+            for descriptor in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(entry)/fd")) ?? [] {
+                var target = stat()
+                guard stat("/proc/\(entry)/fd/\(descriptor)", &target) == 0 else { continue }
+                if target.st_ino == info.st_ino && target.st_dev == info.st_dev { return pid }
+            }
+            if gitInReplica == nil, isGit(entry), let folder = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(entry)/cwd"),
+               folder == root || folder.hasPrefix(root + "/") {
+                gitInReplica = pid
+            }
+        }
+        return gitInReplica
+    }
+
+    /// Whether the process's command name is git's (`git`, `git-…`).
+    private static func isGit(_ pid: String) -> Bool {
+        // procfs files show size 0: read them, never size a read from stat.
+        let fd = open("/proc/\(pid)/comm", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var name = [UInt8](repeating: 0, count: 64)
+        let count = read(fd, &name, name.count)
+        return count >= 3 && name.starts(with: Array("git".utf8))
     }
 }

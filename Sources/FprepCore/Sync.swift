@@ -65,6 +65,7 @@ extension Replica {
             let scanned = try repository.index()
             index = scanned
             let scan = try LocalScanner(replica: self, index: scanned).scan()
+            report.keptLocal += scan.skipped
             Trace.mark("scan")
             if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {
                 report.localChanges = committed.changes
@@ -391,7 +392,7 @@ struct SyncApplier {
                 dematerialized.append(path)
             case .old(let state):
                 if old.mode == .submodule { unlinkat(try root.folder(path.parent).fd, cPath(path.name), AT_REMOVEDIR) }
-                else { try remove(path) }
+                else if let kept = try removeUnchanged(path, state: state) { report.keptLocal.append(kept) }
                 try? index.remove(path: path.bytes)
                 if state == .materialized { dematerialized.append(path) }
             case .userChanged, .alreadyNew:
@@ -463,7 +464,10 @@ struct SyncApplier {
             }
         }
         Trace.mark("updates queued")
-        try batch.run(applier: &self)
+        for job in try batch.run(applier: &self) {
+            // A file appeared where there was none: it steps aside.
+            if let kept = try applyUpdate(ChangeSet.Update(path: job.path, new: job.entry, old: nil), .absent) { report.keptLocal.append(kept) }
+        }
         Trace.mark("placeholders")
         if contentFetch.started || !needed.isEmpty {
             do {
@@ -492,6 +496,29 @@ struct SyncApplier {
         Trace.mark("index write")
         replica.removeFetchQuarantines()
         return report
+    }
+
+    /// Removes a file the remote deleted, as it was classified (`state`):
+    /// a program writing into it meanwhile keeps its bytes (the file stays,
+    /// untracked, or steps aside as a conflict copy; see `SafeReplace`).
+    private func removeUnchanged(_ path: RepoPath, state: ItemState) throws -> Skipped? {
+        guard let entry = index.entry(path: path.bytes), FileMode(raw: entry.mode).isFile,
+              replica.rootFolder.stat(path)?.isRegular == true else {
+            try remove(path)
+            return nil
+        }
+        var removal = SafeReplace(folder: try replica.rootFolder.folder(path.parent), name: path.name,
+                                  temporary: ContentOperations.temporaryName(for: path.name, token: token),
+                                  shown: path.description, expectsDataless: state == .dataless)
+        removal.removing = true
+        switch try removal.run(isUnchanged: { classifier.state(of: entry, stat: $0) == state }) {
+        case .replaced(keptAs: nil):
+            return nil
+        case .replaced(keptAs: let copy?):
+            return Skipped(path: path.description, reason: "deleted on the remote; a program wrote into it meanwhile, so its bytes are kept as '\(path.parent.appending(copy))'")
+        case .refused(let reason):
+            return Skipped(path: path.description, reason: "deleted on the remote, but kept here: \(reason)")
+        }
     }
 
     /// Removes a file or symlink of the replica.
@@ -618,6 +645,7 @@ struct SyncApplier {
         let temporary = ContentOperations.temporaryName(for: path.name, token: token)
         let info = try sizes(new.id)
         let mtime = info?.mtime ?? commitTime
+        var kept: Skipped?
         switch new.mode {
         case .blob, .executable:
             if writesContent(state, new.id), let blob = try? replica.repository.blob(new.id) {
@@ -632,7 +660,7 @@ struct SyncApplier {
                     try writeAll(fd, bytes, shown: path.description)
                     _ = fprep_set_mtime(fd, mtime, 0)
                 }
-                try renameInto(folder, temporary, path)
+                kept = try renameInto(folder, temporary, path, replacing: state)
                 guard let stat = folder.stat(name: path.name) else { throw SystemError("stat", path.description) }
                 try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, stat: StatData(stat), skipWorktree: false))
                 rematerialized.append((path, new.id))
@@ -643,7 +671,7 @@ struct SyncApplier {
                                              off_t(size), id.baseAddress, id.count, mtime, 0, nil)
                 }
                 guard created == 0 else { throw SystemError("create placeholder", path.description) }
-                try renameInto(folder, temporary, path)
+                kept = try renameInto(folder, temporary, path, replacing: state)
                 try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw,
                                          stat: .placeholder(size: size, mtime: mtime), skipWorktree: true))
                 if case .old(.materialized) = state { dematerialized.append(path) }
@@ -651,7 +679,7 @@ struct SyncApplier {
         case .symlink:
             let target = try replica.repository.blob(new.id).withContent { Array($0) }
             guard symlinkat(cPath(target), folder.fd, cPath(temporary)) == 0 else { throw SystemError("symlink", path.description) }
-            try renameInto(folder, temporary, path)
+            kept = try renameInto(folder, temporary, path, replacing: state)
             guard let stat = folder.stat(name: path.name) else { throw SystemError("stat", path.description) }
             try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw, stat: StatData(stat), skipWorktree: false))
         case .submodule:
@@ -661,7 +689,7 @@ struct SyncApplier {
         default:
             break
         }
-        return nil
+        return kept
     }
 
     /// Placeholders to lay out together: new or changed files whose old
@@ -684,10 +712,9 @@ struct SyncApplier {
         mutating func take(_ update: ChangeSet.Update, _ state: Local, applier: inout SyncApplier) throws -> Bool {
             let new = update.new
             guard new.mode == .blob || new.mode == .executable else { return false }
-            switch state {
-            case .absent, .old: break
-            default: return false
-            }
+            // Only where nothing was: replacing a user's file goes one by
+            // one through `SafeReplace`, so no write into it is lost.
+            guard case .absent = state else { return false }
             if applier.writesContent(state, new.id) { return false }
             try applier.makeFolders(update.path.parent)
             let folder = try applier.replica.rootFolder.folder(update.path.parent)
@@ -700,9 +727,10 @@ struct SyncApplier {
             return true
         }
 
-        /// Makes every queued placeholder, then records them in the index.
-        func run(applier: inout SyncApplier) throws {
-            guard !jobs.isEmpty else { return }
+        /// Makes every queued placeholder, then records them in the index;
+        /// returns the jobs where a file appeared meanwhile (nothing made).
+        func run(applier: inout SyncApplier) throws -> [Job] {
+            guard !jobs.isEmpty else { return [] }
             var errors = [Int32](repeating: 0, count: jobs.count)
             // C strings and ids that live until the threads are done.
             let strings = jobs.map { job in (allocatedCString(job.temporary), allocatedCString(job.path.name), job.entry.id.bytes) }
@@ -721,15 +749,21 @@ struct SyncApplier {
                                                      blob_id: id, mtime_sec: job.mtime, error: firstSlot + i))
                 }
                 fprep_create_placeholders(raw, raw.count, Int32(min(16, raw.count)))
-                if let failed = errorSlots.firstIndex(where: { $0 != 0 }) {
+                if let failed = errorSlots.firstIndex(where: { $0 != 0 && $0 != EEXIST }) {
                     throw SystemError("create placeholder", jobs[failed].path.description, errorSlots[failed])
                 }
             }
-            for job in jobs {
+            var inTheWay: [Job] = []
+            for (job, error) in zip(jobs, errors) {
+                if error == EEXIST {
+                    inTheWay.append(job)
+                    continue
+                }
                 try applier.index.add(IndexEntry(path: job.path.bytes, id: job.entry.id, mode: job.entry.mode.raw,
                                                  stat: .placeholder(size: job.size, mtime: job.mtime), skipWorktree: true))
                 if job.wasMaterialized { applier.dematerialized.append(job.path) }
             }
+            return inTheWay
         }
     }
 
@@ -758,8 +792,7 @@ struct SyncApplier {
     func releasePlaceholderMarks(_ path: RepoPath) {
         guard let stat = replica.rootFolder.stat(path), stat.isRegular,
               !ContentOperations.holdsNoData(replica.rootFolder, path, stat) else { return }
-        let fd = replica.rootFolder.openFile(path, flags: O_RDONLY | O_NONBLOCK)
-        guard fd >= 0 else { return }
+        guard let (fd, _) = try? replica.rootFolder.openRegular(path, flags: O_RDONLY) else { return }
         _ = fprep_clear_placeholder_marks(fd)
         close(fd)
     }
@@ -776,13 +809,55 @@ struct SyncApplier {
     }
 
     /// Renames a written temporary file over `path`; a folder in the way
-    /// (the old item was a folder) was emptied by the deletions before.
-    private func renameInto(_ folder: FolderHandle, _ temporary: [UInt8], _ path: RepoPath) throws {
-        if renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) != 0 {
+    /// (the old item was a folder) was emptied by the deletions before. A
+    /// file fprep classified as `state` is replaced through `SafeReplace`,
+    /// so a program writing it meanwhile keeps its bytes; where nothing was,
+    /// a file that appeared meanwhile is never overwritten: it steps aside.
+    private func renameInto(_ folder: FolderHandle, _ temporary: [UInt8], _ path: RepoPath, replacing state: Local) throws -> Skipped? {
+        if case .old(let old) = state, let entry = index.entry(path: path.bytes), FileMode(raw: entry.mode).isFile,
+           folder.stat(name: path.name)?.isRegular == true {
+            let replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+                                          expectsDataless: old == .dataless)
+            switch try replacement.run(isUnchanged: { classifier.state(of: entry, stat: $0) == old }) {
+            case .replaced(keptAs: nil):
+                return nil
+            case .replaced(keptAs: let copy?):
+                return Skipped(path: path.description, reason: "changed on the remote; a program wrote into it meanwhile, so its bytes are kept as '\(path.parent.appending(copy))'")
+            case .refused:
+                // Changed since it was looked at, or open in a program: it
+                // steps aside like any file changed on both sides (a program
+                // writing it goes on writing into the copy).
+                return try setAsideAndRename(folder, temporary, path)
+            }
+        }
+        if fprep_rename_noreplace(folder.fd, cPath(temporary), cPath(path.name)) == 0 { return nil }
+        let code = errno
+        if code == EEXIST, case .absent = state, folder.stat(name: path.name)?.isDirectory == false {
+            return try setAsideAndRename(folder, temporary, path)
+        }
+        if (code == EEXIST || code == EINVAL || code == ENOSYS), renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) == 0 {
+            // What fprep replaces knowingly (a symlink, an emptied folder), or
+            // a filesystem without RENAME_NOREPLACE.
+            return nil
+        }
+        let failure = errno
+        unlinkat(folder.fd, cPath(temporary), 0)
+        throw SystemError("rename", path.description, code == EEXIST ? failure : code)
+    }
+
+    /// The user's file at `path` steps aside as a conflict copy, then the
+    /// temporary takes the name.
+    private func setAsideAndRename(_ folder: FolderHandle, _ temporary: [UInt8], _ path: RepoPath) throws -> Skipped {
+        guard let copy = try setAside(path) else {
+            unlinkat(folder.fd, cPath(temporary), 0)
+            throw FprepError("'\(path)' changed here while the remote's version was written, and no conflict name is free beside it; move it away and sync again")
+        }
+        guard renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) == 0 else {
             let code = errno
             unlinkat(folder.fd, cPath(temporary), 0)
             throw SystemError("rename", path.description, code)
         }
+        return Skipped(path: path.description, reason: "changed on the remote and here; yours is now '\(copy)'")
     }
 
     /// Records an item whose content is already on disk; its execute bit

@@ -50,21 +50,11 @@ final class WrittenPlaceholder {
     static func capture(_ entry: IndexEntry, replica: Replica, inTree: (RepoPath) throws -> TreeEntry?,
                         taken: inout Set<RepoPath>) throws -> WrittenPlaceholder? {
         let path = RepoPath(bytes: entry.path)
-        let fd = replica.rootFolder.openFile(path, flags: O_RDONLY | O_NONBLOCK)
-        guard fd >= 0 else { return nil }
-        var raw = fprep_stat()
-        guard fprep_fstat(fd, &raw) == 0 else {
-            close(fd)
-            return nil
-        }
-        let stat = FileStat(raw)
-        guard stat.isRegular else {
-            close(fd)
-            return nil
-        }
+        guard let (fd, stat) = try? replica.rootFolder.openRegular(path, flags: O_RDONLY) else { return nil }
         let blob: ObjectID
         do {
-            blob = try readAll(fd, shown: path.description).withUnsafeBytes { try replica.repository.writeBlob($0) }
+            blob = try readContent(fd, size: stat.size, shown: path.description)
+                .withUnsafeBytes { try replica.repository.writeBlob($0) }
         } catch {
             close(fd)
             throw error

@@ -11,6 +11,31 @@
  * Returns the fd or -1 with errno set (ELOOP when a symlink is in the way). */
 int fprep_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
 
+struct fprep_stat;
+/* Opens the regular file at `path` below `dirfd` (as fprep_open_beneath, plus
+ * O_NONBLOCK|O_NOCTTY) for its content: a FIFO, socket or device is looked at
+ * with fstatat and never opened. Fills `out` with the file's stat. Returns the
+ * fd; -1 with errno set; -2 when it is not a regular file (`out` says what). */
+int fprep_open_regular(int dirfd, const char *path, int flags, struct fprep_stat *out);
+
+/* A write lease on the open file `fd` (F_SETLEASE F_WRLCK): granted only
+ * while no one else has the file open; then every other open waits until it
+ * is released (fprep_release_lease). -1 with EAGAIN: open elsewhere; other
+ * errno: leases unsupported here (filesystem, or not the file's owner). */
+int fprep_take_write_lease(int fd);
+int fprep_release_lease(int fd);
+
+/* Swaps the names `a` and `b` in `dirfd` atomically (renameat2 RENAME_EXCHANGE). */
+int fprep_rename_exchange(int dirfd, const char *a, const char *b);
+
+/* Renames `from` to `to` in `dirfd` unless `to` exists (renameat2
+ * RENAME_NOREPLACE; EEXIST then). */
+int fprep_rename_noreplace(int dirfd, const char *from, const char *to);
+
+/* Whether the open regular file `fd` holds no data (no data extents, or only
+ * zeros): 1 yes, 0 no, -1 error. */
+int fprep_holds_no_data(int fd);
+
 /* Creates a placeholder: a new regular file (O_EXCL, never through a symlink) of
  * `size` bytes with no data blocks, the xattrs `user.fprep.state`=`dataless` and
  * `user.fprep.blob`=the blob id's raw bytes, and the given mtime. Fills `out` with
@@ -48,8 +73,8 @@ int fprep_syncfs(int fd);
 /* Reads xattr `name` of the file at `dirfd`/`name` without following a symlink
  * into `buf`; returns its length or -1. */
 /* One placeholder to lay out: made as `temporary` in dirfd, then renamed
- * over `name`. error receives 0 or the errno of the step that failed (the
- * temporary is removed then). */
+ * to `name`, never over something there (EEXIST). error receives 0 or the
+ * errno of the step that failed (the temporary is removed then). */
 struct fprep_placeholder_job {
     int dirfd;
     const char *temporary;
@@ -122,6 +147,10 @@ struct fprep_stat {
     long long mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, atime_sec, atime_nsec;
 };
 int fprep_lstat_at(int dirfd, const char *path, struct fprep_stat *out);
+/* fprep_lstat_at of a path below dirfd that never goes through a symlink or
+ * leaves dirfd on the way (a user's symlink in place of a folder reads as
+ * nothing there, errno ELOOP), as every open of fprep's. */
+int fprep_lstat_beneath(int dirfd, const char *path, struct fprep_stat *out);
 int fprep_fstat(int fd, struct fprep_stat *out);
 void fprep_stat_flatten(const struct stat *st, struct fprep_stat *out);
 

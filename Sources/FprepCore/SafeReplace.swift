@@ -1,0 +1,154 @@
+import CFprepSys
+import FoundationEssentials
+import Glibc
+
+/// Puts a file written beside a user's file in its place, or removes the
+/// file, without losing a byte a program writes into it meanwhile.
+///
+/// A rename (or unlink) alone would lose a write that lands between the last
+/// check and the rename, and every later write of a program that holds the
+/// file open (it writes into the replaced file). So:
+/// 1. a write lease on the old file: granted only while no one else has it
+///    open (else this is refused: a program has it open), and every open
+///    from then on waits until it is given back;
+/// 2. under it, the old file is checked once more and the names are
+///    exchanged (`renameat2` RENAME_EXCHANGE; a removal renames it to the
+///    temporary name), so the old file lives on under the temporary name;
+/// 3. the lease is given back (an open that waited goes on, into the old
+///    file) and taken again, which succeeds once no one has it open;
+/// 4. the old file is looked at a last time: unchanged, it goes; written
+///    into, its bytes are the user's and stay as a conflict copy.
+struct SafeReplace {
+    let folder: FolderHandle
+    let name: [UInt8]
+    /// The new file, beside the old one; for a removal, the name the old
+    /// file steps aside to (nothing there).
+    let temporary: [UInt8]
+    let shown: String
+    /// The old file is a placeholder: unchanged means it still holds no data.
+    let expectsDataless: Bool
+    /// Whether the old file goes without a replacement.
+    var removing = false
+
+    enum Outcome: Equatable {
+        /// Done; `keptAs` names the conflict copy of the old file a program
+        /// wrote into meanwhile.
+        case replaced(keptAs: [UInt8]?)
+        /// Nothing was changed, for this reason.
+        case refused(String)
+    }
+
+    /// How long step 3 waits for the programs that opened the old file
+    /// meanwhile to close it.
+    static let closeWait = 10.0
+
+    /// Replaces, when `isUnchanged` says the old file (its stat given) is
+    /// still as fprep last saw it. The temporary is left to the caller when
+    /// refused.
+    func run(isUnchanged: (FileStat) -> Bool) throws -> Outcome {
+        let fd: Int32
+        let opened: FileStat
+        do {
+            (fd, opened) = try folder.openRegular(RepoPath(bytes: name), flags: O_RDONLY)
+        } catch let refusal as ContentRefusal {
+            return .refused(refusal.why)
+        }
+        defer { close(fd) }
+        // Checked before the lease: the check may open the file itself.
+        guard isUnchanged(opened) else { return .refused(Self.changed) }
+        let leased = fprep_take_write_lease(fd) == 0
+        if !leased && errno == EAGAIN {
+            return .refused("it is open in another program; run the command again once that program closes it")
+        }
+        var raw = fprep_stat()
+        guard fprep_fstat(fd, &raw) == 0 else {
+            if leased { _ = fprep_release_lease(fd) }
+            throw SystemError("stat", shown)
+        }
+        let checked = FileStat(raw)
+        guard checked == opened else {
+            if leased { _ = fprep_release_lease(fd) }
+            return .refused(Self.changed)
+        }
+        var aside = true
+        let moved = removing ? renameat(folder.fd, cPath(name), folder.fd, cPath(temporary))
+                             : fprep_rename_exchange(folder.fd, cPath(temporary), cPath(name))
+        if moved != 0 {
+            let code = errno
+            guard !removing, code == EINVAL || code == ENOSYS,
+                  renameat(folder.fd, cPath(temporary), folder.fd, cPath(name)) == 0 else {
+                if leased { _ = fprep_release_lease(fd) }
+                throw SystemError(removing ? "remove" : "rename", shown, code)
+            }
+            // A filesystem without exchange: a plain rename, as before.
+            aside = false
+        }
+        if leased {
+            _ = fprep_release_lease(fd)
+            waitUntilClosedElsewhere(fd)
+        }
+        guard aside else { return .replaced(keptAs: nil) }
+        guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", shown) }
+        let last = FileStat(raw)
+        // The rename itself changes the ctime only.
+        let untouched = last.size == checked.size && last.mtime == checked.mtime && last.blocks == checked.blocks
+            && (!expectsDataless || fprep_holds_no_data(fd) == 1)
+        if untouched {
+            unlinkat(folder.fd, cPath(temporary), 0)
+            return .replaced(keptAs: nil)
+        }
+        _ = fprep_clear_placeholder_marks(fd)
+        return .replaced(keptAs: try keepAsConflictCopy())
+    }
+
+    /// Waits (up to `closeWait`) until no one else has the file open: the
+    /// lease is granted only then.
+    private func waitUntilClosedElsewhere(_ fd: Int32) {
+        let deadline = Date().timeIntervalSince1970 + Self.closeWait
+        var pause: useconds_t = 500
+        while fprep_take_write_lease(fd) != 0 {
+            guard errno == EAGAIN, Date().timeIntervalSince1970 < deadline else { return }
+            usleep(pause)
+            pause = min(pause * 2, 50_000)
+        }
+        _ = fprep_release_lease(fd)
+    }
+
+    /// Renames the old file (now at the temporary name) to a free conflict
+    /// name beside the item; returns that name.
+    private func keepAsConflictCopy() throws -> [UInt8] {
+        for counter in 1...100 {
+            let candidate = TreeMerge.conflictFileName(name, device: DeviceName.current, date: Replica.conflictDate(), counter: counter)
+            if folder.stat(name: candidate) != nil { continue }
+            guard renameat(folder.fd, cPath(temporary), folder.fd, cPath(candidate)) == 0 else {
+                throw SystemError("rename", shown)
+            }
+            return candidate
+        }
+        // No free name: it stays under the temporary name, which recovery
+        // and the scan leave alone.
+        return temporary
+    }
+
+    /// After a crash: what is at the temporary name goes, unless it is the
+    /// old placeholder holding bytes a program wrote (it carries the
+    /// placeholder marks; the new file never does), which is kept.
+    func settleTemporary() {
+        var raw = fprep_stat()
+        guard let fd = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY).fd else {
+            // Not a file (or not there): nothing of fprep's to remove.
+            if fprep_lstat_at(folder.fd, cPath(temporary), &raw) == 0, FileStat(raw).isRegular { unlinkat(folder.fd, cPath(temporary), 0) }
+            return
+        }
+        defer { close(fd) }
+        let marked = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
+        if marked && fprep_holds_no_data(fd) == 0 {
+            _ = fprep_clear_placeholder_marks(fd)
+            _ = try? keepAsConflictCopy()
+            return
+        }
+        unlinkat(folder.fd, cPath(temporary), 0)
+    }
+
+    private static let changed = "it changed meanwhile; the change is kept"
+}

@@ -1,0 +1,472 @@
+import Foundation
+import Glibc
+import Testing
+
+// Files fprep did not make (hard links, FIFOs, sockets, devices, a symlink
+// in place of a folder), programs writing while fprep works on a file, and
+// git's own lock files: nothing anyone wrote is lost, nothing hangs.
+
+private let python = "/usr/bin/python3"
+
+/// The paths of `keptLocal` in a sync's JSON, with their reasons.
+private func kept(_ report: [String: Any]) -> [String: String] {
+    var result: [String: String] = [:]
+    for item in report.objects("keptLocal") {
+        if let path = item.string("path"), let reason = item.string("reason") { result[path] = reason }
+    }
+    return result
+}
+
+/// The remote branch's file list.
+private func remoteFiles(_ box: Sandbox, _ remote: Remote) throws -> Set<String> {
+    Set(try box.gitOK(["ls-tree", "-r", "--name-only", "main"], cwd: remote.path).split(separator: "\n").map(String.init))
+}
+
+/// Runs `sync --json` with a deadline: it must finish, not hang.
+private func syncWithin(_ box: Sandbox, _ replica: String, seconds: Double = 30,
+                        sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: Any] {
+    let result = try box.fprep(["sync", "--json"], cwd: replica, timeout: seconds)
+    #expect(!result.timedOut, "sync hung: \(result)", sourceLocation: sourceLocation)
+    #expect(result.status == 0 && !looksLikeCrash(result.stderr), "sync failed: \(result)", sourceLocation: sourceLocation)
+    return (try? result.json()) ?? [:]
+}
+
+/// Every byte of every regular file directly in `folder`, concatenated.
+private func allBytes(in folder: String) -> Data {
+    var bytes = Data()
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
+        if let info = lstatInfo(folder + "/" + name), info.isRegular { bytes += contents(folder + "/" + name) ?? Data() }
+    }
+    return bytes
+}
+
+@Suite("files fprep did not make")
+struct ForeignFileTests {
+    @Test("evict refuses a file with another hard link; the other name keeps its bytes")
+    func evictRefusesHardLink() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let outside = box.at("outside.txt")
+            #expect(link(replica + "/a.txt", outside) == 0)
+            let result = try box.fprep(["evict", "a.txt"], cwd: replica)
+            expectOneLineError(result, status: 2, mentioning: ["a.txt", "hard links"])
+            #expect(contents(outside) == Data("hello\n".utf8), "the other link was emptied")
+            #expect(contents(replica + "/a.txt") == Data("hello\n".utf8))
+        }
+    }
+
+    @Test("a FIFO or a socket in place of tracked files: sync finishes, reports them, deletes nothing")
+    func fifoAndSocketInPlaceOfTrackedFiles() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "bin.dat"], cwd: replica)
+            // A placeholder and a materialized file become FIFOs; a file a socket.
+            for path in ["a.txt", "bin.dat"] {
+                unlink(replica + "/" + path)
+                #expect(mkfifo(replica + "/" + path, 0o644) == 0)
+            }
+            unlink(replica + "/docs/readme.md")
+            let socket = try Shell.run([python, "-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])",
+                                        replica + "/docs/readme.md"])
+            #expect(socket.status == 0, "\(socket)")
+
+            let report = try syncWithin(box, replica)
+            let skipped = kept(report)
+            #expect(skipped["a.txt"]?.contains("FIFO") == true, "\(report)")
+            #expect(skipped["bin.dat"]?.contains("FIFO") == true, "\(report)")
+            #expect(skipped["docs/readme.md"]?.contains("socket") == true, "\(report)")
+            #expect(try remoteFiles(box, remote).isSuperset(of: ["a.txt", "bin.dat", "docs/readme.md"]))
+            // Materialize and evict leave them alone too, and say why.
+            let materialized = try box.fprep(["materialize", "a.txt"], cwd: replica, timeout: 30)
+            #expect(!materialized.timedOut && materialized.stdout.contains("FIFO"), "\(materialized)")
+            let evicted = try box.fprep(["evict", "docs/readme.md"], cwd: replica, timeout: 30)
+            expectOneLineError(evicted, status: 2, mentioning: ["socket"])
+        }
+    }
+
+    @Test("new FIFOs, sockets and devices in the replica are reported and never committed")
+    func newSpecialFiles() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            #expect(mkfifo(replica + "/new.fifo", 0o644) == 0)
+            try FileManager.default.createDirectory(atPath: replica + "/dev", withIntermediateDirectories: true)
+            let null = try Shell.run(["/usr/bin/mknod", replica + "/dev/null-clone", "c", "1", "3"])
+            #expect(null.status == 0, "\(null)")
+            let socket = try Shell.run([python, "-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])",
+                                        replica + "/new.sock"])
+            #expect(socket.status == 0, "\(socket)")
+
+            let report = try syncWithin(box, replica)
+            let skipped = kept(report)
+            #expect(skipped["new.fifo"]?.contains("FIFO") == true, "\(report)")
+            #expect(skipped["new.sock"]?.contains("socket") == true, "\(report)")
+            #expect(skipped["dev/null-clone"]?.contains("device") == true, "\(report)")
+            let files = try remoteFiles(box, remote)
+            #expect(files.isDisjoint(with: ["new.fifo", "new.sock", "dev/null-clone"]), "\(files)")
+        }
+    }
+
+    @Test("a /dev/zero clone in place of a tracked file is never read (no endless read, no huge allocation)")
+    func zeroDeviceInPlaceOfFile() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let before = try box.blobID(remote, "bin.dat")
+            unlink(replica + "/bin.dat")
+            let zero = try Shell.run(["/usr/bin/mknod", replica + "/bin.dat", "c", "1", "5"])
+            #expect(zero.status == 0, "\(zero)")
+            let report = try syncWithin(box, replica)
+            #expect(kept(report)["bin.dat"]?.contains("character device") == true, "\(report)")
+            #expect(try box.blobID(remote, "bin.dat") == before)
+        }
+    }
+
+    @Test("a symlink in place of a folder: never followed, and named clearly")
+    func symlinkInPlaceOfFolder() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            #expect(rename(replica + "/docs", box.at("elsewhere")) == 0)
+            #expect(symlink(box.at("elsewhere"), replica + "/docs") == 0)
+            let outside = snapshot(box.at("elsewhere"))
+
+            let materialized = try box.fprep(["materialize", "docs/readme.md"], cwd: replica)
+            #expect(materialized.status == 0, "\(materialized)")
+            #expect(materialized.stdout.contains("'docs' is a symlink where the replica has a folder"), "\(materialized)")
+            let evicted = try box.fprep(["evict", "docs/deep/nested.txt"], cwd: replica)
+            expectOneLineError(evicted, status: 2, mentioning: ["'docs' is a symlink where the replica has a folder"])
+            #expect(snapshot(box.at("elsewhere")) == outside, "fprep wrote through the symlink")
+        }
+    }
+}
+
+@Suite("programs writing while fprep works")
+struct ConcurrentWriterTests {
+    /// Holds the placeholder open from before materialize; writes only once
+    /// the name points at another file (the rename happened) or the test
+    /// says fprep is done. Every token it wrote is in its log's count.
+    static let holdingWriter = """
+        import os, sys, time
+        path, ready, stop, log = sys.argv[1:5]
+        f = open(path, 'ab', buffering=0)
+        inode = os.fstat(f.fileno()).st_ino
+        open(ready, 'w').close()
+        while not os.path.exists(stop):
+            try:
+                if os.stat(path).st_ino != inode: break
+            except FileNotFoundError:
+                break
+            time.sleep(0.0005)
+        n = 0
+        for _ in range(20):
+            f.write(b'<token-%d>' % n); n += 1
+            time.sleep(0.001)
+        f.close()
+        open(log, 'w').write(str(n))
+        """
+
+    @Test("a program holding a placeholder open while it is materialized keeps every byte it writes")
+    func writerDuringMaterialize() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let ready = box.at("ready"), stop = box.at("stop"), log = box.at("log")
+            let writer = try box.spawn([python, "-c", Self.holdingWriter, replica + "/bin.dat", ready, stop, log])
+            let deadline = monotonicSeconds() + 20
+            while !exists(ready) && writer.isRunning && monotonicSeconds() < deadline { usleep(1_000) }
+            try #require(exists(ready), "the writer did not start")
+
+            let result = try box.fprep(["materialize", "bin.dat", "--json"], cwd: replica)
+            #expect(result.status == 0, "\(result)")
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            let done = writer.wait(timeout: 30)
+            #expect(done.status == 0, "\(done)")
+            let count = Int(String(decoding: contents(log) ?? Data(), as: UTF8.self)) ?? 0
+            #expect(count == 20)
+            let everything = allBytes(in: replica)
+            for n in 0..<count {
+                #expect(everything.range(of: Data("<token-\(n)>".utf8)) != nil, "token \(n) was lost: \(result)")
+            }
+        }
+    }
+
+    /// Opens the file the moment fprep holds a lease on it (its open waits
+    /// until the lease is given back), appends a token and closes; if no
+    /// lease shows up before fprep ends, appends all the same.
+    static let leaseRacer = """
+        import os, sys
+        path, pid, log = sys.argv[1], sys.argv[2], sys.argv[3]
+        inode = str(os.stat(path).st_ino)
+        def leased():
+            for line in open('/proc/locks'):
+                fields = line.split()
+                if 'LEASE' in fields and any(f.count(':') == 2 and f.rsplit(':', 1)[1] == inode for f in fields):
+                    return True
+            return False
+        def gone():
+            try:
+                return open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0] in 'ZX'
+            except OSError:
+                return True
+        found = 'gone'
+        while not gone():
+            if leased():
+                found = 'leased'
+                break
+        with open(path, 'ab') as f:
+            f.write(b'<lease-token>')
+        open(log, 'w').write(found)
+        """
+
+    /// Runs fprep under strace, which holds each of its `renameat2` calls
+    /// (the swap of a file under its lease) for 30 ms, while `leaseRacer`
+    /// opens `watched` the moment the lease is there: the open waits for
+    /// the swap, then writes into the old file. Returns fprep's result, the
+    /// racer's log ("leased" when it met the lease) and the bytes of every
+    /// file in `folder`.
+    static func raceTheSwap(_ box: Sandbox, _ args: [String], cwd: String, watched: String,
+                            folder: String) throws -> (RunResult, String, Data) {
+        let log = box.at("log")
+        let traced = try box.spawn(["/usr/bin/strace", "-qq", "-o", "/dev/null", "-e", "trace=renameat2",
+                                    "-e", "inject=renameat2:delay_enter=30000", Binaries.fprep] + args, cwd: cwd)
+        let racer = try box.spawn([python, "-c", Self.leaseRacer, watched, String(traced.pid), log])
+        let result = traced.wait(timeout: 60)
+        let raced = racer.wait(timeout: 60)
+        #expect(raced.status == 0, "\(raced)")
+        return (result, String(decoding: contents(log) ?? Data(), as: UTF8.self), allBytes(in: folder))
+    }
+
+    static let straceWorks = (try? Shell.run(["/usr/bin/strace", "-qq", "-o", "/dev/null", "/bin/true"]))?.status == 0
+
+    @Test("a program that opens a placeholder while materialize swaps it keeps its bytes, as a conflict copy",
+          .enabled(if: straceWorks, "needs strace to hold the swap"))
+    func writerOpeningDuringMaterializeSwap() throws {
+        try withSandbox { box in
+            var nodes = standardTree
+            for n in 0..<20 { nodes["many/f\(n).txt"] = .text("file \(n)\n") }
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let (result, log, everything) = try Self.raceTheSwap(box, ["materialize", "many"], cwd: replica,
+                                                                  watched: replica + "/many/f9.txt", folder: replica + "/many")
+            #expect(result.status == 0, "\(result)")
+            #expect(log == "leased", "the racer never met the lease: \(result)")
+            #expect(everything.range(of: Data("<lease-token>".utf8)) != nil, "the token was lost: \(result)")
+            #expect(contents(replica + "/many/f9.txt") == Data("file 9\n".utf8))
+            let copies = ((try? FileManager.default.contentsOfDirectory(atPath: replica + "/many")) ?? []).filter { $0.contains("conflict") }
+            #expect(copies.count == 1 && result.stdout.contains("kept as"), "\(copies) \(result)")
+        }
+    }
+
+    @Test("a program that opens a file while sync swaps in the remote's version keeps its bytes, as a conflict copy",
+          .enabled(if: straceWorks, "needs strace to hold the swap"))
+    func writerOpeningDuringSyncSwap() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try box.gitOK(["commit", "-q", "-am", "change"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let (result, log, everything) = try Self.raceTheSwap(box, ["sync"], cwd: replica, watched: replica + "/a.txt", folder: replica)
+            #expect(result.status == 0, "\(result)")
+            #expect(log == "leased", "the racer never met the lease: \(result)")
+            #expect(everything.range(of: Data("<lease-token>".utf8)) != nil, "the token was lost: \(result)")
+            let copies = ((try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []).filter { $0.contains("conflict") }
+            #expect(copies.count == 1, "\(copies) \(result)")
+        }
+    }
+
+    @Test("programs holding files open while sync replaces and deletes them keep every byte they write")
+    func writersDuringSync() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            // The remote changes a placeholder and a materialized file, and deletes one.
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try Data("changed too\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/readme.md"))
+            try box.gitOK(["rm", "-q", "bin.dat"], cwd: work)
+            try box.gitOK(["commit", "-q", "-am", "change and delete"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+
+            let stop = box.at("stop")
+            var writers: [(Spawned, String)] = []
+            for (n, path) in ["a.txt", "docs/readme.md", "bin.dat"].enumerated() {
+                let ready = box.at("ready-\(n)"), log = box.at("log-\(n)")
+                writers.append((try box.spawn([python, "-c", Self.holdingWriter, replica + "/" + path, ready, stop, log]), log))
+                let deadline = monotonicSeconds() + 20
+                while !exists(ready) && monotonicSeconds() < deadline { usleep(1_000) }
+                try #require(exists(ready), "writer \(n) did not start")
+            }
+            let report = try syncWithin(box, replica)
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            var everything = Data()
+            var counts: [Int] = []
+            for (writer, log) in writers {
+                let done = writer.wait(timeout: 30)
+                #expect(done.status == 0, "\(done)")
+                counts.append(Int(String(decoding: contents(log) ?? Data(), as: UTF8.self)) ?? 0)
+            }
+            everything = allBytes(in: replica) + allBytes(in: replica + "/docs")
+            #expect(counts == [20, 20, 20])
+            for n in 0..<20 {
+                let occurrences = everything.ranges(of: Data("<token-\(n)>".utf8)).count
+                #expect(occurrences == 3, "token \(n) is in \(occurrences) of 3 files: \(report)")
+            }
+        }
+    }
+
+    /// Waits until fprep has read the whole file through a read-write
+    /// descriptor (the evict's check of its content; its position is at the
+    /// end), or holds a lease on it (/proc/locks), or has ended, then
+    /// appends a token: on the old code that landed between the check and
+    /// the punch.
+    static let evictRacer = """
+        import os, sys, time
+        path, pid, log = sys.argv[1], sys.argv[2], sys.argv[3]
+        size = os.stat(path).st_size
+        inode = str(os.stat(path).st_ino)
+        real = os.path.realpath(path)
+        def leased():
+            for line in open('/proc/locks'):
+                fields = line.split()
+                if 'LEASE' in fields and any(f.count(':') == 2 and f.rsplit(':', 1)[1] == inode for f in fields):
+                    return True
+            return False
+        def state():
+            if leased(): return 'leased'
+
+            try:
+                if open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0] in 'ZX': return 'gone'
+                fds = os.listdir('/proc/%s/fd' % pid)
+            except OSError:
+                return 'gone'
+            for fd in fds:
+                try:
+                    if os.readlink('/proc/%s/fd/%s' % (pid, fd)) != real: continue
+                    info = dict(l.split(':', 1) for l in open('/proc/%s/fdinfo/%s' % (pid, fd)).read().splitlines() if ':' in l)
+                    if int(info['flags'].strip(), 8) & 3 == 2 and int(info['pos']) >= size: return 'read'
+                except (OSError, KeyError, ValueError):
+                    pass
+            return 'wait'
+        deadline = time.time() + 60
+        found = 'wait'
+        while time.time() < deadline and found == 'wait':
+            found = state()
+        with open(path, 'ab') as f:
+            f.write(b'<evict-token>')
+        open(log, 'w').write(found)
+        """
+
+    @Test("a write that lands while evict checks a file is never punched away")
+    func writerDuringEvict() throws {
+        try withSandbox { box in
+            var nodes = standardTree
+            nodes["big.dat"] = .file(Data(repeating: 0x61, count: 24 << 20))
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let path = replica + "/big.dat"
+            var leases = 0
+            for round in 0..<3 {
+                try box.fprepOK(["materialize", "big.dat"], cwd: replica)
+                // A new date with the same bytes: evict reads the file to be sure.
+                var times = [timespec(tv_sec: 1_700_000_100 + round, tv_nsec: 0), timespec(tv_sec: 1_700_000_100 + round, tv_nsec: 0)]
+                #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+                let log = box.at("log-\(round)")
+                let evict = try box.spawnFprep(["evict", "big.dat"], cwd: replica)
+                let racer = try box.spawn([python, "-c", Self.evictRacer, path, String(evict.pid), log])
+                let evicted = evict.wait(timeout: 60)
+                let raced = racer.wait(timeout: 60)
+                #expect(raced.status == 0 && exists(log), "\(raced)")
+                leases += String(decoding: contents(log) ?? Data(), as: UTF8.self) == "leased" ? 1 : 0
+                #expect(evicted.status == 0 || evicted.status == 2, "\(evicted)")
+                let data = contents(path) ?? Data()
+                #expect(data.range(of: Data("<evict-token>".utf8)) != nil, "round \(round): the token was punched away: \(evicted)")
+                // The written bytes become a commit (or a conflict copy); start over.
+                _ = try syncWithin(box, replica)
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? [] where name.contains("conflict") {
+                    unlink(replica + "/" + name)
+                }
+                _ = try syncWithin(box, replica)
+            }
+            // The writes did race the evict: they met its lease and waited.
+            #expect(leases > 0, "the writer never met evict's lease")
+        }
+    }
+}
+
+@Suite("git's locks")
+struct GitLockTests {
+    @Test("an index.lock a live git holds is never removed; sync refuses, naming it, and a stale one still goes")
+    func liveIndexLock() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let lock = replica + "/.git/index.lock"
+            let holder = try box.spawn(["/bin/sh", "-c", "exec 3>.git/index.lock; exec sleep 120"], cwd: replica)
+            let deadline = monotonicSeconds() + 10
+            while !exists(lock) && monotonicSeconds() < deadline { usleep(1_000) }
+            try #require(exists(lock))
+            // Older than the two seconds after which a lock used to count as stale.
+            var times = [timespec(tv_sec: time(nil) - 60, tv_nsec: 0), timespec(tv_sec: time(nil) - 60, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, lock, &times, 0) == 0)
+
+            let result = try box.fprep(["sync"], cwd: replica, timeout: 30)
+            #expect(!result.timedOut)
+            expectOneLineError(result, mentioning: ["git is running", "index.lock", "pid \(holder.pid)"])
+            #expect(exists(lock), "the live lock was removed")
+            #expect(holder.isRunning)
+
+            // Once its holder is gone, the lock is stale: the next command removes it.
+            _ = holder.kill9()
+            #expect(exists(lock))
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(!exists(lock))
+        }
+    }
+    @Test("a git commit waiting on its editor (index.lock closed meanwhile) is not broken by a sync")
+    func gitCommitWithEditor() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("one\n".utf8).write(to: URL(fileURLWithPath: replica + "/new.txt"))
+            try box.gitOK(["add", "new.txt"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
+            try Data("two\n".utf8).write(to: URL(fileURLWithPath: replica + "/new.txt"))
+            // `git commit PATH` writes index.lock, closes it, and keeps it
+            // while the editor runs; the editor waits for the test.
+            let editing = box.at("editing"), go = box.at("go")
+            let editor = "sh -c 'touch \(editing); while [ ! -e \(go) ]; do sleep 0.05; done; echo message > \"$1\"' editor"
+            let commit = try box.spawn([Binaries.git, "commit", "-q", "new.txt"], cwd: replica,
+                                       env: ["GIT_EDITOR": editor, "GIT_NO_LAZY_FETCH": "1"])
+            let deadline = monotonicSeconds() + 20
+            while !exists(editing) && commit.isRunning && monotonicSeconds() < deadline { usleep(2_000) }
+            try #require(exists(editing) && exists(replica + "/.git/index.lock"), "git commit did not reach its editor")
+
+            let result = try box.fprep(["sync"], cwd: replica, timeout: 30)
+            expectOneLineError(result, mentioning: ["git is running", "index.lock"])
+            FileManager.default.createFile(atPath: go, contents: nil)
+            let committed = commit.wait(timeout: 30)
+            #expect(committed.status == 0, "git commit failed: \(committed)")
+            #expect(try box.gitOK(["log", "-1", "--format=%s"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"]) == "message")
+        }
+    }
+}
