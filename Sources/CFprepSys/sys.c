@@ -328,11 +328,3 @@ static void create_one_placeholder(void *context, size_t i) {
 void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads) {
     fprep_parallel_for(count, threads, create_one_placeholder, (void *)jobs);
 }
-
-int fprep_exchange_at(int dirfd, const char *a, const char *b) {
-    return (int)syscall(SYS_renameat2, dirfd, a, dirfd, b, RENAME_EXCHANGE);
-}
-
-int fprep_rename_noreplace_at(int dirfd, const char *from, const char *to) {
-    return (int)syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE);
-}

@@ -116,7 +116,7 @@ extension Replica {
                 throw error
             }
         }
-        guard fprep_rename_noreplace_at(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
+        guard fprep_rename_noreplace(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
             let code = errno
             unlinkat(folder.fd, cPath(temporary), 0)
             if code == EEXIST { throw FprepError(.usage, "'\(userPath)' exists; move it away first to restore the deleted version") }

@@ -106,7 +106,7 @@ final class WrittenPlaceholder {
                                      raw.baseAddress, raw.count, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds), nil)
         }
         guard created == 0 else { throw SystemError("create placeholder", path.description) }
-        guard fprep_exchange_at(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
+        guard fprep_rename_exchange(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
             let code = errno
             unlinkat(folder.fd, cPath(temporary), 0)
             throw SystemError("put the placeholder back at", path.description, code)
@@ -117,7 +117,7 @@ final class WrittenPlaceholder {
             return true
         }
         // Another program replaced the file since: its file goes back.
-        guard fprep_exchange_at(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
+        guard fprep_rename_exchange(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
             throw SystemError("put back the file at", path.description)
         }
         unlinkat(folder.fd, cPath(temporary), 0)

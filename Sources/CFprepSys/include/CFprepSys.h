@@ -52,16 +52,6 @@ int fprep_create_placeholder(int dirfd, const char *name, mode_t mode, off_t siz
 int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob_len,
                                long long mtime_sec, long mtime_nsec, struct stat *out);
 
-/* Swaps the entries `a` and `b` of the folder `dirfd` at once (renameat2 with
- * RENAME_EXCHANGE): both names exist throughout, so a crash leaves either the
- * old or the new file at each name, never nothing. Returns 0 or -1 with errno. */
-int fprep_exchange_at(int dirfd, const char *a, const char *b);
-
-/* Renames `from` to `to` in the folder `dirfd` unless `to` exists (renameat2
- * with RENAME_NOREPLACE: EEXIST then), so a file that appeared meanwhile is
- * never replaced. Returns 0 or -1 with errno. */
-int fprep_rename_noreplace_at(int dirfd, const char *from, const char *to);
-
 /* Removes the placeholder xattrs from the open file `fd` (a file that holds
  * its content again); attributes that are not there are no error. */
 int fprep_clear_placeholder_marks(int fd);
