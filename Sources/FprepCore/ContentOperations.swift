@@ -114,10 +114,13 @@ struct ContentOperations {
 
         var wanted: [IndexEntry] = []
         var alreadyThere: [RepoPath] = []
+        let classifier = StateClassifier(root: replica.rootFolder, index: index)
         for entry in entries {
             let path = RepoPath(bytes: entry.path)
-            switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
+            switch classifier.state(of: entry) {
             case .dataless where entry.skipWorktree: wanted.append(entry)
+            case .modified where entry.skipWorktree && replica.rootFolder.stat(path).map({ classifier.holdsNoUserBytes(entry, stat: $0) }) == true:
+                wanted.append(entry)  // a placeholder whose mode changed: its content comes with that mode
             case .materialized, .dataless: alreadyThere.append(path)
             case .modified:
                 if let special = specialReason(path) {
@@ -177,7 +180,7 @@ struct ContentOperations {
         for (entry, folder, temporary) in written {
             let path = RepoPath(bytes: entry.path)
             let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description, expectsDataless: true)
-            switch try swap.run(isUnchanged: { StateClassifier(root: replica.rootFolder, index: index).state(of: entry, stat: $0) == .dataless }) {
+            switch try swap.run(isUnchanged: { classifier.holdsNoUserBytes(entry, stat: $0) }) {
             case .refused(let reason):
                 unlinkat(folder.fd, cPath(temporary), 0)
                 result.skipped.append(Skipped(path: path.description, reason: "not materialized: \(reason)"))
@@ -227,10 +230,14 @@ struct ContentOperations {
             guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
                 throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id); nothing was written")
             }
-            let mode: mode_t = entry.mode == 0o100755 ? 0o777 : 0o666
+            // The placeholder's own permissions: a chmod made to it before
+            // its content came is the user's change of mode, not undone.
+            let current = folder.stat(name: path.name).map { mode_t(truncatingIfNeeded: $0.mode) & 0o7777 }
+            let mode: mode_t = current ?? (entry.mode == 0o100755 ? 0o777 : 0o666)
             let fd = openat(folder.fd, cPath(name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
             guard fd >= 0 else { throw SystemError("create", path.description) }
             defer { close(fd) }
+            if current != nil { _ = fchmod(fd, mode) }  // exactly, whatever the umask
             try writeAll(fd, bytes, shown: path.description)
             _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
             return Int64(bytes.count)

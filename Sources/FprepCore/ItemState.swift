@@ -94,6 +94,16 @@ struct StateClassifier {
         return .written
     }
 
+    /// Whether a placeholder still holds nothing of the user's: dataless,
+    /// or only its mode changed (materializing it keeps that mode).
+    func holdsNoUserBytes(_ entry: IndexEntry, stat: FileStat) -> Bool {
+        switch state(of: entry, stat: stat) {
+        case .dataless: return true
+        case .modified: if case .mode = placeholderChange(of: entry, stat: stat) { return true } else { return false }
+        default: return false
+        }
+    }
+
     func isRacy(_ recorded: StatData) -> Bool {
         let seconds = Int64(recorded.mtimeSeconds)
         return seconds > indexTime.seconds || (seconds == indexTime.seconds && Int64(recorded.mtimeNanoseconds) >= indexTime.nanoseconds)

@@ -260,6 +260,23 @@ struct ModeTests {
         }
     }
 
+    @Test("materialize keeps a mode given to the placeholder before, and sync shares it")
+    func materializeKeepsChmod() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let one = box.at("one")
+            _ = try box.clone(remote.path, one)
+            #expect(chmod(one + "/a.txt", 0o755) == 0)
+            let done = try box.fprepJSON(["materialize", "a.txt"], cwd: one)
+            #expect(done.strings("materialized") == ["a.txt"], "\(done)")
+            #expect(lstatInfo(one + "/a.txt")?.permissions == 0o755)
+            #expect(contents(one + "/a.txt") == remote.files["a.txt"])
+            try box.fprepOK(["sync"], cwd: one)
+            #expect(try box.remoteTree(remote.path)["a.txt"]?.mode == "100755")
+            #expect(try box.remoteBlob(remote.path, "a.txt") == remote.files["a.txt"])
+        }
+    }
+
     @Test("a remote chmod of a materialized file is applied, not reverted, and two devices do not flip it")
     func remoteChmodConverges() throws {
         try withSandbox { box in
