@@ -22,6 +22,10 @@ public enum Transport {
         if let branch { arguments += ["--branch", branch] }
         arguments += ["--", transportURL(url), scratchWorkTree]
         try GitCommand.run(arguments, showProgress: showProgress)
+        // A single-branch clone fetches no other refspec: fprep's refs (the
+        // size manifest, the remote's info) come in a fetch of their own.
+        try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                            "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
     }
 
     /// The followed branch is not on the remote (any more).
