@@ -227,8 +227,9 @@ struct RemoteTreeTests {
         }
     }
 
-    @Test("a remote history replaced under local work: the work is replayed onto the new tip, kept in a backup ref, and said where")
-    func replacedHistoryKeepsWork() throws {
+    @Test("a remote history rewound or replaced under local work: the work is replayed onto the new tip, kept in a backup ref, and said where",
+          arguments: [false, true])
+    func rewrittenHistoryKeepsWork(replace: Bool) throws {
         try withSandbox { box in
             let remote = try box.makeRemote(nodes: Self.small)
             let work = box.at("work")
@@ -240,18 +241,26 @@ struct RemoteTreeTests {
             try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/a.txt"))
             try Data("new here\n".utf8).write(to: URL(fileURLWithPath: replica + "/local.txt"))
 
-            // The owner replaces the whole history with one unrelated commit.
-            let fresh = try box.writeObject(Data("fresh\n".utf8), in: remote.path)
-            let tree = try box.writeSortedTree([("100644", Array("fresh.txt".utf8), fresh)], in: remote.path)
-            let replaced = try box.commitOnMain(remote.path, tree: tree, message: "new history", parent: nil)
+            // The owner rewinds the branch, or replaces the whole history
+            // with one unrelated commit.
+            let newTip: String
+            if replace {
+                let fresh = try box.writeObject(Data("fresh\n".utf8), in: remote.path)
+                let tree = try box.writeSortedTree([("100644", Array("fresh.txt".utf8), fresh)], in: remote.path)
+                newTip = try box.commitOnMain(remote.path, tree: tree, message: "new history", parent: nil)
+            } else {
+                newTip = remote.commit
+                try box.gitOK(["update-ref", "refs/heads/main", newTip], cwd: remote.path)
+            }
 
             let result = try box.fprepOK(["sync"], cwd: replica)
             #expect(!result.stdout.contains("clone it anew"))
             #expect(result.stdout.contains("refs/fprep/backup/"), "\(result)")
-            #expect(try box.gitOK(["rev-parse", "main^"], cwd: remote.path) == replaced, "the work goes on top of the new tip")
+            #expect(try box.gitOK(["rev-parse", "main^"], cwd: remote.path) == newTip, "the work goes on top of the new tip")
+            #expect(try box.git(["rev-parse", "main^2"], cwd: remote.path).status != 0, "no merge with the dropped history")
             #expect(try box.gitOK(["show", "main:local.txt"], cwd: remote.path) == "new here")
             #expect(try box.gitOK(["show", "main:a.txt"], cwd: remote.path) == "mine")
-            #expect(try box.gitOK(["show", "main:fresh.txt"], cwd: remote.path) == "fresh")
+            if replace { #expect(try box.gitOK(["show", "main:fresh.txt"], cwd: remote.path) == "fresh") }
             #expect(try box.git(["cat-file", "-e", "main:dropped.txt"], cwd: remote.path).status != 0, "the dropped history stays dropped")
             let backup = try box.gitOK(["for-each-ref", "--format=%(refname)", "refs/fprep/backup"], cwd: replica)
             #expect(try box.gitOK(["show", backup + ":local.txt"], cwd: replica) == "new here")
