@@ -157,6 +157,34 @@ struct RemoteTreeTests {
         }
     }
 
+    @Test("a hostile tree met while local work waits is refused by the merge; the work is pushed once the remote is fixed")
+    func hostileTreeUnderLocalWork() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/local.txt"))
+            let dup = HostilePush.all[3]  // a second 'a.txt': refused while the trees are read
+            try dup.push(box, remote.path)
+            let hostile = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let refused = try box.fprep(["sync"], cwd: replica)
+            expectOneLineError(refused, mentioning: ["a.txt", "stays at"])
+            let waiting = try box.anchor(replica)
+            #expect(waiting != remote.commit, "the local work is committed")
+            #expect(try box.fprepJSON(["status"], cwd: replica).string("waitingToPush") == waiting)
+            expectOneLineError(try box.fprep(["sync"], cwd: replica), mentioning: ["a.txt", "stays at \(waiting.prefix(12))"])
+
+            let good = try box.writeObject(Data("good\n".utf8), in: remote.path)
+            let fixed = try box.writeSortedTree(try box.rootEntries(remote.path, remote.commit) + [("100644", Array("good.txt".utf8), good)],
+                                                in: remote.path)
+            try box.commitOnMain(remote.path, tree: fixed, message: "fixed", parent: hostile)
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["show", "main:local.txt"], cwd: remote.path) == "mine")
+            #expect(try box.gitOK(["show", "main:good.txt"], cwd: remote.path) == "good")
+            #expect(exists(replica + "/good.txt"))
+        }
+    }
+
     @Test("clone of a tree 10,000 folders deep is refused in one line, quickly, and creates nothing")
     func cloneRefusesDeepTree() throws {
         try withSandbox { box in
