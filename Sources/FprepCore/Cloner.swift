@@ -221,6 +221,7 @@ public enum Cloner {
             try store.setMeta("branch", followed)
             try store.setMeta("domain", domain)
             try store.setMeta("anchor", anchor?.hex ?? "")
+            try store.setMeta(Replica.remoteTipKey, anchor?.hex ?? "")
             try store.setMeta("cloned_at", String(Int64(Date().timeIntervalSince1970)))
             try store.setMeta("phase", "layout")
         }

@@ -81,10 +81,12 @@ extension Replica {
 
         // 2. Fetch, then merge, lay out and push until the push lands.
         for attempt in 1...5 {
-            // What the remote had when this replica last reached it: a tip
+            // The remote's tip this replica last took in (or pushed): a tip
             // that is not in the remote's history any more means the remote
-            // rewrote it (a force-push).
-            let lastRemote = try repository.referenceTarget("refs/remotes/origin/" + branch)
+            // rewrote it (a force-push). Kept in the store, not read from the
+            // tracking ref, which a fetch moves even when the sync then fails.
+            let lastRemote = try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:))
+                ?? repository.referenceTarget("refs/remotes/origin/" + branch)
             do {
                 try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
             } catch is Transport.BranchNotFound {
@@ -104,6 +106,7 @@ extension Replica {
                 // An empty replica: take the remote as it is.
                 let journal = SyncJournal(from: nil, to: theirs.hex)
                 merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index))
+                try store.setMeta(Self.remoteTipKey, theirs.hex)
                 break
             }
             let target: ObjectID
@@ -118,6 +121,7 @@ extension Replica {
                 let operation = try store.beginOperation("sync", payload: journal.encoded())
                 merge(&report, try applySync(journal, operation: operation, index: index))
             }
+            try store.setMeta(Self.remoteTipKey, theirs.hex)
             // Push what the remote does not have yet.
             guard try !repository.isAncestor(target, of: theirs) else {
                 try store.setMeta("unpushed", "")
@@ -127,6 +131,7 @@ extension Replica {
             do {
                 try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
                 try store.setMeta("unpushed", "")
+                try store.setMeta(Self.remoteTipKey, target.hex)
                 report.pushed = target.hex
                 Trace.mark("push")
                 break
@@ -218,6 +223,9 @@ extension Replica {
         try repository.setReference(name, to: commit, message: "fprep: the remote dropped this history")
         return name
     }
+
+    /// The store's key for the remote's tip the replica last took in or pushed.
+    static let remoteTipKey = "remote_tip"
 
     /// A refused remote tree said as a sync's error: the entry, why, and
     /// that the replica stays at its anchor (other errors pass through).

@@ -297,6 +297,38 @@ struct RemoteTreeTests {
         }
     }
 
+    @Test("a rewrite first met by a sync that fails is still a rewrite to the next sync: the dropped commits stay dropped")
+    func rewriteRememberedAcrossAFailedSync() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            let dropped = try box.commitAndPush(work, file: "dropped.txt", content: "dropped\n").commit
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/local.txt"))
+
+            // The owner rewinds to the first commit and pushes a broken tree on it...
+            try box.gitOK(["update-ref", "refs/heads/main", remote.commit], cwd: remote.path)
+            try HostilePush.all[3].push(box, remote.path)
+            let hostile = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            expectOneLineError(try box.fprep(["sync"], cwd: replica), mentioning: ["a.txt"])
+            // ...then fixes it on top.
+            let good = try box.writeObject(Data("good\n".utf8), in: remote.path)
+            let fixed = try box.writeSortedTree(try box.rootEntries(remote.path, remote.commit) + [("100644", Array("good.txt".utf8), good)],
+                                                in: remote.path)
+            let fix = try box.commitOnMain(remote.path, tree: fixed, message: "fixed", parent: hostile)
+
+            let result = try box.fprepOK(["sync"], cwd: replica)
+            #expect(result.stdout.contains("refs/fprep/backup/"), "\(result)")
+            #expect(try box.gitOK(["rev-parse", "main^"], cwd: remote.path) == fix)
+            #expect(try box.git(["merge-base", "--is-ancestor", dropped, "main"], cwd: remote.path).status != 0,
+                    "the dropped commit came back")
+            #expect(try box.gitOK(["show", "main:local.txt"], cwd: remote.path) == "mine")
+            #expect(!exists(replica + "/dropped.txt"))
+        }
+    }
+
     @Test("a broken branch the replica does not follow breaks neither its clone nor its sync")
     func brokenOtherBranch() throws {
         try withSandbox { box in
