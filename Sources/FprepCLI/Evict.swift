@@ -34,7 +34,7 @@ struct Evict: ParsableCommand {
         } else {
             print("evicted \(count(result.evicted.count, "file")) (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
             for refused in result.refused {
-                Console.error("fprep: cannot evict '\(refused.path)': \(refused.reason)\n")
+                printError("fprep: cannot evict '\(refused.path)': \(refused.reason)")
             }
         }
         if !result.refused.isEmpty { throw ExitCode(2) }

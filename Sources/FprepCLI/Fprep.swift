@@ -45,14 +45,14 @@ public struct Fprep: ParsableCommand {
             Glibc.exit(error.rawValue)
         } catch {
             if let message = ErrorRendering.unexpected(error) {
-                Console.error("fprep: \(message)\n")
+                printError("fprep: \(message)")
                 Glibc.exit(1)
             }
             // --help and --version print and exit 0; a usage mistake is one line.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
             let message = self.message(for: error).split(separator: "\n").first.map(String.init) ?? "bad usage"
-            Console.error("fprep: \(message.replacingAll("Error: ", with: "")) (see 'fprep --help')\n")
+            printError("fprep: \(message.replacingAll("Error: ", with: "")) (see 'fprep --help')")
             Glibc.exit(code.rawValue)
         }
     }
@@ -79,7 +79,7 @@ public struct Fprep: ParsableCommand {
     }
 
     static func report(_ error: FprepError) {
-        Console.error("fprep: \(error.message)\n")
+        printError("fprep: \(error.message)")
         if Verbosity.verbose, let detail = error.detail, !detail.isEmpty {
             Console.error((detail.hasSuffix("\n") ? detail : detail + "\n"))
         }

@@ -21,15 +21,13 @@ struct Status: ParsableCommand {
         let opened = try replica.open("status", exclusive: false)
         let report = try opened.status()
         if json { return try JSONOutput.print(report) }
-        print("""
-            replica:      \(report.root)
-            domain:       \(report.domain)
-            remote:       \(report.remote) (branch \(report.branch))
-            anchor:       \(report.anchor ?? "(empty remote)")
-            items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders
-            logical size: \(humanSize(report.logicalSize))
-            on disk:      \(humanSize(report.bytesOnDisk))
-            """)
+        print("replica:      \(report.root)")
+        print("domain:       \(report.domain)")
+        print("remote:       \(report.remote) (branch \(report.branch))")
+        print("anchor:       \(report.anchor ?? "(empty remote)")")
+        print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders")
+        print("logical size: \(humanSize(report.logicalSize))")
+        print("on disk:      \(humanSize(report.bytesOnDisk))")
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }

@@ -43,8 +43,21 @@ struct ReplicaLocation: Equatable {
         Trace.start()
         return try Replica.open(containing: baseDirectory, access: Replica.Access(
             command: command, exclusive: exclusive, wait: !noWait, progress: TerminalProgress.make(),
-            onWait: { message in Console.error("fprep: \(message)\n") }))
+            onWait: { message in printError("fprep: \(message)") }))
     }
+}
+
+/// Every human-readable line a command prints goes through here (this
+/// shadows the standard library's `print` in the CLI): the names in it are
+/// the user's or a remote's, and a control character in one must neither
+/// reach the terminal (an escape sequence) nor start a line of its own.
+func print(_ line: String) {
+    Console.output(Console.escaped(line) + "\n")
+}
+
+/// One line on standard error, escaped like `print`'s.
+func printError(_ line: String) {
+    Console.error(Console.escaped(line) + "\n")
 }
 
 /// Whether errors show their detail; set once from `--verbose` before work starts.

@@ -41,10 +41,13 @@ struct Sync: ParsableCommand {
         for conflict in report.conflicts {
             print("conflict: \(conflict.path) (\(conflict.reason)): the remote's version keeps the name, yours is '\(conflict.copy)'")
         }
+        if let backup = report.backup {
+            print("the remote's history was rewritten: the replica's previous anchor is kept at \(backup) (see 'git log \(backup)' in the replica)")
+        }
         if let pushed = report.pushed { print("pushed \(pushed.prefix(12))") }
         if let waiting = report.waitingToPush {
-            for kept in report.keptLocal where kept.path.isEmpty { Console.error("fprep: \(kept.reason)\n") }
-            Console.error("fprep: commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable\n")
+            for kept in report.keptLocal where kept.path.isEmpty { printError("fprep: \(kept.reason)") }
+            printError("fprep: commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable")
             throw ExitCode(1)
         }
         guard report.from != report.to else {

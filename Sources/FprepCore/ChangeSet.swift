@@ -39,6 +39,8 @@ struct ChangeSet {
             raw = try TreeDiff(repository).diff(from: oldTree, to: newTree)
         } catch let error as DuplicateTreeEntry {
             throw FprepError.unsafeEntry(RepoPath(bytes: error.path).description, "two entries share this name (a symlink and a folder, say)")
+        } catch let error as TreePathTooLong {
+            throw FprepError.unsafeEntry(TreeEntryRules.shown(RepoPath(bytes: error.path)), TreeEntryRules.pathTooLong)
         }
         Trace.mark("tree diff")
         var set = ChangeSet()

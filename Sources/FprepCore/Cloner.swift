@@ -183,8 +183,8 @@ public enum Cloner {
         if anchor == nil {
             // An empty remote gives an empty replica; a HEAD that names a
             // missing branch of a remote that has others is a mistake to say.
-            let listing = try GitCommand.run(["--git-dir=\(root)/.git", "for-each-ref", "--format=%(refname:lstrip=3)", "refs/remotes/origin"])
-            let branches = String(decoding: listing, as: UTF8.self).split(separator: "\n").filter { $0 != "HEAD" }
+            // The clone fetched one branch: ask the remote for the others.
+            let branches = (try? Transport.branches(gitDirectory: root + "/.git")) ?? []
             if !branches.isEmpty {
                 throw FprepError(.usage, "the remote has no branch '\(followed)' (it has: \(branches.joined(separator: ", "))); pass --branch")
             }
@@ -221,6 +221,7 @@ public enum Cloner {
             try store.setMeta("branch", followed)
             try store.setMeta("domain", domain)
             try store.setMeta("anchor", anchor?.hex ?? "")
+            try store.setMeta(Replica.remoteTipKey, anchor?.hex ?? "")
             try store.setMeta("cloned_at", String(Int64(Date().timeIntervalSince1970)))
             try store.setMeta("phase", "layout")
         }

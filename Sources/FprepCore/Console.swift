@@ -22,6 +22,39 @@ public enum Console {
         }
     }
 
+    /// `text` safe to show on a terminal as one line: control characters
+    /// (C0, DEL, C1) and the code points that break or reorder lines (line
+    /// and paragraph separators, bidirectional overrides) written as
+    /// `\n`, `\t`, `\r`, `\xNN` or `\u{NNNN}`, so a name can neither send
+    /// the terminal an escape sequence nor print a line of its own.
+    public static func escaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
+        var result = ""
+        for scalar in text.unicodeScalars {
+            guard needsEscape(scalar) else {
+                result.unicodeScalars.append(scalar)
+                continue
+            }
+            switch scalar {
+            case "\n": result += "\\n"
+            case "\t": result += "\\t"
+            case "\r": result += "\\r"
+            default:
+                let hex = String(scalar.value, radix: 16)
+                result += scalar.value < 0x80 ? "\\x" + (hex.count < 2 ? "0" + hex : hex) : "\\u{\(hex)}"
+            }
+        }
+        return result
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x00...0x1F, 0x7F...0x9F: true
+        case 0x2028, 0x2029, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
     /// Everything on standard input.
     public static func readInput() -> Data {
         var result = Data()

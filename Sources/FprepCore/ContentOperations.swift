@@ -346,7 +346,13 @@ struct ContentOperations {
     func settle(_ record: StateStore.JournalRecord) throws {
         if record.operation == "sync" {
             guard let journal = SyncJournal.decode(record.payload) else { return try replica.store.endOperation(record.id) }
-            _ = try replica.applySync(journal, operation: record.id, resuming: true)
+            do {
+                _ = try replica.applySync(journal, operation: record.id, resuming: true)
+            } catch let error as FprepError where error.refusal != nil {
+                // A tree refused before anything was written (its record is
+                // ended): the replica stays at its anchor, and the command
+                // that found the record goes on; the next sync says why.
+            }
             return
         }
         guard let journal = ContentJournal.decode(record.payload) else {
@@ -437,10 +443,6 @@ struct ContentOperations {
         var buffer = [CChar](repeating: 0, count: 32)
         let count = fprep_get_xattr_at(root.fd, cPath(path.bytes), "user.fprep.state", &buffer, buffer.count)
         return count == 8 && String(decoding: buffer[0..<8].map { UInt8(bitPattern: $0) }, as: UTF8.self) == "dataless"
-    }
-
-    static func temporaryName(for name: [UInt8], token: String) -> [UInt8] {
-        Array(".".utf8) + name + Array(".fprep-\(token)".utf8)
     }
 
     static func newToken() -> String {

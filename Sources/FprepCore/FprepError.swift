@@ -13,6 +13,9 @@ public struct FprepError: Error, CustomStringConvertible, Sendable {
     public let message: String
     /// Lower-level detail shown with `--verbose`.
     public let detail: String?
+    /// For a refused remote tree entry: the entry and why, so that a
+    /// command can say what the refusal leaves as it was.
+    public internal(set) var refusal: (path: String, reason: String)?
 
     public init(_ kind: Kind, _ message: String, detail: String? = nil) {
         self.kind = kind
@@ -63,7 +66,9 @@ extension FprepError {
     }
 
     static func unsafeEntry(_ path: String, _ reason: String) -> FprepError {
-        FprepError("refusing remote tree entry '\(path)': \(reason); nothing was written (fix the remote's tree)")
+        var error = FprepError("refusing remote tree entry '\(path)': \(reason); nothing was written (fix the remote's tree)")
+        error.refusal = (path, reason)
+        return error
     }
 
     /// Wraps an error from the state database.

@@ -63,9 +63,9 @@ struct LayoutPlan {
         var names = Set<[UInt8]>()
         for entry in tree.entries {
             let child = path.appending(entry.name)
-            if let problem = EntryNameCheck.problem(with: entry.name) {
-                throw FprepError.unsafeEntry(child.description, problem)
-            }
+            // Checked before a folder is entered: the path limit bounds the
+            // depth of this walk.
+            try TreeEntryRules.check(name: entry.name, mode: entry.mode, path: child)
             guard names.insert(entry.name).inserted else {
                 throw FprepError.unsafeEntry(child.description, "two entries share this name (a symlink and a folder, say)")
             }
@@ -89,8 +89,8 @@ struct LayoutPlan {
                 plan.folders.append(child)
                 plan.entries.append(Entry(path: child, folder: folder, name: entry.name, kind: .submodule,
                                           id: entry.id, size: -1, mtime: defaultTime))
-            case .unknown(let raw):
-                throw FprepError.unsafeEntry(child.description, "an unknown file mode \(String(raw, radix: 8))")
+            case .unknown:
+                break  // refused above
             }
         }
     }

@@ -235,7 +235,7 @@ struct LocalScanner {
         var names: [UntrackedCache.Name] = []
         for name in try folder.entryNames() {
             if folderPath.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
-            if Self.isTemporary(name) { continue }
+            if isTemporary(name) { continue }
             let path = folderPath.isEmpty ? name : folderPath + [0x2F] + name
             if index.contains(path) { continue }
             let isDirectory = folder.stat(name: name)?.isDirectory == true
@@ -250,7 +250,7 @@ struct LocalScanner {
     private func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)]) throws -> Int64 {
         guard let folder = try? replica.rootFolder.folder(path) else { return 0 }
         var bytes: Int64 = 0
-        for name in try folder.entryNames() where !Self.isTemporary(name) {
+        for name in try folder.entryNames() where !isTemporary(name) {
             guard let stat = folder.stat(name: name) else { continue }
             bytes += stat.blocks * 512
             let child = path.appending(name)
@@ -263,9 +263,12 @@ struct LocalScanner {
         return bytes
     }
 
-    /// fprep's own temporary files are not the user's.
-    static func isTemporary(_ name: [UInt8]) -> Bool {
-        name.first == 0x2E && name.count > 8 && String(decoding: name, as: UTF8.self).contains(".fprep-")
+    /// fprep's own temporary files are not the user's: a name of their
+    /// shape whose token is an open operation's. A user's file of that
+    /// shape (`.a.fprep-notes`) is synced like any other.
+    func isTemporary(_ name: [UInt8]) -> Bool {
+        guard let token = ContentOperations.temporaryToken(in: name) else { return false }
+        return replica.pendingTemporaryTokens().contains(token)
     }
 
     /// The scan by a walk of the tree, for an index with entries not yet
@@ -289,7 +292,7 @@ struct LocalScanner {
                 if prefix.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
                 guard let stat = folder.stat(name: name) else { continue }
                 bytes += stat.blocks * 512
-                if Self.isTemporary(name) { continue }
+                if isTemporary(name) { continue }
                 let path = prefix.isEmpty ? name : prefix + [0x2F] + name
                 if let (position, entry) = index.find(path) {
                     seen[position] = true

@@ -172,9 +172,10 @@ public final class Replica {
     /// the path is taken as written (symlinks are not resolved), and must
     /// lie inside the replica but outside `.git` and `.fprep`.
     public func itemPath(for userPath: String, relativeTo directory: String) throws -> RepoPath {
-        if userPath.hasPrefix(RepoPath.binaryPrefix) {
-            // An identifier of a path that is not UTF-8, as fprep printed it.
-            return RepoPath(identifier: userPath)
+        if let encoded = RepoPath(encodedIdentifier: userPath) {
+            // An identifier in the encoded form, as fprep printed it (a name
+            // that is not UTF-8); it names the item from the replica's root.
+            return encoded
         }
         let base = userPath.hasPrefix("/") ? "" : directory
         var parts: [Substring] = []

@@ -45,9 +45,10 @@ public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible 
     /// The item identifier as text: the path itself when it is UTF-8, else
     /// `%b64:` and the bytes in URL-safe base64, so that two paths which
     /// differ only in bytes that are not UTF-8 keep two identifiers, and an
-    /// identifier always leads back to its item.
+    /// identifier always leads back to its item. A UTF-8 path that itself
+    /// starts with `%b64:` is encoded too: one identifier, one item.
     public var description: String {
-        if let text = String(validating: bytes, as: UTF8.self) { return text }
+        if let text = String(validating: bytes, as: UTF8.self), !text.hasPrefix(Self.binaryPrefix) { return text }
         return Self.binaryPrefix + Data(bytes).base64EncodedString()
             .replacingAll("+", with: "-").replacingAll("/", with: "_")
             .replacingAll("=", with: "")
@@ -55,18 +56,27 @@ public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible 
 
     static let binaryPrefix = "%b64:"
 
+    /// The path an identifier in the encoded form names; nil when
+    /// `identifier` is not one `description` makes (a plain path that
+    /// happens to start with `%b64:`, say).
+    public init?(encodedIdentifier identifier: String) {
+        guard identifier.hasPrefix(Self.binaryPrefix) else { return nil }
+        var base64 = String(identifier.dropFirst(Self.binaryPrefix.count))
+            .replacingAll("-", with: "+").replacingAll("_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64) else { return nil }
+        let path = RepoPath(bytes: Array(data))
+        guard path.description == identifier else { return nil }
+        self = path
+    }
+
     /// The path an identifier names (the inverse of `description`).
     public init(identifier: String) {
-        if identifier.hasPrefix(Self.binaryPrefix) {
-            var base64 = String(identifier.dropFirst(Self.binaryPrefix.count))
-                .replacingAll("-", with: "+").replacingAll("_", with: "/")
-            while base64.count % 4 != 0 { base64 += "=" }
-            if let data = Data(base64Encoded: base64), String(validating: Array(data), as: UTF8.self) == nil {
-                self.init(bytes: Array(data))
-                return
-            }
+        if let path = RepoPath(encodedIdentifier: identifier) {
+            self = path
+        } else {
+            self.init(identifier)
         }
-        self.init(identifier)
     }
 
     public static func < (lhs: RepoPath, rhs: RepoPath) -> Bool {
@@ -98,6 +108,8 @@ public enum EntryNameCheck {
         if name == [0x2E] || name == [0x2E, 0x2E] { return "a name that points outside its folder" }
         if name.contains(0x2F) { return "a name containing '/'" }
         if name.contains(0) { return "a name containing NUL" }
+        // NAME_MAX: no file system here takes a longer name.
+        if name.count > maxNameLength { return "a name longer than \(maxNameLength) bytes" }
         let folded = foldedForComparison(name)
         for reserved in ["git", "fprep"] {
             let dotted = Array(("." + reserved).utf8)
@@ -107,6 +119,9 @@ public enum EntryNameCheck {
         if folded == Array("git~1".utf8) { return "a name reserved for git's own state" }
         return nil
     }
+
+    /// The longest name a file may have (Linux's NAME_MAX), in bytes.
+    public static let maxNameLength = 255
 
     /// Lowercases ASCII, drops trailing dots and spaces (NTFS) and the
     /// zero-width code points HFS+ ignores, so every spelling of `.git` that

@@ -24,6 +24,9 @@ public struct SyncReport: Sendable, Encodable {
     public var pushed: String?
     /// A commit that could not be pushed (remote unreachable); the next sync pushes it.
     public var waitingToPush: String?
+    /// The ref that keeps the replica's old anchor when the remote's
+    /// history was rewritten under it (a force-push).
+    public var backup: String?
 }
 
 /// The journal payload of a sync: the two anchors it moves between.
@@ -32,6 +35,10 @@ struct SyncJournal: Codable {
     var to: String
     /// Conflicts the merge resolved; they are signalled with the rest.
     var conflicts: [Conflict]? = nil
+    /// The token of the sync's temporary files (`.NAME.fprep-TOKEN`), so
+    /// that recovery removes those and never a user's file of that shape;
+    /// nil in journals of versions that did not record it.
+    var token: String? = ContentOperations.newToken()
 
     func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
     static func decode(_ bytes: [UInt8]) -> SyncJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
@@ -76,8 +83,16 @@ extension Replica {
 
         // 2. Fetch, then merge, lay out and push until the push lands.
         for attempt in 1...5 {
+            // The remote's tip this replica last took in (or pushed): a tip
+            // that is not in the remote's history any more means the remote
+            // rewrote it (a force-push). Kept in the store, not read from the
+            // tracking ref, which a fetch moves even when the sync then fails.
+            let lastRemote = try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:))
+                ?? repository.referenceTarget("refs/remotes/origin/" + branch)
             do {
-                try Transport.fetchTrees(gitDirectory: gitDirectory)
+                try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
+            } catch is Transport.BranchNotFound {
+                throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
             } catch let error as GitCommandError {
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."
@@ -93,29 +108,14 @@ extension Replica {
                 // An empty replica: take the remote as it is.
                 let journal = SyncJournal(from: nil, to: theirs.hex)
                 merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index))
+                try store.setMeta(Self.remoteTipKey, theirs.hex)
                 break
             }
-            var target = ours
-            let unpushed = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
-            if try theirs == ours || repository.isAncestor(theirs, of: ours) {
-                target = ours
-            } else if try repository.isAncestor(ours, of: theirs) || unpushed == nil {
-                // Fast-forward, or the remote's history was rewritten and
-                // nothing here waits to be pushed: follow the remote.
-                target = theirs
-            } else {
-                guard let base = try repository.mergeBase(ours, theirs) else {
-                    throw FprepError("the remote's history has nothing in common with this replica's; clone it anew")
-                }
-                let merged = try TreeMerge(replica: self, device: DeviceName.current, date: Self.conflictDate())
-                    .merge(base: base, ours: ours, theirs: theirs)
-                let identity = Identity.current()
-                let now = Int64(Date().timeIntervalSince1970)
-                let signature = Signature(name: identity.name, email: identity.email, time: now)
-                target = try repository.writeCommit(tree: merged.tree, parents: [ours, theirs],
-                                                    message: "fprep: merge remote changes into \(DeviceName.current)\n",
-                                                    author: signature, committer: signature)
-                report.conflicts += merged.conflicts
+            let target: ObjectID
+            do {
+                target = try reconcile(ours: ours, theirs: theirs, lastRemote: lastRemote, report: &report)
+            } catch let error as FprepError {
+                throw refusedSync(error)
             }
             Trace.mark("merge")
             if target != ours {
@@ -123,6 +123,7 @@ extension Replica {
                 let operation = try store.beginOperation("sync", payload: journal.encoded())
                 merge(&report, try applySync(journal, operation: operation, index: index))
             }
+            try store.setMeta(Self.remoteTipKey, theirs.hex)
             // Push what the remote does not have yet.
             guard try !repository.isAncestor(target, of: theirs) else {
                 try store.setMeta("unpushed", "")
@@ -132,6 +133,7 @@ extension Replica {
             do {
                 try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
                 try store.setMeta("unpushed", "")
+                try store.setMeta(Self.remoteTipKey, target.hex)
                 report.pushed = target.hex
                 Trace.mark("push")
                 break
@@ -153,6 +155,88 @@ extension Replica {
         report.from = startAnchor?.hex
         report.to = anchor?.hex
         return report
+    }
+
+    /// The commit the replica moves to, from its anchor `ours` and the
+    /// remote's tip `theirs`:
+    /// - the remote's tip when it holds `ours` (a fast-forward);
+    /// - with nothing waiting to be pushed, the remote's tip too: what
+    ///   `ours` has beyond it was pushed before and the remote dropped it
+    ///   (a force-push), so the remote owner's rewind wins, and the old
+    ///   anchor is kept under a backup ref rather than pushed back;
+    /// - with local work waiting and the remote moving forward, `ours`
+    ///   (to push) or a merge of both;
+    /// - with local work waiting and the remote's history rewritten under
+    ///   it, the local work replayed onto the remote's tip (conflict copies
+    ///   where both changed a file), never the dropped commits; the old
+    ///   anchor is kept under a backup ref.
+    private func reconcile(ours: ObjectID, theirs: ObjectID, lastRemote: ObjectID?, report: inout SyncReport) throws -> ObjectID {
+        if try theirs == ours || repository.isAncestor(ours, of: theirs) { return theirs }
+        let unpushed = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
+        guard unpushed != nil else {
+            report.backup = try keepBackup(of: ours)
+            return theirs
+        }
+        let rewritten = try lastRemote.map { try !repository.isAncestor($0, of: theirs) } ?? false
+        if !rewritten {
+            if try repository.isAncestor(theirs, of: ours) { return ours }
+            if let base = try repository.mergeBase(ours, theirs) {
+                return try commitMerge(base: base, ours: ours, theirs: theirs, parents: [ours, theirs],
+                                       message: "fprep: merge remote changes into \(DeviceName.current)\n", report: &report)
+            }
+        }
+        // The local work is what `ours` has beyond the last commit both
+        // sides had: the last remote tip, else the parent of the anchor.
+        var base = try lastRemote.flatMap { try repository.mergeBase(ours, $0) }
+        if base == ours {
+            // The remote had all of `ours` (the waiting mark outlived its
+            // push): nothing here is new, so the remote's rewrite wins.
+            try store.setMeta("unpushed", "")
+            report.backup = try keepBackup(of: ours)
+            return theirs
+        }
+        if base == nil { base = try repository.commit(ours).parentIDs.first }
+        guard let base else {
+            throw FprepError("the remote's history was rewritten and this replica's anchor \(ours.hex.prefix(12)) has no parent to tell its own changes by; the replica is unchanged (clone the remote into a new folder and copy your files over)")
+        }
+        report.backup = try keepBackup(of: ours)
+        return try commitMerge(base: base, ours: ours, theirs: theirs, parents: [theirs],
+                               message: "fprep: local changes of \(DeviceName.current) replayed onto the rewritten remote\n", report: &report)
+    }
+
+    /// Merges `ours` and `theirs` from `base` and commits the result with `parents`.
+    private func commitMerge(base: ObjectID, ours: ObjectID, theirs: ObjectID, parents: [ObjectID], message: String,
+                             report: inout SyncReport) throws -> ObjectID {
+        let merged = try TreeMerge(replica: self, device: DeviceName.current, date: Self.conflictDate())
+            .merge(base: base, ours: ours, theirs: theirs)
+        let identity = Identity.current()
+        let signature = Signature(name: identity.name, email: identity.email, time: Int64(Date().timeIntervalSince1970))
+        report.conflicts += merged.conflicts
+        return try repository.writeCommit(tree: merged.tree, parents: parents, message: message,
+                                          author: signature, committer: signature)
+    }
+
+    /// Keeps `commit` reachable under `refs/fprep/backup/DATE-ID` of the
+    /// replica's git directory (never pushed: fprep pushes only its branch);
+    /// returns the ref's name.
+    private func keepBackup(of commit: ObjectID) throws -> String {
+        let stamp = Self.isoDate(Int64(Date().timeIntervalSince1970)).replacingAll(":", with: "-")
+        let name = "refs/fprep/backup/\(stamp)-\(commit.hex.prefix(12))"
+        try repository.setReference(name, to: commit, message: "fprep: the remote dropped this history")
+        return name
+    }
+
+    /// The store's key for the remote's tip the replica last took in or pushed.
+    static let remoteTipKey = "remote_tip"
+
+    /// A refused remote tree said as a sync's error: the entry, why, and
+    /// that the replica stays at its anchor (other errors pass through).
+    func refusedSync(_ error: FprepError) -> FprepError {
+        guard let refusal = error.refusal else { return error }
+        let stays = anchor.map { "the replica stays at \($0.hex.prefix(12))" } ?? "the replica stays empty"
+        var refused = FprepError("refusing remote tree entry '\(refusal.path)': \(refusal.reason); \(stays) (fix that entry on the remote, then run 'fprep sync' again)")
+        refused.refusal = refusal
+        return refused
     }
 
     /// Folds the report of one applied step into the sync's report.
@@ -201,20 +285,16 @@ extension Replica {
         let changes: ChangeSet
         do {
             changes = try ChangeSet.between(repository, from: fromTree, to: toCommit.treeID)
-            for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.addedFolders.map(\.path) {
-                for name in path.components {
-                    if let problem = EntryNameCheck.problem(with: name) { throw FprepError.unsafeEntry(path.description, problem) }
-                }
-            }
+            try TreeEntryRules.check(changes)
         } catch let error as FprepError {
             try store.endOperation(operation)
-            throw error
+            throw refusedSync(error)
         }
         Trace.mark("diff")
         // The content of changed materialized files is asked for now, so
         // its round trip overlaps everything up to the writing of it.
         removeFetchQuarantines()
-        let token = ContentOperations.newToken()
+        let token = journal.token ?? ContentOperations.newToken()
         let contentFetch = SyncContentFetch(replica: self, token: token,
                                             guessed: try SyncContentFetch.guess(changes, store: store, odb: repository.objectDatabase()))
         // The sizes of the files that go away come from pages of the state
@@ -230,7 +310,7 @@ extension Replica {
         Trace.mark("working set")
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex,
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
-        if resuming { applier.removeStaleTemporaries() }
+        if resuming, journal.token != nil { applier.removeStaleTemporaries() }
         Trace.mark("read index")
         var report = try applier.apply()
         report.from = journal.from
@@ -369,14 +449,8 @@ struct SyncApplier {
             byFolder[path.parent, default: []].insert(path.name)
         }
         for (folderPath, names) in byFolder {
-            guard let folder = try? replica.rootFolder.folder(folderPath), let entries = try? folder.entryNames() else { continue }
-            for entry in entries where entry.first == 0x2E {
-                let isTemporary = names.contains { name in
-                    let prefix = [0x2E] + name + Array(".fprep-".utf8)
-                    return entry.count > prefix.count && entry.starts(with: prefix)
-                }
-                if isTemporary { unlinkat(folder.fd, cPath(entry), 0) }
-            }
+            guard let folder = try? replica.rootFolder.folder(folderPath) else { continue }
+            for name in names { unlinkat(folder.fd, cPath(ContentOperations.temporaryName(for: name, token: token)), 0) }
         }
     }
 

@@ -69,8 +69,7 @@ extension Replica {
     /// Brings a deleted item back as a file (content from the object store,
     /// or fetched); the next sync commits it like any new file.
     public func restore(_ userPath: String, relativeTo directory: String) throws -> String {
-        let path = userPath.hasPrefix(RepoPath.binaryPrefix) ? RepoPath(identifier: userPath)
-            : try itemPath(for: userPath, relativeTo: directory)
+        let path = try itemPath(for: userPath, relativeTo: directory)
         guard let item = try trash().first(where: { $0.identifier == path.description }), let id = ObjectID(hex: item.contentVersion) else {
             throw FprepError(.usage, "'\(userPath)' is not in the trash (see 'fprep trash')")
         }

@@ -213,16 +213,23 @@ struct TreeMerge {
     }
 
     /// The name a conflict copy of `name` gets: `NAME (conflict DEVICE
-    /// DATE).EXT`, with ` N` after the date from the second one on.
+    /// DATE).EXT`, with ` N` after the date from the second one on. Bytes
+    /// throughout (a name need not be UTF-8); a name too long for the
+    /// result to fit in NAME_MAX keeps its extension and a shortened stem.
     static func conflictFileName(_ name: [UInt8], device: String, date: String, counter: Int) -> [UInt8] {
-        let text = String(decoding: name, as: UTF8.self)
-        var stem = text, ext = ""
-        if let dot = text.lastIndex(of: "."), dot != text.startIndex {
-            stem = String(text[..<dot])
-            ext = String(text[dot...])
+        var stem = name[...], ext: ArraySlice<UInt8> = []
+        if let dot = name.lastIndex(of: 0x2E), dot != name.startIndex {
+            stem = name[..<dot]
+            ext = name[dot...]
         }
-        let suffix = counter == 1 ? "" : " \(counter)"
-        return Array("\(stem) (conflict \(device) \(date)\(suffix))\(ext)".utf8)
+        let number = counter == 1 ? "" : " \(counter)"
+        let mark = Array(" (conflict \(device) \(date)\(number))".utf8)
+        // An extension too long to leave room for a stem is part of the stem.
+        if mark.count + ext.count + 40 > EntryNameCheck.maxNameLength {
+            stem = name[...]
+            ext = []
+        }
+        return DerivedName.fitting(stem: Array(stem), suffix: mark + ext, whole: name)
     }
 
     /// The entries of `tree` at the given paths (those that exist there).

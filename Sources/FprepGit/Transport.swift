@@ -12,7 +12,9 @@ public enum Transport {
     /// empty folder git needs for the clone and that the caller removes.
     public static func blobless(clone url: String, gitDirectory: String, scratchWorkTree: String,
                                 branch: String?, showProgress: Bool) throws {
-        var arguments = ["clone", "--filter=blob:none", "--no-checkout", "--no-tags",
+        // One branch: a broken branch the replica does not follow (a tree
+        // missing on the remote) never fails its clone.
+        var arguments = ["clone", "--filter=blob:none", "--no-checkout", "--no-tags", "--single-branch",
                          "--separate-git-dir=\(gitDirectory)",
                          "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                          "-c", "remote.origin.fetch=\(fprepRefspec)"]
@@ -20,13 +22,38 @@ public enum Transport {
         if let branch { arguments += ["--branch", branch] }
         arguments += ["--", transportURL(url), scratchWorkTree]
         try GitCommand.run(arguments, showProgress: showProgress)
+        // A single-branch clone fetches no other refspec: fprep's refs (the
+        // size manifest, the remote's info) come in a fetch of their own.
+        try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                            "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
     }
 
-    /// Fetches the followed branches and fprep's refs from `origin`: commits
-    /// and trees only. Refs of branches the remote deleted are pruned.
-    public static func fetchTrees(gitDirectory: String) throws {
-        try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                            "fetch", "--quiet", "--no-tags", "--prune", "--recurse-submodules=no", "--filter=blob:none", "origin"])
+    /// The followed branch is not on the remote (any more).
+    public struct BranchNotFound: Error, Sendable {
+        public let branch: String
+    }
+
+    /// Fetches the followed branch and fprep's refs from `origin`: commits
+    /// and trees only, and nothing of other branches, whatever refspecs the
+    /// replica's config names (clones of older versions name every branch),
+    /// so a broken branch the replica does not follow never fails its sync.
+    /// fprep's refs the remote deleted are pruned.
+    public static func fetchTrees(gitDirectory: String, branch: String) throws {
+        do {
+            try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                                "fetch", "--quiet", "--no-tags", "--prune", "--recurse-submodules=no", "--filter=blob:none", "origin",
+                                "+refs/heads/\(branch):refs/remotes/origin/\(branch)", fprepRefspec])
+        } catch let error as GitCommandError where error.standardError.contains("couldn't find remote ref refs/heads/") {
+            throw BranchNotFound(branch: branch)
+        }
+    }
+
+    /// The names of the remote's branches (`git ls-remote --heads`).
+    public static func branches(gitDirectory: String) throws -> [String] {
+        let listing = try GitCommand.run(["--git-dir=\(gitDirectory)", "ls-remote", "--heads", "origin"])
+        return String(decoding: listing, as: UTF8.self).split(separator: "\n").compactMap { line in
+            line.split(separator: "\t").last.map { String($0.dropFirst("refs/heads/".count)) }
+        }
     }
 
     /// How a push ended when it did not succeed.

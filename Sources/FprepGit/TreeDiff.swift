@@ -31,6 +31,15 @@ public struct DuplicateTreeEntry: Error, Sendable {
     public let path: [UInt8]
 }
 
+/// A tree entry whose path is longer than the system takes (PATH_MAX less
+/// its NUL): too deep a tree or too long names. The diff stops there, so a
+/// tree thousands of folders deep costs a bounded walk, never the stack.
+public struct TreePathTooLong: Error, Sendable {
+    public let path: [UInt8]
+    /// The longest path fprep lays out, in bytes.
+    public static let limit = Int(PATH_MAX) - 1
+}
+
 /// Diffs two trees the way git's `diff-tree -r` does: subtrees with the same
 /// id are skipped without being read, so the cost follows the size of the
 /// change, not the size of the tree.
@@ -47,9 +56,24 @@ public struct TreeDiff {
     /// Leaf deltas and whole-folder deltas from `old` to `new`, in path order.
     public func diff(from old: ObjectID?, to new: ObjectID?) throws -> TreeDiffResult {
         var result = TreeDiffResult()
-        try diff(old: old, new: new, prefix: [], into: &result)
+        // Folders wait on a list of their own, not on the call stack: a
+        // tree thousands of folders deep costs a loop, never a crash.
+        var pending: [Pending] = [Pending(old: old, new: new, prefix: [])]
+        while let next = pending.popLast() {
+            try diff(old: next.old, new: next.new, prefix: next.prefix, into: &result, pending: &pending)
+        }
         result.deltas.sort { $0.path.lexicographicallyPrecedes($1.path) }
+        // Path order: a folder before what is in it.
+        result.addedFolders.sort { $0.path.lexicographicallyPrecedes($1.path) }
+        result.deletedFolders.sort { $0.path.lexicographicallyPrecedes($1.path) }
         return result
+    }
+
+    /// Two subtrees still to compare.
+    private struct Pending {
+        let old: ObjectID?
+        let new: ObjectID?
+        let prefix: [UInt8]
     }
 
     /// A tree's entries in place (libgit2's parse of the object, which
@@ -103,7 +127,8 @@ public struct TreeDiff {
     }
 
     /// Walks both trees in git's order at once, as `git diff-tree` does.
-    private func diff(old: ObjectID?, new: ObjectID?, prefix: [UInt8], into result: inout TreeDiffResult) throws {
+    private func diff(old: ObjectID?, new: ObjectID?, prefix: [UInt8], into result: inout TreeDiffResult,
+                      pending: inout [Pending]) throws {
         if old == new { return }
         let oldListing = try Listing(old, in: repository)
         let newListing = try Listing(new, in: repository)
@@ -119,7 +144,7 @@ public struct TreeDiff {
             if let oldName, let newName { order = oldName.order(newName) } else { order = oldName == nil ? 1 : -1 }
             if order < 0, let oldEntry, let oldName {
                 i += 1
-                try compare(old: Tree.copy(oldEntry), new: nil, path: path(oldName), into: &result)
+                try compare(old: Tree.copy(oldEntry), new: nil, path: path(oldName), into: &result, pending: &pending)
                 continue
             }
             guard let newEntry, let newName else { break }
@@ -131,9 +156,9 @@ public struct TreeDiff {
                 let sameMode = FileMode(raw: git_tree_entry_filemode_raw(oldEntry).rawValue)
                     == FileMode(raw: git_tree_entry_filemode_raw(newEntry).rawValue)
                 if sameID && sameMode { continue }   // the common case: nothing is copied
-                try compare(old: Tree.copy(oldEntry), new: Tree.copy(newEntry), path: path(newName), into: &result)
+                try compare(old: Tree.copy(oldEntry), new: Tree.copy(newEntry), path: path(newName), into: &result, pending: &pending)
             } else {
-                try compare(old: nil, new: Tree.copy(newEntry), path: path(newName), into: &result)
+                try compare(old: nil, new: Tree.copy(newEntry), path: path(newName), into: &result, pending: &pending)
             }
         }
     }
@@ -155,14 +180,16 @@ public struct TreeDiff {
         }
     }
 
-    private func compare(old: TreeEntry?, new: TreeEntry?, path: [UInt8], into result: inout TreeDiffResult) throws {
+    private func compare(old: TreeEntry?, new: TreeEntry?, path: [UInt8], into result: inout TreeDiffResult,
+                         pending: inout [Pending]) throws {
         if let old, let new, old.id == new.id, old.mode == new.mode { return }
+        if path.count > TreePathTooLong.limit { throw TreePathTooLong(path: path) }
         let oldIsTree = old?.mode == .tree
         let newIsTree = new?.mode == .tree
         if oldIsTree && !newIsTree, let old { result.deletedFolders.append(FolderDelta(path: path, id: old.id)) }
         if newIsTree && !oldIsTree, let new { result.addedFolders.append(FolderDelta(path: path, id: new.id)) }
         if oldIsTree || newIsTree {
-            try diff(old: oldIsTree ? old?.id : nil, new: newIsTree ? new?.id : nil, prefix: path, into: &result)
+            pending.append(Pending(old: oldIsTree ? old?.id : nil, new: newIsTree ? new?.id : nil, prefix: path))
         }
         let oldLeaf = oldIsTree ? nil : old
         let newLeaf = newIsTree ? nil : new

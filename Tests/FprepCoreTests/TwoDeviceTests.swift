@@ -222,7 +222,7 @@ extension SharedMetadataTests {
         let report: SyncReport = try {
             // This replica (and its lock) is released before the next open.
             let replica = try h.replica()
-            try Transport.fetchTrees(gitDirectory: replica.gitDirectory)
+            try Transport.fetchTrees(gitDirectory: replica.gitDirectory, branch: replica.branch)
             try replica.ingestManifest()
             let theirs = try #require(try replica.repository.referenceTarget("refs/remotes/origin/main"))
             let journal = SyncJournal(from: replica.anchor?.hex, to: theirs.hex)

@@ -1,0 +1,422 @@
+import Foundation
+import Glibc
+import Testing
+
+// Remote trees a replica must take or refuse the same way in clone and sync,
+// remotes whose history is rewritten under a replica, and names that are not
+// UTF-8, hold control characters or look like fprep's temporary files. The
+// remotes are changed with git's plumbing (no hook runs), as a hostile or
+// careless remote owner would.
+
+typealias RawEntry = (mode: String, name: [UInt8], id: String)
+
+extension Sandbox {
+    /// The entries of the root tree of `rev` in `repo`.
+    func rootEntries(_ repo: String, _ rev: String = "main") throws -> [RawEntry] {
+        let listing = try git(["ls-tree", "-z", rev], cwd: repo)
+        guard listing.status == 0 else { throw HarnessError("ls-tree failed: \(listing)") }
+        return listing.stdoutData.split(separator: 0).map { record in
+            let bytes = Array(record)
+            let tab = bytes.firstIndex(of: 0x09)!
+            let meta = String(decoding: bytes[..<tab], as: UTF8.self).split(separator: " ")
+            return (String(meta[0]), Array(bytes[(tab + 1)...]), String(meta[2]))
+        }
+    }
+
+    /// A tree of `entries` in git's order (a folder sorts as its name and '/').
+    func writeSortedTree(_ entries: [RawEntry], in repo: String) throws -> String {
+        func key(_ entry: RawEntry) -> [UInt8] { entry.name + (entry.mode == "40000" ? [0x2F] : []) }
+        return try writeRawTree(entries.sorted { key($0).lexicographicallyPrecedes(key($1)) }, in: repo)
+    }
+
+    /// Commits `tree` on `main` of the bare `repo` (no hook runs); returns the commit.
+    @discardableResult
+    func commitOnMain(_ repo: String, tree: String, message: String, parent: String? = "main") throws -> String {
+        var args = ["commit-tree", "-m", message, tree]
+        if let parent { args += ["-p", try gitOK(["rev-parse", parent], cwd: repo)] }
+        let commit = try gitOK(args, cwd: repo)
+        try gitOK(["update-ref", "refs/heads/main", commit], cwd: repo)
+        return commit
+    }
+
+    /// The replica's anchor.
+    func anchor(_ replica: String) throws -> String {
+        try fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// The path of `name` (bytes) below `folder`, for the C calls.
+func bytePath(_ folder: String, _ name: [UInt8]) -> [CChar] {
+    (Array(folder.utf8) + [0x2F] + name).map { CChar(bitPattern: $0) } + [0]
+}
+
+/// lstat of a path given as bytes (a name that is not UTF-8).
+func lstatBytes(_ folder: String, _ name: [UInt8]) -> stat? {
+    var st = stat()
+    return lstat(bytePath(folder, name), &st) == 0 ? st : nil
+}
+
+/// The content of a file whose name is bytes.
+func contentsBytes(_ folder: String, _ name: [UInt8]) -> [UInt8]? {
+    let fd = open(bytePath(folder, name), O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var result: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count <= 0 { return result }
+        result += buffer[0..<count]
+    }
+}
+
+/// One remote change a sync must refuse, made on top of `main`.
+struct HostilePush: CustomTestStringConvertible, Sendable {
+    let name: String
+    /// Text the one-line error must contain (the entry).
+    let shown: String
+    /// Moves `main` of the bare repository to a commit with the hostile entry.
+    let push: @Sendable (Sandbox, String) throws -> Void
+
+    var testDescription: String { name }
+
+    /// The root tree of `main` plus `entry`.
+    static func adding(_ label: String, shown: String, entry: @escaping @Sendable (Sandbox, String) throws -> RawEntry) -> HostilePush {
+        HostilePush(name: label, shown: shown) { box, repo in
+            let tree = try box.writeSortedTree(try box.rootEntries(repo) + [try entry(box, repo)], in: repo)
+            try box.commitOnMain(repo, tree: tree, message: "hostile \(label)")
+        }
+    }
+
+    static let all: [HostilePush] = [
+        adding("a file '.git'", shown: ".git") { box, repo in
+            ("100644", Array(".git".utf8), try box.writeObject(Data("[core]\n\tfsmonitor = touch /tmp/pwned-by-fprep-e2e\n".utf8), in: repo))
+        },
+        adding("a folder '..'", shown: "..") { box, repo in
+            let blob = try box.writeObject(Data("escaped\n".utf8), in: repo)
+            return ("40000", Array("..".utf8), try box.writeRawTree([("100644", Array("escaped-by-fprep-e2e".utf8), blob)], in: repo))
+        },
+        adding("an unknown mode", shown: "mode.txt") { box, repo in
+            ("100600", Array("mode.txt".utf8), try box.writeObject(Data("odd mode\n".utf8), in: repo))
+        },
+        adding("a second 'a.txt'", shown: "a.txt") { box, repo in
+            ("100644", Array("a.txt".utf8), try box.writeObject(Data("the other a\n".utf8), in: repo))
+        },
+        adding("a 256-byte name", shown: String(repeating: "L", count: 60)) { box, repo in
+            ("100644", Array(String(repeating: "L", count: 256).utf8), try box.writeObject(Data("long\n".utf8), in: repo))
+        },
+        HostilePush(name: "a tree 10,000 folders deep", shown: "d/d/d/d") { box, repo in
+            let parent = try box.gitOK(["rev-parse", "main"], cwd: repo)
+            let path = Array(repeating: "d", count: 10_000).joined(separator: "/") + "/f"
+            let stream = "commit refs/heads/main\ncommitter T <t@example.com> 1700000000 +0000\ndata 4\ndeep\nfrom \(parent)\nM 100644 inline \(path)\ndata 2\nx\n\n"
+            try box.gitOK(["fast-import", "--quiet"], cwd: repo, stdin: Data(stream.utf8))
+        },
+    ]
+}
+
+@Suite("remote trees, rewritten remotes and names end to end")
+struct RemoteTreeTests {
+    static let small: [String: Node] = ["a.txt": .text("hello\n"), "docs/readme.md": .text("# readme\n")]
+
+    @Test("sync refuses a hostile remote tree in one line, stays at its anchor, and takes a later good push",
+          arguments: HostilePush.all)
+    func syncRefusesHostileTree(push: HostilePush) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let anchor = try box.anchor(replica)
+            try push.push(box, remote.path)
+            let hostile = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+
+            for args in [["sync"], ["sync", "--incoming"], ["sync"]] {
+                let result = try box.fprep(args, cwd: replica, timeout: 60)
+                expectOneLineError(result, mentioning: [push.shown, "stays at \(anchor.prefix(12))"])
+                #expect(result.seconds < 30, "refused in bounded time: \(result.seconds) s")
+                #expect(try box.anchor(replica) == anchor)
+            }
+            #expect(!exists("/tmp/pwned-by-fprep-e2e") && !exists(box.at("escaped-by-fprep-e2e")))
+            #expect(!exists(replica + "/mode.txt") && !exists(replica + "/d"))
+            // Every other command still works.
+            try box.fprepOK(["status"], cwd: replica)
+            try box.fprepOK(["ls"], cwd: replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            #expect(contents(replica + "/docs/readme.md") == Data("# readme\n".utf8))
+            try box.fprepOK(["evict", "a.txt"], cwd: replica)
+
+            // The remote's owner fixes the tree: the next sync takes it.
+            let good = try box.writeObject(Data("good\n".utf8), in: remote.path)
+            let fixed = try box.writeSortedTree(try box.rootEntries(remote.path, anchor) + [("100644", Array("good.txt".utf8), good)],
+                                                in: remote.path)
+            let fix = try box.commitOnMain(remote.path, tree: fixed, message: "fixed", parent: hostile)
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.anchor(replica) == fix)
+            try box.fprepOK(["materialize", "good.txt"], cwd: replica)
+            #expect(contents(replica + "/good.txt") == Data("good\n".utf8))
+        }
+    }
+
+    @Test("a hostile tree met while local work waits is refused by the merge; the work is pushed once the remote is fixed")
+    func hostileTreeUnderLocalWork() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/local.txt"))
+            let dup = HostilePush.all[3]  // a second 'a.txt': refused while the trees are read
+            try dup.push(box, remote.path)
+            let hostile = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let refused = try box.fprep(["sync"], cwd: replica)
+            expectOneLineError(refused, mentioning: ["a.txt", "stays at"])
+            let waiting = try box.anchor(replica)
+            #expect(waiting != remote.commit, "the local work is committed")
+            #expect(try box.fprepJSON(["status"], cwd: replica).string("waitingToPush") == waiting)
+            expectOneLineError(try box.fprep(["sync"], cwd: replica), mentioning: ["a.txt", "stays at \(waiting.prefix(12))"])
+
+            let good = try box.writeObject(Data("good\n".utf8), in: remote.path)
+            let fixed = try box.writeSortedTree(try box.rootEntries(remote.path, remote.commit) + [("100644", Array("good.txt".utf8), good)],
+                                                in: remote.path)
+            try box.commitOnMain(remote.path, tree: fixed, message: "fixed", parent: hostile)
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["show", "main:local.txt"], cwd: remote.path) == "mine")
+            #expect(try box.gitOK(["show", "main:good.txt"], cwd: remote.path) == "good")
+            #expect(exists(replica + "/good.txt"))
+        }
+    }
+
+    @Test("clone of a tree 10,000 folders deep is refused in one line, quickly, and creates nothing")
+    func cloneRefusesDeepTree() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            try HostilePush.all.last!.push(box, remote.path)
+            let result = try box.fprep(["clone", remote.path, box.at("replica")], timeout: 60)
+            expectOneLineError(result, mentioning: ["d/d/d/d", "4095"])
+            #expect(result.seconds < 30)
+            #expect(!exists(box.at("replica")))
+        }
+    }
+
+    @Test("a 250-byte name: a remote change and a conflict copy both fit in 255 bytes")
+    func longNameTemporaryAndConflict() throws {
+        try withSandbox { box in
+            let long = String(repeating: "n", count: 246) + ".txt"
+            let other = String(repeating: "m", count: 250)
+            let remote = try box.makeRemote(nodes: [long: .text("base\n"), other: .text("other\n")])
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", long], cwd: replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/" + long))
+
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("theirs\n".utf8).write(to: URL(fileURLWithPath: work + "/" + long))
+            try Data("other changed\n".utf8).write(to: URL(fileURLWithPath: work + "/" + other))
+            try box.gitOK(["commit", "-qam", "change both"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+
+            let result = try box.fprepOK(["sync"], cwd: replica)
+            let names = try FileManager.default.contentsOfDirectory(atPath: replica).filter { !$0.hasPrefix(".") }
+            let copies = names.filter { $0.contains("(conflict ") }
+            #expect(copies.count == 1, "\(names) \(result)")
+            if let copy = copies.first {
+                #expect(copy.utf8.count <= 255 && copy.hasSuffix(".txt"), "\(copy)")
+                #expect(contents(replica + "/" + copy) == Data("mine\n".utf8))
+            }
+            #expect(lstatInfo(replica + "/" + other)?.size == Int64("other changed\n".utf8.count))
+            try box.fprepOK(["materialize", long, other], cwd: replica)
+            #expect(contents(replica + "/" + long) == Data("theirs\n".utf8))
+            #expect(contents(replica + "/" + other) == Data("other changed\n".utf8))
+            #expect(!names.contains { $0.contains(".fprep-") })
+        }
+    }
+
+    @Test("a force-push with no local work is followed: the dropped commits are not pushed back, a backup ref keeps them")
+    func forcePushFollowed() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            let dropped = try box.commitAndPush(work, file: "dropped.txt", content: "dropped\n").commit
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            #expect(try box.anchor(replica) == dropped)
+
+            try box.gitOK(["update-ref", "refs/heads/main", remote.commit], cwd: remote.path)  // the owner's rewind
+            let result = try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == remote.commit, "pushed back: \(result)")
+            #expect(try box.anchor(replica) == remote.commit)
+            #expect(!exists(replica + "/dropped.txt"))
+            let backup = try box.gitOK(["for-each-ref", "--format=%(refname) %(objectname)", "refs/fprep/backup"], cwd: replica)
+            #expect(backup.hasSuffix(" " + dropped), "\(backup)")
+            #expect(result.stdout.contains("refs/fprep/backup/"), "\(result)")
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == remote.commit)
+        }
+    }
+
+    @Test("a remote history rewound or replaced under local work: the work is replayed onto the new tip, kept in a backup ref, and said where",
+          arguments: [false, true])
+    func rewrittenHistoryKeepsWork(replace: Bool) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            _ = try box.commitAndPush(work, file: "dropped.txt", content: "dropped\n")
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/a.txt"))
+            try Data("new here\n".utf8).write(to: URL(fileURLWithPath: replica + "/local.txt"))
+
+            // The owner rewinds the branch, or replaces the whole history
+            // with one unrelated commit.
+            let newTip: String
+            if replace {
+                let fresh = try box.writeObject(Data("fresh\n".utf8), in: remote.path)
+                let tree = try box.writeSortedTree([("100644", Array("fresh.txt".utf8), fresh)], in: remote.path)
+                newTip = try box.commitOnMain(remote.path, tree: tree, message: "new history", parent: nil)
+            } else {
+                newTip = remote.commit
+                try box.gitOK(["update-ref", "refs/heads/main", newTip], cwd: remote.path)
+            }
+
+            let result = try box.fprepOK(["sync"], cwd: replica)
+            #expect(!result.stdout.contains("clone it anew"))
+            #expect(result.stdout.contains("refs/fprep/backup/"), "\(result)")
+            #expect(try box.gitOK(["rev-parse", "main^"], cwd: remote.path) == newTip, "the work goes on top of the new tip")
+            #expect(try box.git(["rev-parse", "main^2"], cwd: remote.path).status != 0, "no merge with the dropped history")
+            #expect(try box.gitOK(["show", "main:local.txt"], cwd: remote.path) == "new here")
+            #expect(try box.gitOK(["show", "main:a.txt"], cwd: remote.path) == "mine")
+            if replace { #expect(try box.gitOK(["show", "main:fresh.txt"], cwd: remote.path) == "fresh") }
+            #expect(try box.git(["cat-file", "-e", "main:dropped.txt"], cwd: remote.path).status != 0, "the dropped history stays dropped")
+            let backup = try box.gitOK(["for-each-ref", "--format=%(refname)", "refs/fprep/backup"], cwd: replica)
+            #expect(try box.gitOK(["show", backup + ":local.txt"], cwd: replica) == "new here")
+            #expect(contents(replica + "/a.txt") == Data("mine\n".utf8))
+            #expect(contents(replica + "/local.txt") == Data("new here\n".utf8))
+        }
+    }
+
+    @Test("a rewrite first met by a sync that fails is still a rewrite to the next sync: the dropped commits stay dropped")
+    func rewriteRememberedAcrossAFailedSync() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            let dropped = try box.commitAndPush(work, file: "dropped.txt", content: "dropped\n").commit
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/local.txt"))
+
+            // The owner rewinds to the first commit and pushes a broken tree on it...
+            try box.gitOK(["update-ref", "refs/heads/main", remote.commit], cwd: remote.path)
+            try HostilePush.all[3].push(box, remote.path)
+            let hostile = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            expectOneLineError(try box.fprep(["sync"], cwd: replica), mentioning: ["a.txt"])
+            // ...then fixes it on top.
+            let good = try box.writeObject(Data("good\n".utf8), in: remote.path)
+            let fixed = try box.writeSortedTree(try box.rootEntries(remote.path, remote.commit) + [("100644", Array("good.txt".utf8), good)],
+                                                in: remote.path)
+            let fix = try box.commitOnMain(remote.path, tree: fixed, message: "fixed", parent: hostile)
+
+            let result = try box.fprepOK(["sync"], cwd: replica)
+            #expect(result.stdout.contains("refs/fprep/backup/"), "\(result)")
+            #expect(try box.gitOK(["rev-parse", "main^"], cwd: remote.path) == fix)
+            #expect(try box.git(["merge-base", "--is-ancestor", dropped, "main"], cwd: remote.path).status != 0,
+                    "the dropped commit came back")
+            #expect(try box.gitOK(["show", "main:local.txt"], cwd: remote.path) == "mine")
+            #expect(!exists(replica + "/dropped.txt"))
+        }
+    }
+
+    @Test("a broken branch the replica does not follow breaks neither its clone nor its sync")
+    func brokenOtherBranch() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let broken = "tree 1111111111111111111111111111111111111111\nauthor a <a@example.com> 1 +0000\ncommitter a <a@example.com> 1 +0000\n\nbroken\n"
+            let commit = try box.writeObject(Data(broken.utf8), type: "commit", in: remote.path)
+            try box.gitOK(["update-ref", "refs/heads/broken", commit], cwd: remote.path)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let good = try box.writeObject(Data("good\n".utf8), in: remote.path)
+            let tree = try box.writeSortedTree(try box.rootEntries(remote.path) + [("100644", Array("good.txt".utf8), good)], in: remote.path)
+            let next = try box.commitOnMain(remote.path, tree: tree, message: "good")
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.anchor(replica) == next)
+            #expect(exists(replica + "/good.txt"))
+        }
+    }
+
+    @Test("names that are not UTF-8, and a UTF-8 name that starts with %b64:, keep distinct identifiers; materialize fills only the one named")
+    func binaryNameIdentifiers() throws {
+        try withSandbox { box in
+            let first: [UInt8] = [0xFF, 0x61], second: [UInt8] = [0xFE, 0x61]
+            let lookalike = Array("%b64:_2E".utf8)  // the encoding of `first`, as a plain name
+            let repo = try box.makeBareRemote("names.git") { repo in
+                try box.writeSortedTree([
+                    ("100644", first, try box.writeObject(Data("first\n".utf8), in: repo)),
+                    ("100644", second, try box.writeObject(Data("second\n".utf8), in: repo)),
+                    ("100644", lookalike, try box.writeObject(Data("lookalike\n".utf8), in: repo)),
+                ], in: repo)
+            }
+            let replica = box.at("replica")
+            _ = try box.clone(repo, replica)
+            let ids = try box.fprepJSON(["ls"], cwd: replica).objects("items").compactMap { $0.string("identifier") }
+            #expect(ids.count == 3 && Set(ids).count == 3, "\(ids)")
+
+            try box.fprepOK(["materialize", "%b64:_2E"], cwd: replica)
+            #expect(contentsBytes(replica, first) == Array("first\n".utf8))
+            #expect(lstatBytes(replica, lookalike)?.st_blocks == 0, "the look-alike must stay dataless")
+            #expect(lstatBytes(replica, second)?.st_blocks == 0)
+            for id in ids where id != "%b64:_2E" {
+                try box.fprepOK(["materialize", id], cwd: replica)
+            }
+            #expect(contentsBytes(replica, second) == Array("second\n".utf8))
+            #expect(contentsBytes(replica, lookalike) == Array("lookalike\n".utf8))
+            #expect(contentsBytes(replica, first) == Array("first\n".utf8))
+            try box.fprepOK(["evict"] + ids, cwd: replica)
+        }
+    }
+
+    @Test("names with an escape sequence or a newline print escaped: no terminal escape, no fake line")
+    func controlCharactersEscaped() throws {
+        try withSandbox { box in
+            let repo = try box.makeBareRemote("control.git") { repo in
+                try box.writeSortedTree([
+                    ("100644", Array("red\u{1B}[31mX".utf8), try box.writeObject(Data("r\n".utf8), in: repo)),
+                    ("100644", Array("two\nlines".utf8), try box.writeObject(Data("t\n".utf8), in: repo)),
+                    ("100644", Array("ok.txt".utf8), try box.writeObject(Data("o\n".utf8), in: repo)),
+                ], in: repo)
+            }
+            let replica = box.at("replica")
+            _ = try box.clone(repo, replica)
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: replica + "/two\nlines"))
+            for args in [["ls"], ["status"]] {
+                let result = try box.fprepOK(args, cwd: replica)
+                #expect(!result.stdoutData.contains(0x1B), "\(args): \(result)")
+                #expect(args == ["status"] || result.stdout.contains("red\\x1b[31mX"), "\(args): \(result)")
+                #expect(result.stdout.contains("two\\nlines"), "\(args): \(result)")
+                #expect(!result.stdout.split(separator: "\n").contains { $0.hasPrefix("lines") }, "\(args): \(result)")
+            }
+            let missing = try box.fprep(["materialize", "no\u{1B}]0;title\u{07}such"], cwd: replica)
+            expectOneLineError(missing, mentioning: ["\\x1b]0;title\\x07"])
+            #expect(!missing.stderrData.contains(0x1B))
+        }
+    }
+
+    @Test("a user's file named like fprep's temporary files is synced like any other")
+    func temporaryLookalikeSynced() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("my notes\n".utf8).write(to: URL(fileURLWithPath: replica + "/.a.txt.fprep-notes"))
+            try Data("kept\n".utf8).write(to: URL(fileURLWithPath: replica + "/docs/.x.fprep-abc123"))
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status.objects("changes").count == 2, "\(status)")
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["show", "main:.a.txt.fprep-notes"], cwd: remote.path) == "my notes")
+            #expect(try box.gitOK(["show", "main:docs/.x.fprep-abc123"], cwd: remote.path) == "kept")
+        }
+    }
+}
