@@ -22,10 +22,13 @@ struct LocalCommitter {
 
     /// The commit made, and the changes it holds; nil when nothing changed.
     func commit(_ scan: LocalChangeSet, index: Index) throws -> Committed? {
-        guard !scan.isEmpty, let anchor = replica.anchor else { return nil }
+        guard !scan.isEmpty else { return nil }
         let repository = replica.repository
-        let baseTree = try repository.commit(anchor).treeID
-        let lookup = TreeLookup(repository: repository, tree: baseTree)
+        // A replica of an empty remote has no anchor yet: its first commit
+        // starts the branch.
+        let anchor = replica.anchor
+        let baseTree = try anchor.map { try repository.commit($0).treeID }
+        let lookup = baseTree.map { TreeLookup(repository: repository, tree: $0) }
         var takenNames = Set<RepoPath>()
         var edits: [[UInt8]: TreeEditor.Edit] = [:]
         var entries: [IndexEntry] = []
@@ -54,7 +57,7 @@ struct LocalCommitter {
         // copies; the names keep the remote's versions.
         var copies: [WrittenPlaceholder] = []
         for entry in scan.writtenPlaceholders {
-            guard let copy = try WrittenPlaceholder.capture(entry, replica: replica, inTree: { try lookup.entry(at: $0) },
+            guard let copy = try WrittenPlaceholder.capture(entry, replica: replica, inTree: { try lookup?.entry(at: $0) },
                                                             taken: &takenNames) else { continue }
             edits[copy.copy.bytes] = .put(copy.blob, copy.mode)
             sizes.append((copy.blob, BlobInfo(size: copy.stat.size, mtime: copy.stat.mtime.0)))
@@ -76,7 +79,7 @@ struct LocalCommitter {
         let more = scan.changes.count > 20 ? ["… and \(scan.changes.count - 20) more"] : []
         let message = "fprep: \(scan.changes.count) local change\(scan.changes.count == 1 ? "" : "s") from \(DeviceName.current)\n\n"
             + (summary + more).joined(separator: "\n") + "\n"
-        let commit = try repository.writeCommit(tree: tree, parents: [anchor], message: message,
+        let commit = try repository.writeCommit(tree: tree, parents: anchor.map { [$0] } ?? [], message: message,
                                                 author: signature, committer: signature)
         // The commit is the anchor from here on, recorded before the index
         // says the files are clean: a crash in between finds the changes

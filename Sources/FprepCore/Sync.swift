@@ -92,7 +92,26 @@ extension Replica {
             do {
                 try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
             } catch is Transport.BranchNotFound {
-                throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
+                guard lastRemote == nil else {
+                    throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
+                }
+                // The remote is empty (no commit on the branch yet): this
+                // replica's first commit starts it.
+                guard let ours = anchor else { break }
+                try store.setMeta("unpushed", ours.hex)
+                do {
+                    try Transport.push(ours, branch: branch, gitDirectory: gitDirectory)
+                    try store.setMeta("unpushed", "")
+                    try store.setMeta(Self.remoteTipKey, ours.hex)
+                    report.pushed = ours.hex
+                    break
+                } catch Transport.PushRefusal.rejected {
+                    continue  // another device started it first: fetch and merge
+                } catch Transport.PushRefusal.failed(let error) {
+                    report.waitingToPush = ours.hex
+                    report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason)); the changes wait for the next sync"))
+                    break
+                }
             } catch let error as GitCommandError {
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."

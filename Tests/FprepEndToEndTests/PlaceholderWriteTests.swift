@@ -482,3 +482,26 @@ struct KindChangeTests {
         }
     }
 }
+
+@Suite("an empty remote")
+struct EmptyRemoteTests {
+    @Test("files made in a replica of an empty remote are its first commit, and reach the other device")
+    func firstCommitStartsTheBranch() throws {
+        try withSandbox { box in
+            let remote = box.at("remote.git")
+            try box.fprepOK(["init-remote", remote])
+            let one = box.at("one"), two = box.at("two")
+            _ = try box.clone(remote, one)
+            _ = try box.clone(remote, two)
+            #expect(try box.fprepJSON(["sync"], cwd: two).string("pushed") == nil)
+            try box.sh("printf 'dev#1\\n' > x.txt && mkdir d && printf 'dev#2\\n' > d/y.txt", cwd: one)
+            let report = try box.fprepJSON(["sync"], cwd: one)
+            #expect(report.string("pushed") != nil, "\(report)")
+            #expect(try box.remoteBlob(remote, "x.txt") == Data("dev#1\n".utf8))
+            try box.fprepOK(["sync"], cwd: two)
+            try box.fprepOK(["materialize", "x.txt", "d"], cwd: two)
+            #expect(contents(two + "/d/y.txt") == Data("dev#2\n".utf8))
+            #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").isEmpty)
+        }
+    }
+}
