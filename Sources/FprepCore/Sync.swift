@@ -98,20 +98,8 @@ extension Replica {
                 // The remote is empty (no commit on the branch yet): this
                 // replica's first commit starts it.
                 guard let ours = anchor else { break }
-                try store.setMeta("unpushed", ours.hex)
-                do {
-                    try Transport.push(ours, branch: branch, gitDirectory: gitDirectory)
-                    try store.setMeta("unpushed", "")
-                    try store.setMeta(Self.remoteTipKey, ours.hex)
-                    report.pushed = ours.hex
-                    break
-                } catch Transport.PushRefusal.rejected {
-                    continue  // another device started it first: fetch and merge
-                } catch Transport.PushRefusal.failed(let error) {
-                    report.waitingToPush = ours.hex
-                    report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason)); the changes wait for the next sync"))
-                    break
-                }
+                if case .rejected = try push(ours, report: &report) { continue }  // another device started it: fetch and merge
+                break
             } catch let error as GitCommandError {
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."
@@ -148,24 +136,10 @@ extension Replica {
                 try store.setMeta("unpushed", "")
                 break
             }
-            try store.setMeta("unpushed", target.hex)
-            do {
-                try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
-                try store.setMeta("unpushed", "")
-                try store.setMeta(Self.remoteTipKey, target.hex)
-                report.pushed = target.hex
-                Trace.mark("push")
-                break
-            } catch Transport.PushRefusal.rejected(let reason) {
-                // Someone pushed first: fetch their work and merge again.
-                if attempt == 5 {
-                    throw FprepError("the remote kept moving while this replica pushed (\(reason)); your changes are committed locally, run 'fprep sync' again")
-                }
-                continue
-            } catch Transport.PushRefusal.failed(let error) {
-                report.waitingToPush = target.hex
-                report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason)); the changes wait for the next sync"))
-                break
+            guard case .rejected(let reason) = try push(target, report: &report) else { break }
+            // Someone pushed first: fetch their work and merge again.
+            if attempt == 5 {
+                throw FprepError("the remote kept moving while this replica pushed (\(reason)); your changes are committed locally, run 'fprep sync' again")
             }
         }
         // Tags and favorites of every device, merged.
@@ -174,6 +148,33 @@ extension Replica {
         report.from = startAnchor?.hex
         report.to = anchor?.hex
         return report
+    }
+
+    private enum PushOutcome {
+        /// Pushed, or waiting for the next sync (the remote unreachable).
+        case done
+        /// Someone pushed first.
+        case rejected(String)
+    }
+
+    /// Pushes `target` to the followed branch, marked as waiting until the
+    /// remote has it.
+    private func push(_ target: ObjectID, report: inout SyncReport) throws -> PushOutcome {
+        try store.setMeta("unpushed", target.hex)
+        do {
+            try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
+        } catch Transport.PushRefusal.rejected(let reason) {
+            return .rejected(reason)
+        } catch Transport.PushRefusal.failed(let error) {
+            report.waitingToPush = target.hex
+            report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason)); the changes wait for the next sync"))
+            return .done
+        }
+        try store.setMeta("unpushed", "")
+        try store.setMeta(Self.remoteTipKey, target.hex)
+        report.pushed = target.hex
+        Trace.mark("push")
+        return .done
     }
 
     /// The commit the replica moves to, from its anchor `ours` and the
