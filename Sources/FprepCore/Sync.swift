@@ -359,20 +359,25 @@ struct SyncApplier {
     }
 
     /// Removes what a killed run of this sync left half-written: the
-    /// temporary files beside the changed items.
+    /// temporary files beside the changed and deleted items (an old
+    /// placeholder a program wrote into, swapped out, stays as a conflict
+    /// copy: see `SafeReplace.settleTemporary`).
     func removeStaleTemporaries() {
         var byFolder: [RepoPath: Set<[UInt8]>] = [:]
-        for path in changes.updated.map(\.path) + changes.moved.map(\.to) {
+        for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.deleted.map(\.0) {
             byFolder[path.parent, default: []].insert(path.name)
         }
         for (folderPath, names) in byFolder {
             guard let folder = try? replica.rootFolder.folder(folderPath), let entries = try? folder.entryNames() else { continue }
             for entry in entries where entry.first == 0x2E {
-                let isTemporary = names.contains { name in
+                let owner = names.first { name in
                     let prefix = [0x2E] + name + Array(".fprep-".utf8)
                     return entry.count > prefix.count && entry.starts(with: prefix)
                 }
-                if isTemporary { unlinkat(folder.fd, cPath(entry), 0) }
+                if let owner {
+                    SafeReplace(folder: folder, name: owner, temporary: entry, shown: folderPath.appending(owner).description,
+                                expectsDataless: true).settleTemporary()
+                }
             }
         }
     }
