@@ -144,7 +144,9 @@ public final class Replica {
                 let age = Double(time(nil)) - Double(info.st_mtim.tv_sec)
                 let holder = GitLockHolder.process(holding: info, workingIn: root)
                 if holder == nil && age + waited >= 2 {
-                    unlink(path)
+                    // Still the same lock file (not one a git made since).
+                    var now = stat()
+                    if lstat(path, &now) == 0, now.st_ino == info.st_ino, now.st_dev == info.st_dev { unlink(path) }
                     break
                 }
                 if let holder, waited >= 2 {
