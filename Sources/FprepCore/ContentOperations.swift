@@ -292,8 +292,8 @@ struct ContentOperations {
             fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
         } catch let refusal as ContentRefusal {
             return refusal.why
-        } catch {
-            return "cannot open it: \(String(cString: strerror(errno)))"
+        } catch let error as SystemError {
+            return "cannot open it: \(String(cString: strerror(error.code)))"
         }
         defer { close(fd) }
         // A write lease: granted only while no one else has the file open,

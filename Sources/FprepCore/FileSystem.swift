@@ -8,7 +8,6 @@ struct FileStat: Equatable {
     var device: Int64
     var inode: Int64
     var mode: Int64
-    var links: Int64
     var uid: Int64
     var gid: Int64
     var size: Int64
@@ -21,7 +20,6 @@ struct FileStat: Equatable {
         device = raw.dev
         inode = raw.ino
         mode = raw.mode
-        links = raw.nlink
         uid = raw.uid
         gid = raw.gid
         size = raw.size

@@ -1,3 +1,4 @@
+import CFprepSys
 import FoundationEssentials
 import Glibc
 import FprepGit
@@ -48,7 +49,7 @@ extension Replica {
         for component in folder.components {
             guard let entry = tree.entry(named: component) else { throw FprepError.notInReplica(shown) }
             if entry.mode != .tree {
-                let item = try makeItem(entry, path: folder, probe: rootFolder.probe([folder])[0], index: index, sizes: sizes)
+                let item = try makeItem(entry, path: folder, probe: probeBeneath([folder], in: folder.parent)[0], index: index, sizes: sizes)
                 return ItemPage(container: ContainerIdentifier.of(folder.parent), items: [item], nextPage: nil)
             }
             tree = try repository.tree(entry.id)
@@ -63,10 +64,20 @@ extension Replica {
         }
         let page = Array(entries.prefix(pageSize))
         let paths = page.map { folder.appending($0.name) }
-        let probes = rootFolder.probe(paths)
+        let probes = probeBeneath(paths, in: folder)
         let items = try page.indices.map { try makeItem(page[$0], path: paths[$0], probe: probes[$0], index: index, sizes: sizes) }
         let next = entries.count > pageSize ? page.last.map { Self.encodePageToken($0.name) } : nil
         return ItemPage(container: ContainerIdentifier.of(folder), items: items, nextPage: next)
+    }
+
+    /// Probes `paths`, all in `folder`: nothing is there when something
+    /// other than a folder (a user's symlink) stands on the way, so nothing
+    /// is read through it.
+    private func probeBeneath(_ paths: [RepoPath], in folder: RepoPath) -> [ItemProbe] {
+        guard folder.isRoot || rootFolder.obstruction(on: folder) == nil else {
+            return paths.map { _ in ItemProbe(fprep_probe()) }
+        }
+        return rootFolder.probe(paths)
     }
 
     /// The item for `entry` at `path`, from what `probe` read of it on disk.

@@ -143,8 +143,10 @@ public final class Replica {
             while lstat(path, &info) == 0 {
                 let age = Double(time(nil)) - Double(info.st_mtim.tv_sec)
                 let holder = GitLockHolder.process(holding: info, workingIn: root)
-                if holder == nil && age + waited >= 2 {
-                    unlink(path)
+                if holder == nil && age >= 2 {
+                    // Still the same lock file (not one a git made since).
+                    var now = stat()
+                    if lstat(path, &now) == 0, now.st_ino == info.st_ino, now.st_dev == info.st_dev { unlink(path) }
                     break
                 }
                 if let holder, waited >= 2 {

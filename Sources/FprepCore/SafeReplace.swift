@@ -136,8 +136,8 @@ struct SafeReplace {
     func settleTemporary() {
         var raw = fprep_stat()
         guard let fd = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY).fd else {
-            // Not a file (or not there): nothing of fprep's to remove.
-            if fprep_lstat_at(folder.fd, cPath(temporary), &raw) == 0, FileStat(raw).isRegular { unlinkat(folder.fd, cPath(temporary), 0) }
+            // Not a file: a temporary symlink of fprep's goes.
+            if fprep_lstat_at(folder.fd, cPath(temporary), &raw) == 0, FileStat(raw).isSymlink { unlinkat(folder.fd, cPath(temporary), 0) }
             return
         }
         defer { close(fd) }

@@ -462,15 +462,22 @@ struct SyncApplier {
     }
 
     /// Removes what a killed run of this sync left half-written: the
-    /// temporary files beside the changed items.
+    /// temporary files beside the changed and deleted items (an old
+    /// placeholder a program wrote into, swapped out, stays as a conflict
+    /// copy: see `SafeReplace.settleTemporary`).
     func removeStaleTemporaries() {
         var byFolder: [RepoPath: Set<[UInt8]>] = [:]
-        for path in changes.updated.map(\.path) + changes.moved.map(\.to) {
+        for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.deleted.map(\.0) {
             byFolder[path.parent, default: []].insert(path.name)
         }
         for (folderPath, names) in byFolder {
             guard let folder = try? replica.rootFolder.folder(folderPath) else { continue }
-            for name in names { unlinkat(folder.fd, cPath(ContentOperations.temporaryName(for: name, token: token)), 0) }
+            for name in names {
+                let temporary = ContentOperations.temporaryName(for: name, token: token)
+                guard folder.stat(name: temporary) != nil else { continue }
+                SafeReplace(folder: folder, name: name, temporary: temporary, shown: folderPath.appending(name).description,
+                            expectsDataless: true).settleTemporary()
+            }
         }
     }
 

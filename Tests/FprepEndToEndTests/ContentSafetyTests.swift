@@ -144,6 +144,9 @@ struct ForeignFileTests {
             #expect(materialized.stdout.contains("'docs' is a symlink where the replica has a folder"), "\(materialized)")
             let evicted = try box.fprep(["evict", "docs/deep/nested.txt"], cwd: replica)
             expectOneLineError(evicted, status: 2, mentioning: ["'docs' is a symlink where the replica has a folder"])
+            // Listing the folder reads nothing through the symlink: its files are not there.
+            let items = itemsByName(try box.fprepJSON(["ls", "docs"], cwd: replica))
+            #expect(items["docs/readme.md"]?.string("state") == "deleted", "\(items)")
             #expect(snapshot(box.at("elsewhere")) == outside, "fprep wrote through the symlink")
         }
     }
