@@ -30,6 +30,9 @@ struct Status: ParsableCommand {
             logical size: \(humanSize(report.logicalSize))
             on disk:      \(humanSize(report.bytesOnDisk))
             """)
+        if let unfinished = opened.unfinished {
+            print("unfinished:   an interrupted operation waits to be finished (\(unfinished)); the changes below may be its own")
+        }
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }

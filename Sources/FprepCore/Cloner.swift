@@ -157,6 +157,7 @@ public enum Cloner {
         } catch let error as GitCommandError {
             try? FileManager.default.removeItem(atPath: scratch)
             try? FileManager.default.removeItem(atPath: fetched)
+            if let full = FprepError.storage(error, root: root) { throw full }
             throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
                              detail: error.standardError)
         }
@@ -316,7 +317,7 @@ public enum Cloner {
                 do {
                     try fetch.wait()
                 } catch let error as GitCommandError {
-                    throw FprepError.remoteUnreachable(replica.remoteURL, error)
+                    throw FprepError.remoteUnreachable(replica.remoteURL, error, root: replica.root)
                 }
                 try odb.refresh()
                 var targets: [ObjectID: [UInt8]] = [:]

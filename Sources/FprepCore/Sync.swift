@@ -77,6 +77,10 @@ extension Replica {
             do {
                 try Transport.fetchTrees(gitDirectory: gitDirectory)
             } catch let error as GitCommandError {
+                if let full = FprepError.storage(error, root: root) {
+                    StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
+                    throw full
+                }
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."
                 throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason).\(kept) Run 'fprep sync' again when the remote is back",
@@ -230,7 +234,17 @@ extension Replica {
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
         if resuming { applier.removeStaleTemporaries() }
         Trace.mark("read index")
-        var report = try applier.apply()
+        var report: SyncReport
+        do {
+            report = try applier.apply()
+        } catch let error where FprepError.storage(error, root: root)?.isDiskFull == true {
+            // What this run wrote half goes now, so space is not held until
+            // the sync is finished; the journal keeps the sync for later.
+            applier.removeStaleTemporaries()
+            removeFetchQuarantines()
+            StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
+            throw FprepError.storage(error, root: root) ?? error
+        }
         report.from = journal.from
         report.to = journal.to
         Trace.mark("apply")
