@@ -38,9 +38,10 @@ public enum Repair {
         // first) is brought in line with git in place: what only it holds
         // (tags, favorites, trash, signals, the journal) stays.
         let sound = FileManager.default.fileExists(atPath: database) ? soundStore(at: database) : nil
-        if sound == nil, ["", "-wal", "-shm"].contains(where: { FileManager.default.fileExists(atPath: database + $0) }) {
+        if sound == nil, ["", "-wal", "-shm", "-damaged"].contains(where: { FileManager.default.fileExists(atPath: database + $0) }) {
             let aside = database + ".broken-\(Int(Date().timeIntervalSince1970))"
-            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: database + suffix) {
+            unlink(database + "-checked")
+            for suffix in ["", "-wal", "-shm", "-damaged"] where FileManager.default.fileExists(atPath: database + suffix) {
                 try FileManager.default.moveItem(atPath: database + suffix, toPath: aside + suffix)
             }
             movedAside = aside

@@ -121,6 +121,13 @@ public final class Replica {
         } catch {
             throw FprepError.git("cannot open the git directory of the replica '\(root)'", error)
         }
+        // With the log gone, what it held is lost unless the database agrees
+        // with git: the branch is where the anchor recorded last says.
+        if store.logWasRemoved, (try? repository.referenceTarget("refs/heads/" + branch))??.hex ?? "" != storedAnchor ?? "" {
+            let problem = "its write-ahead log is gone and its anchor is not the branch's commit"
+            StateFileCheck.markDamaged(stateFolder + "/state.db", problem)
+            throw FprepError.damagedState(stateFolder + "/state.db", reason: problem)
+        }
         rootFolder = try FolderHandle(root: root)
         remoteURL = url
         self.branch = branch

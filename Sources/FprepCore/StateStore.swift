@@ -27,10 +27,16 @@ final class StateStore {
 
     static let schemaVersion = 3
 
+    /// The database's write-ahead log and its index were both gone when it
+    /// was opened: harmless after another SQLite program closed it, data
+    /// lost if they were deleted after a crash (see `Replica.init`).
+    let logWasRemoved: Bool
+
     /// Opens (or, unless `existing`, creates) the store at `path`. An
     /// existing replica's store is checked first (`StateFileCheck`): damage
     /// is reported by the next command, whatever it reads.
     init(path: String, existing: Bool = false) throws {
+        logWasRemoved = existing && StateFileCheck.logRemoved(at: path)
         if existing {
             if let problem = StateFileCheck.problem(at: path) { throw FprepError.damagedState(path, reason: problem) }
             let folder = parentFolder(of: path)

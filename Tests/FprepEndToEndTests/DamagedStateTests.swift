@@ -101,8 +101,9 @@ struct DamagedStateTests {
 
     // MARK: - damaged state
 
-    @Test("a WAL deleted after a killed sync is found by the next command; repair keeps the edit and the next sync pushes it")
-    func missingWALAfterKilledSync() throws {
+    @Test("a WAL deleted after a killed sync is found by the next command; repair keeps the edit and the next sync pushes it",
+          arguments: [["-wal"], ["-wal", "-shm"]])
+    func missingWALAfterKilledSync(deleted: [String]) throws {
         try withSandbox { box in
             let (remote, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n"), "d/b.txt": .text("b\n"), "c.txt": .text("c\n")])
             try Data("the user's edit\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/a.txt"))
@@ -114,16 +115,18 @@ struct DamagedStateTests {
             let children = Shell.childProcesses(of: process.pid)
             _ = process.kill9()
             for child in children { kill(child, SIGKILL) }
-            let wal = replica + "/.fprep/state.db-wal"
-            #expect(FileManager.default.fileExists(atPath: wal))
-            try FileManager.default.removeItem(atPath: wal)
+            for suffix in deleted {
+                let file = replica + "/.fprep/state.db" + suffix
+                #expect(FileManager.default.fileExists(atPath: file))
+                try FileManager.default.removeItem(atPath: file)
+            }
             // The remote moves on meanwhile, and the user edits another file.
             try Self.pushToRemote(box, remote, ["c.txt": Data("c from elsewhere\n".utf8)], message: "elsewhere")
             try Data("edited after the crash\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/b.txt"))
 
             for command in [["status"], ["sync"], ["anchor"], ["ls"]] {
                 expectOneLineError(try box.fprep(command, cwd: replica),
-                                   mentioning: ["state.db", "fprep repair " + replica, "write-ahead log"])
+                                   mentioning: ["state.db", "fprep repair " + replica, "write-ahead log", "damaged"])
             }
             let repaired = try box.fprepJSON(["repair"], cwd: replica)
             #expect(repaired.string("unpushed") != nil, "repair must record the local commit as unpushed: \(repaired)")
@@ -137,6 +140,20 @@ struct DamagedStateTests {
             #expect(try Self.remoteFile(box, remote, "c.txt") == "c from elsewhere")
             let final = try box.fprepJSON(["status"], cwd: replica)
             #expect(final.objects("changes").isEmpty && final.string("waitingToPush") == nil, "\(final)")
+        }
+    }
+
+    /// Another SQLite program that opens the database (the sqlite3 shell,
+    /// say) deletes the log and its index when it closes: nothing is lost.
+    @Test("a log and index removed after a clean exit (another SQLite program closed the database) are no damage")
+    func logClosedByAnotherProgram() throws {
+        try withSandbox { box in
+            let (_, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n")])
+            try Data("edit\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/a.txt"))
+            try box.fprepOK(["sync"], cwd: replica)
+            for suffix in ["-wal", "-shm"] { try FileManager.default.removeItem(atPath: replica + "/.fprep/state.db" + suffix) }
+            try box.fprepOK(["status"], cwd: replica)
+            try box.fprepOK(["sync"], cwd: replica)
         }
     }
 
@@ -163,6 +180,7 @@ struct DamagedStateTests {
         try withSandbox { box in
             let (_, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n")])
             let database = replica + "/.fprep/state.db"
+            try box.fprepOK(["anchor"], cwd: replica)  // the file as it is now was checked once
             let size = (try FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
             let page = Self.pageSize(database)
             // The last page: the root of the newest table, which `anchor` never reads.
