@@ -61,6 +61,10 @@ public enum Cloner {
         } catch {
             progress.finish()
             removeClone(root: root, created: created)
+            // Said after the clean-up, of a folder that is still there.
+            if let full = FprepError.storage(error, root: nil), full.isDiskFull {
+                throw FprepError.diskFull(at: created ? parentFolder(of: root) : root, detail: full.detail)
+            }
             throw error
         }
     }
@@ -101,7 +105,8 @@ public enum Cloner {
             do {
                 try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             } catch {
-                throw FprepError("cannot create '\(root)': \(error)")
+                throw FprepError.storage(error, root: parentFolder(of: root))
+                    ?? FprepError("cannot create '\(root)': \(StorageFailure.reason(error))")
             }
             return true
         }

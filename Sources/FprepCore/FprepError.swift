@@ -85,7 +85,7 @@ extension FprepError {
     static func state(_ what: String, _ error: Error) -> FprepError {
         if let error = error as? FprepError { return error }
         if let storage = storage(error, root: nil) { return storage }
-        return FprepError("\(what): \(error)")
+        return FprepError("\(what): \(StorageFailure.reason(error))")
     }
 
     /// Wraps a libgit2 error met while working on `what`.
@@ -94,7 +94,7 @@ extension FprepError {
         if let storage = storage(error, root: nil) { return storage }
         if let error = error as? GitError { return FprepError("\(what): \(error.message)", detail: error.description) }
         if let error = error as? GitCommandError { return FprepError("\(what): \(error.reason)", detail: error.standardError) }
-        return FprepError("\(what): \(error)")
+        return FprepError("\(what): \(StorageFailure.reason(error))")
     }
 }
 

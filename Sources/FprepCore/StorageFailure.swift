@@ -43,6 +43,16 @@ enum StorageFailure: Equatable {
         }
     }
 
+    /// `error` as a few words for a message: the system's text for a
+    /// Foundation file error (not its userInfo dump), else its description.
+    static func reason(_ error: Error) -> String {
+        if let error = error as? CocoaError {
+            if let posix = error.userInfo["NSUnderlyingError"] as? POSIXError { return String(cString: strerror(posix.code.rawValue)) }
+            return "file error \(error.code.rawValue)"
+        }
+        return String(describing: error)
+    }
+
     private static func isFull(_ code: Int32) -> Bool { code == ENOSPC || code == EDQUOT }
 
     /// git and libgit2 pass strerror's text on.

@@ -58,6 +58,16 @@ extension Replica {
         if incoming { ReadAhead.start([gitDirectory + "/index"] + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
         var report = SyncReport()
         let startAnchor = anchor
+        // Fetched content is never kept past the command: a sync that
+        // fails (a full disk, most of all) leaves no quarantine or
+        // half-written pack taking space; a resumed sync fetches again.
+        var finished = false
+        defer {
+            if !finished {
+                removeFetchQuarantines()
+                StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
+            }
+        }
 
         // 1. The local changes become a commit on top of the anchor.
         var index: Index?
@@ -154,6 +164,7 @@ extension Replica {
         Trace.mark("shared metadata")
         report.from = startAnchor?.hex
         report.to = anchor?.hex
+        finished = true
         return report
     }
 
