@@ -254,7 +254,10 @@ struct ContentOperations {
         }
         guard !candidates.isEmpty else { return result }
         let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
-        let operation = try replica.store.beginOperation("evict", payload: journal.encoded())
+        // Evict is what frees space: on a full disk its journal record takes the reserve's.
+        let operation = try SpaceReserve.using(in: replica.stateFolder) {
+            try replica.store.beginOperation("evict", payload: journal.encoded())
+        }
         var evicted: [RepoPath] = []
         for (done, entry) in candidates.enumerated() {
             let path = RepoPath(bytes: entry.path)

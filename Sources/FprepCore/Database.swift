@@ -9,6 +9,8 @@ package struct DatabaseError: Error, CustomStringConvertible {
     package let sql: String?
     /// The database file it concerns.
     package var path: String? = nil
+    /// The errno of the system call that failed under an I/O error, or 0.
+    package var systemErrno: Int32 = 0
 
     package var description: String { sql.map { "\(message) (in: \($0))" } ?? message }
 }
@@ -46,7 +48,8 @@ package final class Database {
 
     func check(_ rc: Int32, _ sql: String? = nil) throws {
         guard rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE else {
-            throw DatabaseError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql, path: path)
+            throw DatabaseError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql, path: path,
+                                systemErrno: sqlite3_system_errno(handle))
         }
     }
 
@@ -57,7 +60,7 @@ package final class Database {
         if rc != SQLITE_OK {
             let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
             sqlite3_free(errorMessage)
-            throw DatabaseError(code: rc, message: message, sql: sql, path: path)
+            throw DatabaseError(code: rc, message: message, sql: sql, path: path, systemErrno: sqlite3_system_errno(handle))
         }
     }
 

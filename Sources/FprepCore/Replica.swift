@@ -84,7 +84,10 @@ public final class Replica {
             replica = try Replica(root: root, access: access, exclusive: true)
         }
         guard let opened = replica else { throw FprepError("cannot open the replica at '\(root)'") }
-        if access.exclusive || recoveryNeeded { opened.removeStaleGitLocks() }
+        if access.exclusive || recoveryNeeded {
+            opened.removeStaleGitLocks()
+            SpaceReserve.ensure(in: opened.stateFolder)
+        }
         do {
             try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
         } catch {

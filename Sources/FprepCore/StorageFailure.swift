@@ -21,7 +21,9 @@ enum StorageFailure: Equatable {
             case SQLITE_CORRUPT, SQLITE_NOTADB: return .damaged(error.message)
             case SQLITE_IOERR:
                 // SQLite reports a full disk met by some calls as an I/O error.
-                return isFull(errno) ? .diskFull : .damaged(error.message)
+                if isFull(error.systemErrno) { return .diskFull }
+                if error.systemErrno == EROFS { return .readOnly(String(cString: strerror(EROFS)).lowercased()) }
+                return .damaged(error.message)
             case SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM: return .readOnly(error.message)
             default: return nil
             }
@@ -140,4 +142,38 @@ private func currentFolderPath() -> String {
     var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     guard getcwd(&buffer, buffer.count) != nil else { return "." }
     return String(cString: buffer)
+}
+
+/// A little space held back in `.fprep/reserve` for the one command that
+/// must run on a full disk: `evict`, which frees space but first journals
+/// what it does (a database write). Made by commands that write when it is
+/// missing; given back when evict meets a full disk, and made again later.
+enum SpaceReserve {
+    /// Room for a journal record: a few pages of the write-ahead log.
+    static let size: Int64 = 64 * 1024
+
+    static func path(in stateFolder: String) -> String { stateFolder + "/reserve" }
+
+    /// Makes the reserve if it is missing; best effort (not on a full disk).
+    static func ensure(in stateFolder: String) {
+        let path = path(in: stateFolder)
+        guard access(path, F_OK) != 0 else { return }
+        let temporary = path + ".new"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let made = posix_fallocate(fd, 0, off_t(size)) == 0 && fsync(fd) == 0
+        close(fd)
+        if !made || rename(temporary, path) != 0 { unlink(temporary) }
+    }
+
+    /// Runs `body`; when it fails because the disk is full and the reserve
+    /// is there, gives the reserve's space back and runs `body` once more.
+    static func using<R>(in stateFolder: String, _ body: () throws -> R) throws -> R {
+        do {
+            return try body()
+        } catch {
+            guard FprepError.storage(error, root: nil)?.isDiskFull == true, unlink(path(in: stateFolder)) == 0 else { throw error }
+            return try body()
+        }
+    }
 }

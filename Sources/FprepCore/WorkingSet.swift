@@ -261,7 +261,7 @@ public final class SignalLogReader {
         guard FileManager.default.fileExists(atPath: database) else {
             throw FprepError("the state database of the replica '\(root)' is missing; run 'fprep repair \(root)'")
         }
-        store = try StateStore(path: database, existing: true)
+        store = try StateStore(path: database)
     }
 
     public func signals(after seq: Int64) throws -> [Signal] { try store.signals(after: seq) }

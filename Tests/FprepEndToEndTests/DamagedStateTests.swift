@@ -80,12 +80,16 @@ struct DamagedStateTests {
     }
 
     /// Fills the file system of `folder` up to `leaving` bytes free.
-    static func fill(_ folder: String, leaving: Int64) throws -> String {
+    static func fill(_ folder: String, leaving: Int64, name: String = "filler") throws -> String {
         var info = statvfs()
         guard statvfs(folder, &info) == 0 else { throw HarnessError("statvfs \(folder)") }
         let free = Int64(info.f_bavail) * Int64(info.f_frsize)
-        let filler = folder + "/filler"
-        let result = try run(["/usr/bin/fallocate", "-l", String(max(4096, free - leaving)), filler])
+        let filler = folder + "/" + name
+        guard free - leaving >= 4096 else {
+            try Data().write(to: URL(fileURLWithPath: filler))
+            return filler
+        }
+        let result = try run(["/usr/bin/fallocate", "-l", String(free - leaving), filler])
         guard result.status == 0 else { throw HarnessError("fallocate: \(result)") }
         return filler
     }
@@ -297,6 +301,8 @@ struct DamagedStateTests {
                 let full = try box.fprep(["sync"], cwd: replica)
                 expectOneLineError(full, mentioning: ["disk is full", replica, "evict"])
                 #expect(Self.leftovers(replica).isEmpty, "left behind: \(Self.leftovers(replica))")
+                // And then not a byte free (something else filled the disk).
+                let rest = try Self.fill(disk, leaving: 0, name: "filler-rest")
                 // Not wedged: what reads and what frees space still run.
                 for command in [["status"], ["ls"], ["anchor"]] {
                     let result = try box.fprep(command, cwd: replica)
@@ -307,6 +313,7 @@ struct DamagedStateTests {
                 let evicted = try box.fprepJSON(["evict", "e"], cwd: replica)
                 #expect(evicted.strings("evicted").count == 3, "\(evicted)")
                 try FileManager.default.removeItem(atPath: filler)
+                try FileManager.default.removeItem(atPath: rest)
                 try box.fprepOK(["sync"], cwd: replica)
                 #expect(try Self.remoteFile(box, remote, "d/notes.txt") == "my notes")
                 for (path, data) in changed { #expect(contents(replica + "/" + path) == data, "\(path)") }
