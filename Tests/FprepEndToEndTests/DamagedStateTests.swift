@@ -85,6 +85,11 @@ struct DamagedStateTests {
         guard statvfs(folder, &info) == 0 else { throw HarnessError("statvfs \(folder)") }
         let free = Int64(info.f_bavail) * Int64(info.f_frsize)
         let filler = folder + "/" + name
+        if leaving == 0 {
+            // Every last block: written until the disk says it is full.
+            _ = try run(["/bin/sh", "-c", "cat /dev/zero > '\(filler)'"])
+            return filler
+        }
         guard free - leaving >= 4096 else {
             try Data().write(to: URL(fileURLWithPath: filler))
             return filler
