@@ -95,7 +95,7 @@ struct ChangesRequest: Equatable {
             } catch let error as FprepError {
                 try? JSONOutput.printLine(Failure(error: error.message, status: error.exitCode))
             } catch {
-                try? JSONOutput.printLine(Failure(error: "\(error)", status: 1))
+                try? JSONOutput.printLine(Failure(error: ErrorRendering.unexpected(error) ?? "\(error)", status: 1))
             }
             fflush(nil)
         }

@@ -23,5 +23,8 @@ struct RepairCommand: ParsableCommand {
         if json { return try JSONOutput.print(result) }
         if let aside = result.movedAside { print("moved the old state database to \(aside)") }
         print("rebuilt the state of \(result.root): anchor \(result.anchor ?? "(none)"), \(result.materialized) materialized files, \(result.sizes) known sizes")
+        if let unpushed = result.unpushed {
+            print("local commit \(unpushed.prefix(12)) is not on the remote yet: the next 'fprep sync' pushes it")
+        }
     }
 }

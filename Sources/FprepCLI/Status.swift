@@ -28,6 +28,9 @@ struct Status: ParsableCommand {
         print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders")
         print("logical size: \(humanSize(report.logicalSize))")
         print("on disk:      \(humanSize(report.bytesOnDisk))")
+        if let unfinished = opened.unfinished {
+            print("unfinished:   an interrupted operation waits to be finished (\(unfinished)); the changes below may be its own")
+        }
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }

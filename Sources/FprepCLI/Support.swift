@@ -43,8 +43,13 @@ struct ReplicaLocation: Equatable {
         Trace.start()
         return try Replica.open(containing: baseDirectory, access: Replica.Access(
             command: command, exclusive: exclusive, wait: !noWait, progress: TerminalProgress.make(),
-            onWait: { message in printError("fprep: \(message)") }))
+            onWait: { message in printError("fprep: \(message)") },
+            runsOnFullDisk: Self.runOnFullDisk.contains(command)))
     }
+
+    /// Commands that only read, or free space (evict): they run while an
+    /// interrupted sync waits for disk space to be finished.
+    static let runOnFullDisk: Set<String> = ["status", "ls", "changes", "anchor", "evict"]
 }
 
 /// Every human-readable line a command prints goes through here (this
@@ -68,10 +73,15 @@ enum Verbosity {
 /// Turns errors that are not fprep's own into one line.
 enum ErrorRendering {
     static func unexpected(_ error: Error) -> String? {
+        if let storage = FprepError.storage(error, root: nil) { return storage.message }
         switch error {
         case let error as GitError: return "\(error.message) (in \(error.function))"
         case let error as GitCommandError: return "git failed: \(error.reason)"
-        case let error as CocoaError: return "\(error)"
+        case let error as CocoaError:
+            // One line: what, where, and the system's reason (no userInfo dump).
+            let path = (error.userInfo["NSFilePath"] as? String).map { " '\($0)'" } ?? ""
+            let reason = (error.userInfo["NSUnderlyingError"] as? POSIXError).map { String(cString: strerror($0.code.rawValue)) }
+            return "cannot work on\(path): \(reason ?? "file error \(error.code.rawValue)")"
         default:
             // ArgumentParser's own errors (usage, --help) go through its renderer.
             let typeName = String(reflecting: type(of: error))

@@ -61,6 +61,10 @@ public enum Cloner {
         } catch {
             progress.finish()
             removeClone(root: root, created: created)
+            // Said after the clean-up, of a folder that is still there.
+            if let full = FprepError.storage(error, root: nil), full.isDiskFull {
+                throw FprepError.diskFull(at: created ? parentFolder(of: root) : root, detail: full.detail)
+            }
             throw error
         }
     }
@@ -101,7 +105,8 @@ public enum Cloner {
             do {
                 try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             } catch {
-                throw FprepError("cannot create '\(root)': \(error)")
+                throw FprepError.storage(error, root: parentFolder(of: root))
+                    ?? FprepError("cannot create '\(root)': \(StorageFailure.reason(error))")
             }
             return true
         }
@@ -157,6 +162,7 @@ public enum Cloner {
         } catch let error as GitCommandError {
             try? FileManager.default.removeItem(atPath: scratch)
             try? FileManager.default.removeItem(atPath: fetched)
+            if let full = FprepError.storage(error, root: root) { throw full }
             throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
                              detail: error.standardError)
         }
@@ -317,7 +323,7 @@ public enum Cloner {
                 do {
                     try fetch.wait()
                 } catch let error as GitCommandError {
-                    throw FprepError.remoteUnreachable(replica.remoteURL, error)
+                    throw FprepError.remoteUnreachable(replica.remoteURL, error, root: replica.root)
                 }
                 try odb.refresh()
                 var targets: [ObjectID: [UInt8]] = [:]

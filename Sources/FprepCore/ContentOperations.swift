@@ -141,7 +141,8 @@ struct ContentOperations {
             try fetch.wait()
         } catch let error as GitCommandError {
             replica.removeFetchQuarantines()
-            if let operation { try replica.store.endOperation(operation) }
+            if let operation { try? replica.store.endOperation(operation) }
+            if let full = FprepError.storage(error, root: replica.root) { throw full }
             throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
                              detail: error.standardError)
         }
@@ -160,20 +161,29 @@ struct ContentOperations {
         // at once (one syncfs, not an fsync per file), then rename.
         var written: [(IndexEntry, FolderHandle, [UInt8])] = []
         var folders: [RepoPath: FolderHandle] = [:]
-        for (done, entry) in wanted.enumerated() {
-            let path = RepoPath(bytes: entry.path)
-            let folder: FolderHandle
-            if let open = folders[path.parent] { folder = open } else {
-                folder = try replica.rootFolder.folder(path.parent)
-                folders[path.parent] = folder
+        do {
+            for (done, entry) in wanted.enumerated() {
+                let path = RepoPath(bytes: entry.path)
+                let folder: FolderHandle
+                if let open = folders[path.parent] { folder = open } else {
+                    folder = try replica.rootFolder.folder(path.parent)
+                    folders[path.parent] = folder
+                }
+                let temporary = Self.temporaryName(for: path.name, token: journal.token)
+                written.append((entry, folder, temporary))
+                result.bytesWritten += try writeContent(of: entry, path: path, into: folder, name: temporary)
+                if done % 64 == 0 { replica.progress.report("writing files", done: done, total: wanted.count) }
             }
-            let temporary = Self.temporaryName(for: path.name, token: journal.token)
-            result.bytesWritten += try writeContent(of: entry, path: path, into: folder, name: temporary)
-            written.append((entry, folder, temporary))
-            if done % 64 == 0 { replica.progress.report("writing files", done: done, total: wanted.count) }
+            Trace.mark("write files")
+            guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        } catch {
+            // Nothing was renamed yet: the placeholders are as they were,
+            // and what was written (a full disk, most likely) goes at once.
+            for (_, folder, temporary) in written { unlinkat(folder.fd, cPath(temporary), 0) }
+            replica.removeFetchQuarantines()
+            try? replica.store.endOperation(operation)
+            throw FprepError.storage(error, root: replica.root) ?? error
         }
-        Trace.mark("write files")
-        guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
         Trace.mark("syncfs")
 
         var materialized: [(RepoPath, ObjectID)] = []
@@ -263,7 +273,10 @@ struct ContentOperations {
         }
         guard !candidates.isEmpty else { return result }
         let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
-        let operation = try replica.store.beginOperation("evict", payload: journal.encoded())
+        // Evict is what frees space: on a full disk its journal record takes the reserve's.
+        let operation = try SpaceReserve.using(in: replica.stateFolder) {
+            try replica.store.beginOperation("evict", payload: journal.encoded())
+        }
         var evicted: [RepoPath] = []
         for (done, entry) in candidates.enumerated() {
             let path = RepoPath(bytes: entry.path)

@@ -7,6 +7,10 @@ package struct DatabaseError: Error, CustomStringConvertible {
     package let code: Int32
     package let message: String
     package let sql: String?
+    /// The database file it concerns.
+    package var path: String? = nil
+    /// The errno of the system call that failed under an I/O error, or 0.
+    package var systemErrno: Int32 = 0
 
     package var description: String { sql.map { "\(message) (in: \($0))" } ?? message }
 }
@@ -25,7 +29,7 @@ package final class Database {
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(db)
-            throw DatabaseError(code: rc, message: message, sql: nil)
+            throw DatabaseError(code: rc, message: message, sql: nil, path: path)
         }
         handle = db
         self.path = path
@@ -44,7 +48,8 @@ package final class Database {
 
     func check(_ rc: Int32, _ sql: String? = nil) throws {
         guard rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE else {
-            throw DatabaseError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+            throw DatabaseError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql, path: path,
+                                systemErrno: sqlite3_system_errno(handle))
         }
     }
 
@@ -55,7 +60,7 @@ package final class Database {
         if rc != SQLITE_OK {
             let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
             sqlite3_free(errorMessage)
-            throw DatabaseError(code: rc, message: message, sql: sql)
+            throw DatabaseError(code: rc, message: message, sql: sql, path: path, systemErrno: sqlite3_system_errno(handle))
         }
     }
 

@@ -16,17 +16,31 @@ public struct FprepError: Error, CustomStringConvertible, Sendable {
     /// For a refused remote tree entry: the entry and why, so that a
     /// command can say what the refusal leaves as it was.
     public internal(set) var refusal: (path: String, reason: String)?
+    /// Which fault of the disk this is, if it is one (see `StorageFailure`).
+    let storage: StorageFailure?
 
     public init(_ kind: Kind, _ message: String, detail: String? = nil) {
         self.kind = kind
         self.message = message
         self.detail = detail
+        storage = nil
     }
 
     /// A plain failure (exit status 1).
     public init(_ message: String, detail: String? = nil) {
         self.init(.failure, message, detail: detail)
     }
+
+    /// A failure of the disk (exit status 1).
+    init(_ message: String, detail: String?, storage: StorageFailure) {
+        kind = .failure
+        self.message = message
+        self.detail = detail
+        self.storage = storage
+    }
+
+    /// Whether the disk is full (the command may be retried once space is freed).
+    public var isDiskFull: Bool { storage == .diskFull }
 
     public var description: String { message }
 
@@ -60,8 +74,9 @@ extension FprepError {
         FprepError(.usage, "'\(path)' is inside fprep's or git's own state, not a replica item")
     }
 
-    static func remoteUnreachable(_ url: String, _ error: GitCommandError) -> FprepError {
-        FprepError("cannot reach remote '\(url)': \(error.reason) (check the URL and that the remote is up)",
+    static func remoteUnreachable(_ url: String, _ error: GitCommandError, root: String) -> FprepError {
+        if let storage = storage(error, root: root) { return storage }
+        return FprepError("cannot reach remote '\(url)': \(error.reason) (check the URL and that the remote is up)",
                    detail: error.standardError)
     }
 
@@ -74,15 +89,17 @@ extension FprepError {
     /// Wraps an error from the state database.
     static func state(_ what: String, _ error: Error) -> FprepError {
         if let error = error as? FprepError { return error }
-        return FprepError("\(what): \(error)")
+        if let storage = storage(error, root: nil) { return storage }
+        return FprepError("\(what): \(StorageFailure.reason(error))")
     }
 
     /// Wraps a libgit2 error met while working on `what`.
     static func git(_ what: String, _ error: Error) -> FprepError {
         if let error = error as? FprepError { return error }
+        if let storage = storage(error, root: nil) { return storage }
         if let error = error as? GitError { return FprepError("\(what): \(error.message)", detail: error.description) }
         if let error = error as? GitCommandError { return FprepError("\(what): \(error.reason)", detail: error.standardError) }
-        return FprepError("\(what): \(error)")
+        return FprepError("\(what): \(StorageFailure.reason(error))")
     }
 }
 

@@ -14,6 +14,8 @@ public enum Repair {
         public let anchor: String?
         public let materialized: Int
         public let sizes: Int
+        /// The local commit recorded as waiting to be pushed, if any.
+        public let unpushed: String?
     }
 
     public static func rebuildState(of path: String) throws -> Result {
@@ -26,22 +28,39 @@ public enum Repair {
         try FileManager.default.createDirectory(atPath: stateFolder, withIntermediateDirectories: true)
         let lock = try ReplicaLock(path: stateFolder + "/lock", mode: .exclusive, command: "repair", wait: true, onWait: { _ in })
         defer { withExtendedLifetime(lock) {} }
+        for target in [stateFolder, stateFolder + "/state.db"] where access(target, W_OK) != 0 && errno != ENOENT {
+            throw FprepError.readOnlyState(stateFolder, reason: String(cString: strerror(errno)).lowercased())
+        }
 
         let database = stateFolder + "/state.db"
         var movedAside: String?
-        if FileManager.default.fileExists(atPath: database) {
+        // A sound database (another repair's, say, that held the lock
+        // first) is brought in line with git in place: what only it holds
+        // (tags, favorites, trash, signals, the journal) stays.
+        let sound = FileManager.default.fileExists(atPath: database) ? soundStore(at: database) : nil
+        if sound == nil, ["", "-wal", "-shm", "-damaged"].contains(where: { FileManager.default.fileExists(atPath: database + $0) }) {
             let aside = database + ".broken-\(Int(Date().timeIntervalSince1970))"
-            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: database + suffix) {
+            unlink(database + "-checked")
+            for suffix in ["", "-wal", "-shm", "-damaged"] where FileManager.default.fileExists(atPath: database + suffix) {
                 try FileManager.default.moveItem(atPath: database + suffix, toPath: aside + suffix)
             }
             movedAside = aside
         }
-        let store = try StateStore(path: database)
+        let store = try sound ?? StateStore(path: database)
         let config = try repository.config()
         let url = try config.string("remote.origin.url") ?? ""
         let head = try repository.symbolicTarget("HEAD") ?? "refs/heads/main"
         let branch = head.hasPrefix("refs/heads/") ? String(head.dropFirst("refs/heads/".count)) : "main"
         let anchor = try repository.referenceTarget(head)
+        // A commit of this replica the remote does not have (a sync was
+        // killed before its push, and the record of that went with the
+        // database) waits to be pushed: the next sync merges and pushes it
+        // instead of following the remote past it.
+        let remoteTip = try repository.referenceTarget("refs/remotes/origin/" + branch)
+        var unpushed: ObjectID?
+        if let anchor, anchor != remoteTip {
+            if let remoteTip, try repository.isAncestor(anchor, of: remoteTip) {} else { unpushed = anchor }
+        }
         let info = try RemoteInfo.read(repository, reference: RemoteInfo.trackingReference)
         var sizes: [(ObjectID, BlobInfo)] = []
         let manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
@@ -68,9 +87,24 @@ public enum Repair {
             if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
             try store.setMeta("logical_size", String(logicalSize))
             try store.recordBlobInfo(sizes)
+            try store.setMeta("unpushed", unpushed?.hex ?? "")
+            let listed = Set(materialized.map(\.0))
+            try store.forgetMaterialized(store.materializedRecords().map(\.path).filter { !listed.contains($0) })
             try store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
             try store.setMeta("phase", "ready")
         }
-        return Result(root: root, movedAside: movedAside, anchor: anchor?.hex, materialized: materialized.count, sizes: sizes.count)
+        return Result(root: root, movedAside: movedAside, anchor: anchor?.hex, materialized: materialized.count, sizes: sizes.count,
+                      unpushed: unpushed?.hex)
+    }
+
+    /// The store at `path` when it passes every check (SQLite's own
+    /// integrity check too: repair is rare, so it can read every page) and
+    /// is a finished replica's; nil otherwise.
+    private static func soundStore(at path: String) -> StateStore? {
+        guard let store = try? StateStore(path: path, existing: true),
+              let statement = try? store.database.prepare("PRAGMA integrity_check"),
+              (try? statement.step()) == true, statement.text(0) == "ok",
+              (try? store.meta("phase")) == "ready", (try? store.meta("branch")) != nil else { return nil }
+        return store
     }
 }

@@ -33,17 +33,26 @@ public final class Replica {
         public var wait: Bool
         public var progress: any ProgressReporter
         public var onWait: @Sendable (String) -> Void
+        /// The command can run while an interrupted operation waits to be
+        /// finished because the disk is full: it only reads, or (evict) it
+        /// frees space. Others stop with the disk-full error.
+        public var runsOnFullDisk: Bool
 
         public init(command: String, exclusive: Bool, wait: Bool = true,
                     progress: any ProgressReporter = SilentProgress(),
-                    onWait: @escaping @Sendable (String) -> Void = { _ in }) {
+                    onWait: @escaping @Sendable (String) -> Void = { _ in }, runsOnFullDisk: Bool = false) {
             self.command = command
             self.exclusive = exclusive
             self.wait = wait
             self.progress = progress
             self.onWait = onWait
+            self.runsOnFullDisk = runsOnFullDisk
         }
     }
+
+    /// Why an interrupted operation is still waiting to be finished (the
+    /// disk was full when this command tried), nil when none is.
+    public internal(set) var unfinished: String?
 
     /// The root of the replica that holds `path` (walking up), or nil.
     public static func findRoot(from path: String) -> String? {
@@ -75,8 +84,19 @@ public final class Replica {
             replica = try Replica(root: root, access: access, exclusive: true)
         }
         guard let opened = replica else { throw FprepError("cannot open the replica at '\(root)'") }
-        if access.exclusive || recoveryNeeded { try opened.removeStaleGitLocks() }
-        try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
+        if access.exclusive || recoveryNeeded {
+            try opened.removeStaleGitLocks()
+            SpaceReserve.ensure(in: opened.stateFolder)
+        }
+        do {
+            try opened.recover(layoutPlan: layoutPlan, beforeReady: beforeReady)
+        } catch {
+            // A full disk must not wedge the replica: what frees space
+            // (evict) and what only reads still run; the journal keeps the
+            // operation, and the next command with space finishes it.
+            guard access.runsOnFullDisk, let full = FprepError.storage(error, root: root), full.isDiskFull else { throw error }
+            opened.unfinished = full.message
+        }
         Trace.mark("open")
         return opened
     }
@@ -90,7 +110,7 @@ public final class Replica {
         guard FileManager.default.fileExists(atPath: stateFolder + "/state.db") else {
             throw FprepError("the state database of the replica '\(root)' is missing; run 'fprep repair \(root)' to rebuild it from git")
         }
-        let store = try StateStore(path: stateFolder + "/state.db")
+        let store = try StateStore(path: stateFolder + "/state.db", existing: true)
         self.store = store
         let (phase, url, storedBranch, storedDomain, storedAnchor) = try store.reading {
             (try store.meta("phase"), try store.meta("remote_url") ?? "", try store.meta("branch"),
@@ -103,6 +123,13 @@ public final class Replica {
             repository = try Repository(openingAt: root)
         } catch {
             throw FprepError.git("cannot open the git directory of the replica '\(root)'", error)
+        }
+        // With the log gone, what it held is lost unless the database agrees
+        // with git: the branch is where the anchor recorded last says.
+        if store.logWasRemoved, (try? repository.referenceTarget("refs/heads/" + branch))??.hex ?? "" != storedAnchor ?? "" {
+            let problem = "its write-ahead log is gone and its anchor is not the branch's commit"
+            StateFileCheck.markDamaged(stateFolder + "/state.db", problem)
+            throw FprepError.damagedState(stateFolder + "/state.db", reason: problem)
         }
         rootFolder = try FolderHandle(root: root)
         remoteURL = url

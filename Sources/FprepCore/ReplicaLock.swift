@@ -14,7 +14,13 @@ final class ReplicaLock {
     init(path: String, mode: Mode, command: String, wait: Bool, onWait: (String) -> Void) throws {
         exclusive = mode == .exclusive
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw FprepError("cannot open the replica lock '\(path)': \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            let reason = String(cString: strerror(errno))
+            if [EROFS, EACCES, EPERM].contains(errno) {
+                throw FprepError.readOnlyState(parentFolder(of: path), reason: reason.lowercased())
+            }
+            throw FprepError("cannot open the replica lock '\(path)': \(reason)")
+        }
         let operation = mode == .exclusive ? LOCK_EX : LOCK_SH
         if flock(fd, operation | LOCK_NB) != 0 {
             guard errno == EWOULDBLOCK else {

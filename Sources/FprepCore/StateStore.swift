@@ -27,17 +27,35 @@ final class StateStore {
 
     static let schemaVersion = 3
 
-    init(path: String) throws {
+    /// The database's write-ahead log and its index were both gone when it
+    /// was opened: harmless after another SQLite program closed it, data
+    /// lost if they were deleted after a crash (see `Replica.init`).
+    let logWasRemoved: Bool
+
+    /// Opens (or, unless `existing`, creates) the store at `path`. An
+    /// existing replica's store is checked first (`StateFileCheck`): damage
+    /// is reported by the next command, whatever it reads.
+    init(path: String, existing: Bool = false) throws {
+        logWasRemoved = existing && StateFileCheck.logRemoved(at: path)
+        if existing {
+            if let problem = StateFileCheck.problem(at: path) { throw FprepError.damagedState(path, reason: problem) }
+            let folder = parentFolder(of: path)
+            for target in [folder, path] where access(target, W_OK) != 0 && errno != ENOENT {
+                throw FprepError.readOnlyState(folder, reason: String(cString: strerror(errno)).lowercased())
+            }
+        }
         do {
             database = try Database(path: path)
             // Pages are read through a mapping, not a read call each (the
             // database is local; SQLite still writes with write calls).
             try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA mmap_size=1073741824;")
+            if existing, try database.userVersion == 0 {
+                throw FprepError.damagedState(path, reason: "it holds none of fprep's tables")
+            }
             try migrate()
-        } catch let error as DatabaseError where [SQLITE_CORRUPT, SQLITE_NOTADB].contains(error.code) {
-            throw FprepError("the state database '\(path)' is corrupt (\(error.message)); run 'fprep repair' to rebuild it from git")
         } catch let error as DatabaseError {
-            throw FprepError("cannot open the state database '\(path)': \(error.message)")
+            throw FprepError.storage(error, root: nil)
+                ?? FprepError("cannot open the state database '\(path)': \(error.message)")
         }
     }
 

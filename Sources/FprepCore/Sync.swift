@@ -65,6 +65,16 @@ extension Replica {
         if incoming { ReadAhead.start([gitDirectory + "/index"] + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
         var report = SyncReport()
         let startAnchor = anchor
+        // Fetched content is never kept past the command: a sync that
+        // fails (a full disk, most of all) leaves no quarantine or
+        // half-written pack taking space; a resumed sync fetches again.
+        var finished = false
+        defer {
+            if !finished {
+                removeFetchQuarantines()
+                StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
+            }
+        }
 
         // 1. The local changes become a commit on top of the anchor.
         var index: Index?
@@ -101,6 +111,10 @@ extension Replica {
                 if case .rejected = try push(ours, report: &report) { continue }  // another device started it: fetch and merge
                 break
             } catch let error as GitCommandError {
+                if let full = FprepError.storage(error, root: root) {
+                    StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
+                    throw full
+                }
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."
                 throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason).\(kept) Run 'fprep sync' again when the remote is back",
@@ -147,6 +161,7 @@ extension Replica {
         Trace.mark("shared metadata")
         report.from = startAnchor?.hex
         report.to = anchor?.hex
+        finished = true
         return report
     }
 
@@ -332,7 +347,17 @@ extension Replica {
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
         if resuming, journal.token != nil { applier.removeStaleTemporaries() }
         Trace.mark("read index")
-        var report = try applier.apply()
+        var report: SyncReport
+        do {
+            report = try applier.apply()
+        } catch let error where FprepError.storage(error, root: root)?.isDiskFull == true {
+            // What this run wrote half goes now, so space is not held until
+            // the sync is finished; the journal keeps the sync for later.
+            applier.removeStaleTemporaries()
+            removeFetchQuarantines()
+            StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
+            throw FprepError.storage(error, root: root) ?? error
+        }
         report.from = journal.from
         report.to = journal.to
         Trace.mark("apply")
