@@ -600,6 +600,9 @@ struct SyncApplier {
                 try contentFetch.complete(needing: needed)
                 report.bytesFetched = try contentFetch.requested.reduce(0) { total, id in total + max(0, try sizes(id)?.size ?? 0) }
             } catch let error as GitCommandError {
+                // A full disk is the disk's fault, not the remote's: it ends
+                // the sync (its journal finishes it once there is room).
+                if let full = FprepError.storage(error, root: replica.root), full.isDiskFull { throw full }
                 // Symlinks cannot wait; materialized files can come back as
                 // placeholders (materialize them again later).
                 if afterFetch.contains(where: { $0.0.new.mode == .symlink }) {

@@ -67,8 +67,21 @@ public enum GitCommand {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
+        // A git that exits before reading all of its input must not take
+        // fprep down with SIGPIPE (the write fails with EPIPE instead); git
+        // itself starts with every signal fprep ignores back at its default.
+        _ = Self.brokenPipeIgnored
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        sigaddset(&defaults, SIGIO)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, gitPath, &actions, nil, argv, envp)
+        let spawned = posix_spawn(&pid, gitPath, &actions, &attributes, argv, envp)
         for fd in [stdinPipe[0], stdoutPipe[1], stderrPipe[1]] { close(fd) }
         guard spawned == 0 else {
             for fd in [stdinPipe[1], stdoutPipe[0], stderrPipe[0]] { close(fd) }
@@ -87,6 +100,8 @@ public enum GitCommand {
         }
         return output
     }
+
+    private static let brokenPipeIgnored: Void = { signal(SIGPIPE, SIG_IGN) }()
 
     /// Feeds `input` to the child's stdin and drains its stdout and stderr
     /// at once: git may fill one pipe before it has read all of its input.
