@@ -172,6 +172,7 @@ struct ContentOperations {
                 result.skipped.append(Skipped(path: path.description, reason: "changed while it was being materialized; the change is kept"))
                 continue
             }
+            CrashPoint.reach()
             guard renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) == 0 else {
                 throw SystemError("rename", path.description)
             }

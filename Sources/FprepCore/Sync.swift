@@ -509,6 +509,7 @@ struct SyncApplier {
         if sourceThere && !targetThere {
             try makeFolders(move.to.parent)
             let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)
+            CrashPoint.reach()
             guard renameat(from.fd, cPath(move.from.name), to.fd, cPath(move.to.name)) == 0 else {
                 throw SystemError("move", "\(move.from) → \(move.to)")
             }
@@ -743,6 +744,7 @@ struct SyncApplier {
     /// Renames a written temporary file over `path`; a folder in the way
     /// (the old item was a folder) was emptied by the deletions before.
     private func renameInto(_ folder: FolderHandle, _ temporary: [UInt8], _ path: RepoPath) throws {
+        CrashPoint.reach()
         if renameat(folder.fd, cPath(temporary), folder.fd, cPath(path.name)) != 0 {
             let code = errno
             unlinkat(folder.fd, cPath(temporary), 0)

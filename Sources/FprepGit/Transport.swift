@@ -42,6 +42,7 @@ public enum Transport {
     /// bases, and a partial clone does not hold them.
     public static func push(_ commit: ObjectID, branch: String, gitDirectory: String) throws {
         do {
+            CrashPoint.reach()
             try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                                 "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
         } catch let error as GitCommandError {
