@@ -83,18 +83,24 @@ public struct Action: Sendable, Equatable {
 public struct Case: Sendable {
     public var seed: UInt64
     public var actions: [Action]
+    /// Whether paths may use the long name (`long-names no` in the text leaves it out).
+    public var longNames: Bool
+    /// Why a stored case is expected to fail for now (`pending REASON` in the text), or nil.
+    public var pending: String?
 
-    public init(seed: UInt64, actions: [Action]) { self.seed = seed; self.actions = actions }
+    public init(seed: UInt64, actions: [Action], longNames: Bool = true, pending: String? = nil) {
+        self.seed = seed; self.actions = actions; self.longNames = longNames; self.pending = pending
+    }
 
     /// Generates the case of `seed`: a few remote commits before the clones,
     /// then `steps` actions. Each case leaves out some kinds at random
     /// (swarm testing: fewer kinds at once reach deeper states of each);
     /// `kinds` is the set a run allows at all.
-    public static func generate(seed: UInt64, steps: Int, kinds: Set<Kind>) -> Case {
+    public static func generate(seed: UInt64, steps: Int, kinds: Set<Kind>, longNames: Bool = true) -> Case {
         var rng = SplitMix64(seed: seed)
-        var chosen = kinds.filter { $0 == .sync || rng.chance(70) }
-        if chosen.isEmpty { chosen = kinds }
-        let ordered = Kind.allCases.filter { chosen.contains($0) }
+        // In a fixed order: a Set's order changes from one process to the next.
+        var ordered = Kind.allCases.filter { kinds.contains($0) }.filter { $0 == .sync || rng.chance(70) }
+        if ordered.isEmpty { ordered = Kind.allCases.filter { kinds.contains($0) } }
         let setupKinds: [Kind] = [.remoteAdd, .remoteAdd, .remoteSymlink, .remoteFileToDir]
         var actions: [Action] = []
         for _ in 0..<(2 + rng.below(4)) {
@@ -113,12 +119,14 @@ public struct Case: Sendable {
             let actor: Actor = kind.isRemote ? .remote : kind.isWorld ? .world : (rng.chance(50) ? .dev1 : .dev2)
             actions.append(Action(setup: false, actor: actor, kind: kind, a: rng.word(), b: rng.word(), c: rng.word()))
         }
-        return Case(seed: seed, actions: actions)
+        return Case(seed: seed, actions: actions, longNames: longNames)
     }
 
     /// The replayable text: one action a line, `#` comments.
     public func text(comment: [String] = []) -> String {
         var lines = ["# fprep-model case (replay: fprep-model --replay FILE)", "seed \(seed)"]
+        if !longNames { lines.append("long-names no") }
+        if let pending { lines.append("pending \(pending)") }
         lines += comment.map { "# " + $0 }
         lines += actions.map(\.line)
         return lines.joined(separator: "\n") + "\n"
@@ -128,32 +136,42 @@ public struct Case: Sendable {
     public init(text: String) throws {
         var seed: UInt64 = 0
         var actions: [Action] = []
+        var longNames = true
+        var pending: String?
         for raw in text.split(separator: "\n") {
             let line = raw.trimmingCharacters(in: .whitespaces)
             if line.isEmpty || line.hasPrefix("#") { continue }
             if line.hasPrefix("seed ") { seed = UInt64(line.dropFirst(5)) ?? 0; continue }
+            if line == "long-names no" { longNames = false; continue }
+            if line.hasPrefix("pending ") { pending = String(line.dropFirst(8)); continue }
             actions.append(try Action(line: line))
         }
-        self.init(seed: seed, actions: actions)
+        self.init(seed: seed, actions: actions, longNames: longNames, pending: pending)
     }
 }
 
 /// The names every path is made of: few, so actions collide; case and
-/// Unicode-normalization variants that differ only in bytes; one long name
-/// whose conflict copy's name passes 255 bytes.
-enum Names {
-    static let pool: [[UInt8]] = [
-        Array("a".utf8), Array("A".utf8), Array("b".utf8), Array("c.txt".utf8), Array("Dir".utf8),
-        Array("dir".utf8), [0xC3, 0xA9] /* é NFC */, [0x65, 0xCC, 0x81] /* é NFD */,
-        Array((String(repeating: "L", count: 220) + ".txt").utf8),
-    ]
+/// Unicode-normalization variants that differ only in bytes; and (unless a
+/// case leaves it out) one long name whose conflict copy's name passes 255 bytes.
+public struct Names: Sendable {
+    let pool: [[UInt8]]
 
-    static func name(_ x: UInt32) -> [UInt8] { pool[Int(x % UInt32(pool.count))] }
+    public init(longNames: Bool) {
+        var pool: [[UInt8]] = [
+            Array("a".utf8), Array("A".utf8), Array("b".utf8), Array("c.txt".utf8), Array("Dir".utf8),
+            Array("dir".utf8), [0xC3, 0xA9] /* é NFC */, [0x65, 0xCC, 0x81] /* é NFD */,
+        ]
+        if longNames { pool.append(Array((String(repeating: "L", count: 220) + ".txt").utf8)) }
+        self.pool = pool
+    }
+
+    func name(_ x: UInt32) -> [UInt8] { pool[Int(x % UInt32(pool.count))] }
 
     /// A path one or two levels deep.
-    static func path(_ x: UInt32) -> [UInt8] {
+    func path(_ x: UInt32) -> [UInt8] {
+        let n = UInt32(pool.count)
         let first = name(x)
-        if (x / 9) % 3 == 0 { return first + [0x2F] + name(x / 27) }
+        if (x / n) % 3 == 0 { return first + [0x2F] + name(x / (n * 3)) }
         return first
     }
 }

@@ -20,7 +20,9 @@ func show(_ path: Bytes) -> String {
     let plain = path.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
     var shown = text(path)
     if shown.utf8.count > 40 { shown = String(shown.prefix(12)) + "…(\(path.count) bytes)" }
-    return plain ? "'\(shown)'" : "'\(shown)' [\(path.map { String(format: "%02x", $0) }.joined())]"
+    let odd = path.filter { $0 >= 0x80 }.count
+    return plain || path.count > 40 ? "'\(shown)'" + (odd > 0 ? " [\(odd) non-ASCII bytes]" : "")
+        : "'\(shown)' [\(path.map { String(format: "%02x", $0) }.joined())]"
 }
 
 /// What is at a path (never following a symlink).
@@ -45,7 +47,7 @@ func entry(_ path: String) -> Entry? {
 }
 
 /// The names in a folder, sorted by bytes.
-func names(_ path: String) -> [Bytes] {
+func listFolder(_ path: String) -> [Bytes] {
     guard let dir = opendir(path) else { return [] }
     defer { closedir(dir) }
     var result: [Bytes] = []
@@ -63,7 +65,7 @@ func names(_ path: String) -> [Bytes] {
 func walk(_ root: String) -> [(path: Bytes, entry: Entry)] {
     var result: [(Bytes, Entry)] = []
     func visit(_ relative: Bytes) {
-        for name in names(join(root, relative)) {
+        for name in listFolder(join(root, relative)) {
             if relative.isEmpty && (name == Array(".git".utf8) || name == Array(".fprep".utf8)) { continue }
             let child = joinRel(relative, name)
             guard let e = entry(join(root, child)) else { continue }
@@ -106,7 +108,7 @@ func removeTree(_ path: String) {
     guard let e = entry(path) else { return }
     if e == .directory {
         chmod(path, 0o755)
-        for name in names(path) { removeTree(path + "/" + text(name)) }
+        for name in listFolder(path) { removeTree(path + "/" + text(name)) }
         rmdir(path)
     } else {
         unlink(path)

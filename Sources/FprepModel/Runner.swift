@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// How to run cases.
 public struct RunOptions: Sendable {
@@ -7,11 +8,15 @@ public struct RunOptions: Sendable {
     public var timeout: Double
     /// Keep the sandbox (its path is in the outcome).
     public var keep: Bool
+    /// Seconds to wait after each step (0: none); with more than 1, no two
+    /// steps share a second of the clock, which fprep's stat checks compare.
+    public var pace: Double
 
-    public init(fprep: String, timeout: Double = 30, keep: Bool = false) {
+    public init(fprep: String, timeout: Double = 30, keep: Bool = false, pace: Double = 0) {
         self.fprep = fprep
         self.timeout = timeout
         self.keep = keep
+        self.pace = pace
     }
 }
 
@@ -33,7 +38,7 @@ public enum ModelRunner {
         let started = monotonicSeconds()
         let world: World
         do {
-            world = try World(fprep: options.fprep, timeout: options.timeout)
+            world = try World(fprep: options.fprep, timeout: options.timeout, names: Names(longNames: testCase.longNames))
         } catch {
             return Outcome(failure: Failure(step: nil, invariant: "model-error", detail: "\(error)"), seconds: 0, sandbox: nil)
         }
@@ -48,6 +53,7 @@ public enum ModelRunner {
                 try world.apply(action, index: index)
                 try world.checkCommands(step: index)
                 try world.checkReplicas(step: index)
+                if options.pace > 0 { usleep(useconds_t(options.pace * 1_000_000)) }
             }
             step = nil
             world.note("final: sync twice")
@@ -61,7 +67,7 @@ public enum ModelRunner {
                        transcript: world.transcript)
     }
 
-    /// Deletes actions while the case still fails with the same invariant
+    /// Deletes actions while the case still fails the same way (`Failure.signature`)
     /// (one pass from the end, then again while a pass removed something),
     /// within `budget` seconds. Timing-dependent kinds (kills, concurrent
     /// writers) may not fail every time: a removal counts only if the
@@ -77,8 +83,8 @@ public enum ModelRunner {
             while index >= 0 && monotonicSeconds() < deadline {
                 var smaller = best
                 smaller.actions.remove(at: index)
-                let outcome = run(smaller, options: RunOptions(fprep: options.fprep, timeout: options.timeout))
-                if let f = outcome.failure, f.invariant == failure.invariant {
+                let outcome = run(smaller, options: RunOptions(fprep: options.fprep, timeout: options.timeout, pace: options.pace))
+                if let f = outcome.failure, f.signature == failure.signature {
                     best = smaller
                     bestFailure = f
                     changed = true

@@ -9,6 +9,20 @@ public struct Failure: Error, Sendable, CustomStringConvertible {
     public let invariant: String
     public let detail: String
     public var description: String { "\(invariant): \(detail)" }
+
+    /// What a shrink must keep: the invariant, and for a command's failure
+    /// its message without names and numbers (so a shrink does not slide
+    /// from one bug to another that breaks the same invariant).
+    public var signature: String {
+        guard ["final-sync-fails", "unclean-error", "hang", "crash", "trees-differ", "clone-fails"].contains(invariant) else { return invariant }
+        var out = "", quoted = false
+        for ch in detail.replacingOccurrences(of: "dev1", with: "dev").replacingOccurrences(of: "dev2", with: "dev") {
+            if ch == "'" { quoted.toggle(); continue }
+            if quoted || ch.isNumber || ch.isHexDigit && ch.isLowercase { continue }
+            out.append(ch)
+        }
+        return invariant + ": " + out
+    }
 }
 
 /// The sandbox of one case: a bare remote, a plain clone that commits and
@@ -19,6 +33,7 @@ final class World {
     let fprep: String
     let launcher: Launcher
     let timeout: Double
+    let names: Names
     var online = true
     /// Tokens written: token → where (for reports).
     private(set) var written: [String: String] = [:]
@@ -31,6 +46,8 @@ final class World {
     /// fprep commands of the current step, to check.
     private var results: [ProcessResult] = []
     private var outsideCount = 0
+    /// Files outside the replicas hard-linked into one: fprep must never change them; path → bytes.
+    private var outside: [String: Bytes] = [:]
     /// What ran, a line each (the last lines go with a failure's report).
     private(set) var transcript: [String] = []
 
@@ -40,7 +57,8 @@ final class World {
     var work: String { box + "/work" }
     func root(_ actor: Actor) -> String { box + "/" + actor.rawValue }
 
-    init(fprep: String, timeout: Double) throws {
+    init(fprep: String, timeout: Double, names: Names) throws {
+        self.names = names
         umask(0o022)
         var template = Array((NSTemporaryDirectory() + "fprep-model-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw ModelError("mkdtemp failed") }
@@ -170,7 +188,7 @@ final class World {
     private func removeKnowingly(_ path: String, isReplica: Bool) {
         guard let e = entry(path) else { return }
         if e == .directory {
-            for name in names(path) { removeKnowingly(path + "/" + text(name), isReplica: isReplica) }
+            for name in listFolder(path) { removeKnowingly(path + "/" + text(name), isReplica: isReplica) }
         } else if e.isFile {
             dropped.formUnion(knownTokens(path, isReplica: isReplica))
         }
@@ -225,31 +243,31 @@ final class World {
         let tok = token(.remote, index)
         switch action.kind {
         case .remoteAdd, .remoteEdit:
-            var path = Names.path(action.a)
+            var path = names.path(action.a)
             if action.kind == .remoteEdit, let existing = pick(r, action.a, where: { $1.isFile }) { path = existing }
             prepare(r, path, isReplica: false, clear: entry(join(r, path))?.isFile == false)
             try writeFile(join(r, path), record(tok, .remote, index, path), append: true)
         case .remoteDelete:
             if let path = pick(r, action.a, where: { _, _ in true }) { removeKnowingly(join(r, path), isReplica: false) }
         case .remoteRename:
-            if let from = pick(r, action.a, where: { _, _ in true }) { move(r, from, Names.path(action.b), isReplica: false) }
+            if let from = pick(r, action.a, where: { _, _ in true }) { move(r, from, names.path(action.b), isReplica: false) }
         case .remoteChmod:
             if let path = pick(r, action.a, where: { $1.isFile }), case .file(_, let x, _)? = entry(join(r, path)) {
                 chmod(join(r, path), x ? 0o644 : 0o755)
             }
         case .remoteFileToDir:
-            let path = pick(r, action.a, where: { $1.isFile }) ?? Names.path(action.a)
-            let inside = joinRel(path, Names.name(action.b))
+            let path = pick(r, action.a, where: { $1.isFile }) ?? names.path(action.a)
+            let inside = joinRel(path, names.name(action.b))
             prepare(r, inside, isReplica: false, clear: true)
             try writeFile(join(r, inside), record(tok, .remote, index, inside), append: false)
         case .remoteDirToFile:
-            let path = pick(r, action.a, where: { $1 == .directory }) ?? Names.path(action.a)
+            let path = pick(r, action.a, where: { $1 == .directory }) ?? names.path(action.a)
             prepare(r, path, isReplica: false, clear: true)
             try writeFile(join(r, path), record(tok, .remote, index, path), append: false)
         case .remoteSymlink:
-            let path = Names.path(action.a)
+            let path = names.path(action.a)
             prepare(r, path, isReplica: false, clear: true)
-            symlink(text(Names.name(action.b)), join(r, path))
+            symlink(text(names.name(action.b)), join(r, path))
         default:
             throw ModelError("\(action.kind.rawValue) is not a remote action")
         }
@@ -269,6 +287,21 @@ final class World {
     }
 
     private func applyReplica(_ action: Action, index: Int) throws {
+        try applyReplicaAction(action, index: index)
+        // What the actor wrote through a hard link changes the outside file on purpose.
+        if [.write, .append, .appendPlaceholder, .truncate, .concurrent].contains(action.kind) {
+            let r = root(action.actor)
+            let inodes = Set(walk(r).compactMap { item -> UInt64? in
+                if case .file(_, _, let inode) = item.entry { return inode }
+                return nil
+            })
+            for path in outside.keys {
+                if case .file(_, _, let inode)? = entry(path), inodes.contains(inode) { outside[path] = readFile(path) ?? [] }
+            }
+        }
+    }
+
+    private func applyReplicaAction(_ action: Action, index: Int) throws {
         let device = action.actor
         let r = root(device)
         let tok = token(device, index)
@@ -279,7 +312,7 @@ final class World {
             let path = pick(r, action.a, where: any).map(text) ?? "."
             try fprepRun(device, [action.kind.rawValue, action.b % 4 == 0 ? "." : path])
         case .write:
-            let path = Names.path(action.a)
+            let path = names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
             try writeFile(join(r, path), record(tok, device, index, path), append: false)
         case .append:
@@ -304,38 +337,39 @@ final class World {
                 chmod(join(r, path), x ? 0o644 : 0o755)
             }
         case .rename:
-            if let from = pick(r, action.a, where: any) { move(r, from, Names.path(action.b), isReplica: true) }
+            if let from = pick(r, action.a, where: any) { move(r, from, names.path(action.b), isReplica: true) }
         case .delete:
             if let path = pick(r, action.a, where: any) { removeKnowingly(join(r, path), isReplica: true) }
         case .mkdir, .fileToDir:
-            let folder = action.kind == .fileToDir ? (pick(r, action.a, where: isFile) ?? Names.path(action.a)) : Names.path(action.a)
-            let inside = joinRel(folder, Names.name(action.b))
+            let folder = action.kind == .fileToDir ? (pick(r, action.a, where: isFile) ?? names.path(action.a)) : names.path(action.a)
+            let inside = joinRel(folder, names.name(action.b))
             prepare(r, inside, isReplica: true, clear: true)
             if action.c % 2 == 0 { try writeFile(join(r, inside), record(tok, device, index, inside), append: false) }
             else { mkdir(join(r, inside), 0o755) }
         case .dirToFile:
-            let path = pick(r, action.a, where: { $1 == .directory }) ?? Names.path(action.a)
+            let path = pick(r, action.a, where: { $1 == .directory }) ?? names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
             try writeFile(join(r, path), record(tok, device, index, path), append: false)
         case .symlink:
-            let path = Names.path(action.a)
+            let path = names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
-            symlink((action.c % 2 == 0 ? "" : "../") + text(Names.name(action.b)), join(r, path))
+            symlink((action.c % 2 == 0 ? "" : "../") + text(names.name(action.b)), join(r, path))
         case .hardlink:
             guard let from = pick(r, action.a, where: isFile) else { break }
-            let to = Names.path(action.b)
+            let to = names.path(action.b)
             guard !isPrefix(from, of: to), !isPrefix(to, of: from) else { break }
             prepare(r, to, isReplica: true, clear: true)
             link(join(r, from), join(r, to))
         case .hardlinkOutside:
             outsideCount += 1
             let outside = box + "/outside/\(outsideCount)"
-            let path = Names.path(action.a)
+            let path = names.path(action.a)
             try writeFile(outside, record(tok, device, index, path), append: false)
             prepare(r, path, isReplica: true, clear: true)
             link(outside, join(r, path))
+            self.outside[outside] = readFile(outside) ?? []
         case .fifo:
-            let path = Names.path(action.a)
+            let path = names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
             mkfifo(join(r, path), 0o644)
         case .concurrent:
@@ -378,7 +412,7 @@ final class World {
     /// A program appending tokens to a file while fprep syncs, materializes or evicts it.
     private func concurrentWriter(_ action: Action, device: Actor, index: Int) throws {
         let r = root(device)
-        var path = pick(r, action.a, where: { $1.isFile }) ?? Names.path(action.a)
+        var path = pick(r, action.a, where: { $1.isFile }) ?? names.path(action.a)
         if entry(join(r, path)) == nil {
             prepare(r, path, isReplica: true, clear: true)
             try writeFile(join(r, path), record(token(device, index), device, index, path), append: false)
@@ -402,6 +436,10 @@ final class World {
 
     /// The state database passes `pragma integrity_check` and no temporary file remains.
     func checkReplicas(step: Int?) throws {
+        for (path, bytes) in outside.sorted(by: { $0.key < $1.key }) where readFile(path) != bytes {
+            throw Failure(step: step, invariant: "outside-file-changed",
+                          detail: "\(shortArg(path)), hard-linked into a replica, changed without a write by its user")
+        }
         for device in [Actor.dev1, .dev2] {
             let r = root(device)
             let db = r + "/.fprep/state.db"
@@ -416,7 +454,7 @@ final class World {
                 let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
                 return name.first == 0x2E && text(name).contains(".fprep-")
             }.map(show)
-            leftovers += names(r + "/.fprep").filter { text($0).hasPrefix("fetch-") }.map { ".fprep/" + text($0) }
+            leftovers += listFolder(r + "/.fprep").filter { text($0).hasPrefix("fetch-") }.map { ".fprep/" + text($0) }
             if !leftovers.isEmpty {
                 throw Failure(step: step, invariant: "temporary-files", detail: "\(device.rawValue): \(leftovers.joined(separator: ", "))")
             }

@@ -34,7 +34,9 @@ struct ModelCommand: ParsableCommand {
     @Option(help: "Seconds an fprep command may take before it counts as a hang.") var timeout: Double = 30
     @Option(help: "Seconds to spend shrinking each failure (0: do not shrink).") var shrinkSeconds: Double = 120
     @Option(help: "Write each failing (shrunk) case to this folder as seed-N.txt.") var save: String?
+    @Option(help: "Seconds to wait after each step (over 1: no two steps in one second of the clock).") var pace: Double = 0
     @Flag(help: "Keep each case's sandbox and print its path.") var keep = false
+    @Flag(help: "Leave the long (224-byte) name out of the name pool.") var noLongNames = false
     @Flag(help: "Print what ran (actions and fprep commands) for a failing case.") var verbose = false
 
     func parseKinds(_ list: String) throws -> Set<Kind> {
@@ -49,14 +51,14 @@ struct ModelCommand: ParsableCommand {
     func run() throws {
         var allowed = try kinds.map(parseKinds) ?? Set(Kind.allCases)
         allowed.subtract(try without.map(parseKinds) ?? [])
-        let options = RunOptions(fprep: try Binaries.fprep(), timeout: timeout, keep: keep)
+        let options = RunOptions(fprep: try Binaries.fprep(), timeout: timeout, keep: keep, pace: pace)
         var cases: [Case] = []
         if let replay {
             cases = [try Case(text: String(contentsOfFile: replay, encoding: .utf8))]
         } else if let seed {
-            cases = [Case.generate(seed: seed, steps: steps, kinds: allowed)]
+            cases = [Case.generate(seed: seed, steps: steps, kinds: allowed, longNames: !noLongNames)]
         } else {
-            cases = (first..<(first + UInt64(seeds))).map { Case.generate(seed: $0, steps: steps, kinds: allowed) }
+            cases = (first..<(first + UInt64(seeds))).map { Case.generate(seed: $0, steps: steps, kinds: allowed, longNames: !noLongNames) }
         }
         var failed = 0
         for testCase in cases {
