@@ -101,7 +101,8 @@ public struct Case: Sendable {
         // In a fixed order: a Set's order changes from one process to the next.
         var ordered = Kind.allCases.filter { kinds.contains($0) }.filter { $0 == .sync || rng.chance(70) }
         if ordered.isEmpty { ordered = Kind.allCases.filter { kinds.contains($0) } }
-        let setupKinds: [Kind] = [.remoteAdd, .remoteAdd, .remoteSymlink, .remoteFileToDir]
+        var setupKinds = [Kind.remoteAdd, .remoteAdd, .remoteSymlink, .remoteFileToDir].filter { kinds.contains($0) }
+        if setupKinds.isEmpty { setupKinds = [.remoteAdd] }
         var actions: [Action] = []
         for _ in 0..<(2 + rng.below(4)) {
             actions.append(Action(setup: true, actor: .remote, kind: setupKinds[rng.below(setupKinds.count)],
@@ -127,7 +128,7 @@ public struct Case: Sendable {
         var lines = ["# fprep-model case (replay: fprep-model --replay FILE)", "seed \(seed)"]
         if !longNames { lines.append("long-names no") }
         if let pending { lines.append("pending \(pending)") }
-        lines += comment.map { "# " + $0 }
+        lines += comment.flatMap { $0.split(separator: "\n") }.map { "# " + $0 }
         lines += actions.map(\.line)
         return lines.joined(separator: "\n") + "\n"
     }
