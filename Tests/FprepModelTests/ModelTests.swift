@@ -28,9 +28,10 @@ let ciKinds: Set<Kind> = Set(Kind.allCases).subtracting(ciKindsWaiting)
 let ciLongNames = false
 
 /// The seeds CI runs: a fixed budget (about a minute on 2 cores). With the
-/// kinds above, seeds 6, 26 and 27 still fail on today's binary (two devices'
-/// conflict copies share a name; a rename cannot be pushed); they are left
-/// out until those fixes land, then this becomes `Array(1...24)`.
+/// kinds above, seeds 6, 26 and 27 still fail on today's binary (a file↔folder
+/// change blocks every sync; remote-file-over-locally-edited-folder; a stale
+/// placeholder); they are left out until those fixes land, then this becomes
+/// `Array(1...24)`.
 let ciSeeds: [UInt64] = Array(1...5) + Array(7...25)
 
 /// Actions per CI case (after the setup).
