@@ -16,7 +16,7 @@ let ciKindsWaiting: Set<Kind> = [
     .symlink, .remoteSymlink,                // local-symlink-never-committed
     .appendPlaceholder, .truncate,           // placeholder-write-committed-with-zeros, conflict-copy-keeps-dataless-mark
     .concurrent,                             // append-into-placeholder-during-evict
-    .chmod, .remoteChmod,                    // mode-differs
+    .chmod, .remoteChmod,                    // remote-mode-change-not-applied
     .hardlink, .hardlinkOutside,             // evict-of-hard-link-zeroes-outside-file
     .fifo,                                   // fifo-over-tracked-file-hangs-sync
 ]
