@@ -112,7 +112,7 @@ let package = Package(
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
         .testTarget(name: "FprepServerTests", dependencies: ["FprepServer", "FprepCore", "FprepGit"]),
         .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"]),
-        .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"]),
+        .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),
     ],
     swiftLanguageModes: [.v6]
 )
