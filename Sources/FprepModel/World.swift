@@ -165,13 +165,13 @@ final class World {
     private func knownTokens(_ path: String, isReplica: Bool) -> Set<String> {
         var result = tokens(in: readFile(path) ?? [])
         if isReplica, isDataless(path), let blob = xattr(path, "user.fprep.blob"), blob.count == 20 {
-            result.formUnion(tokens(in: blobBytes(hex(blob), replicaGitDir: (path as NSString).deletingLastPathComponent)))
+            result.formUnion(tokens(in: blobBytes(hex(blob))))
         }
         return result
     }
 
     /// A blob's bytes from the remote (or, not pushed yet, from a replica's own objects).
-    func blobBytes(_ id: String, replicaGitDir: String? = nil) -> Bytes {
+    func blobBytes(_ id: String) -> Bytes {
         if let r = try? launcher.run([Binaries.git, "--git-dir=" + remotePath, "cat-file", "blob", id], timeout: 30), r.status == 0 {
             return Array(r.stdout)
         }
@@ -412,12 +412,12 @@ final class World {
     /// A program appending tokens to a file while fprep syncs, materializes or evicts it.
     private func concurrentWriter(_ action: Action, device: Actor, index: Int) throws {
         let r = root(device)
-        var path = pick(r, action.a, where: { $1.isFile }) ?? names.path(action.a)
+        let path = pick(r, action.a, where: { $1.isFile }) ?? names.path(action.a)
         if entry(join(r, path)) == nil {
             prepare(r, path, isReplica: true, clear: true)
             try writeFile(join(r, path), record(token(device, index), device, index, path), append: false)
         }
-        guard entry(join(r, path))?.isFile == true else { path = []; return }
+        guard entry(join(r, path))?.isFile == true else { return }
         // An evict may win the race with the writer: its appends then land in a placeholder.
         if isDataless(join(r, path)) || action.b % 3 == 2 {
             writtenIntoPlaceholder.insert(path.split(separator: 0x2F).last.map(Array.init) ?? path)
