@@ -21,6 +21,7 @@ let package = Package(
     products: [
         .executable(name: "fprep", targets: ["fprep"]),
         .executable(name: "fprep-bench", targets: ["fprep-bench"]),
+        .executable(name: "fprep-model", targets: ["fprep-model"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -100,10 +101,18 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // The randomized model test: seeded cases run against the real binary
+        // and git (issue 9). Only Foundation and SQLite's integrity check.
+        .target(name: "FprepModel", dependencies: ["CSQLite"], linkerSettings: [.linkedLibrary(":libsqlite3.a")]),
+        .executableTarget(
+            name: "fprep-model",
+            dependencies: ["FprepModel", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
         .testTarget(name: "FprepServerTests", dependencies: ["FprepServer", "FprepCore", "FprepGit"]),
         .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"]),
+        .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,6 +1,7 @@
 import CSQLite
 import FoundationEssentials
 import Glibc
+import FprepGit
 
 /// An SQLite error with SQLite's own message.
 package struct DatabaseError: Error, CustomStringConvertible {
@@ -88,6 +89,7 @@ package final class Database {
         try execute(begin)
         do {
             let result = try body()
+            CrashPoint.reach()
             try execute("COMMIT")
             return result
         } catch {

@@ -1,6 +1,7 @@
 import CFprepSys
 import FoundationEssentials
 import Glibc
+import FprepGit
 
 /// Puts a file written beside a user's file in its place, or removes the
 /// file, without losing a byte a program writes into it meanwhile.
@@ -71,6 +72,7 @@ struct SafeReplace {
             return .refused(Self.changed)
         }
         var aside = true
+        CrashPoint.reach()
         let moved = removing ? renameat(folder.fd, cPath(name), folder.fd, cPath(temporary))
                              : fprep_rename_exchange(folder.fd, cPath(temporary), cPath(name))
         if moved != 0 {

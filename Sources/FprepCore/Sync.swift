@@ -685,6 +685,7 @@ struct SyncApplier {
         if sourceThere && !targetThere {
             try makeFolders(move.to.parent)
             let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)
+            CrashPoint.reach()
             guard renameat(from.fd, cPath(move.from.name), to.fd, cPath(move.to.name)) == 0 else {
                 throw SystemError("move", "\(move.from) → \(move.to)")
             }
@@ -943,6 +944,7 @@ struct SyncApplier {
     /// so a program writing it meanwhile keeps its bytes; where nothing was,
     /// a file that appeared meanwhile is never overwritten: it steps aside.
     private func renameInto(_ folder: FolderHandle, _ temporary: [UInt8], _ path: RepoPath, replacing state: Local) throws -> Skipped? {
+        CrashPoint.reach()
         if case .old(let old) = state, let entry = index.entry(path: path.bytes), FileMode(raw: entry.mode).isFile,
            folder.stat(name: path.name)?.isRegular == true {
             let replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,

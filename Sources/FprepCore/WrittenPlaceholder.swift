@@ -93,12 +93,14 @@ final class WrittenPlaceholder {
         // The file is content now, not a placeholder: its marks go first, so
         // no name of it (the copy's, after a crash) passes for one.
         guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
+        CrashPoint.reach()
         if folder.stat(name: copy.name) == nil {
             let source = "/proc/self/fd/\(fd)"
             guard linkat(AT_FDCWD, source, folder.fd, cPath(copy.name), AT_SYMLINK_FOLLOW) == 0 else {
                 throw SystemError("keep a conflict copy of", path.description)
             }
         }
+        CrashPoint.reach()
         let temporary = ContentOperations.temporaryName(for: path.name, token: ContentOperations.newToken())
         let id = entry.id.bytes
         let created = id.withUnsafeBufferPointer { raw in
@@ -111,6 +113,7 @@ final class WrittenPlaceholder {
             unlinkat(folder.fd, cPath(temporary), 0)
             throw SystemError("put the placeholder back at", path.description, code)
         }
+        CrashPoint.reach()
         // What the exchange took from the name must be the file read.
         if let old = folder.stat(name: temporary), old.inode == stat.inode, old.device == stat.device {
             unlinkat(folder.fd, cPath(temporary), 0)

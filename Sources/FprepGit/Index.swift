@@ -247,6 +247,7 @@ public final class Index {
             file.abandon()
             throw error
         }
+        CrashPoint.reach()
         guard rename(lock, filePath) == 0 else {
             let code = errno
             unlink(lock)

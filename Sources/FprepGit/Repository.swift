@@ -178,6 +178,7 @@ public final class Repository {
 
     /// Points `name` at `target` whatever it pointed at; wraps `git_reference_create` (forced).
     public func setReference(_ name: String, to target: ObjectID, message: String) throws {
+        CrashPoint.reach()
         var targetRaw = target.raw
         var ref: OpaquePointer?
         try check(git_reference_create(&ref, pointer, name, &targetRaw, 1, message), "git_reference_create")

