@@ -147,9 +147,14 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
         int skip_worktree = (be16(entry + 60) & 0x4000) && (be16(entry + 62) & 0x4000);
         if (skip_worktree) {
             /* A placeholder: unchanged while it keeps its size and execute bit and holds no blocks. */
+            /* One whose inode changed after the index was written (a touch, a
+             * chmod, another placeholder moved over it) is checked, marks and
+             * all: the index keeps a placeholder's size and date only. */
             int mode_ok = ((st.st_mode & 0100) != 0) == (mode == 0100755);
+            int touched = (long long)st.st_ctim.tv_sec > index_sec
+                || ((long long)st.st_ctim.tv_sec == index_sec && (long long)st.st_ctim.tv_nsec >= index_nsec);
             int dataless = S_ISREG(st.st_mode) && mode_ok
-                && (same || (st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
+                && (same || (!touched && st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
             states[i] = dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK;
             continue;
         }

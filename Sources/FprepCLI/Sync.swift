@@ -46,8 +46,9 @@ struct Sync: ParsableCommand {
         }
         if let pushed = report.pushed { print("pushed \(pushed.prefix(12))") }
         if let waiting = report.waitingToPush {
-            for kept in report.keptLocal where kept.path.isEmpty { printError("fprep: \(kept.reason)") }
-            printError("fprep: commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable")
+            // One line: why the push failed, and what waits.
+            let why = report.keptLocal.first { $0.path.isEmpty }.map { "\($0.reason): " } ?? ""
+            printError("fprep: \(why)commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable")
             throw ExitCode(1)
         }
         guard report.from != report.to else {

@@ -64,7 +64,12 @@ struct StateClassifier {
             guard stat.isExecutable == (mode == .executable) else { return .modified }
             if matches(entry.stat, stat) { return .dataless }
             guard UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize else { return .modified }
-            return ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) ? .dataless : .modified
+            let path = RepoPath(bytes: entry.path)
+            guard ContentOperations.holdsNoData(root, path, stat) else { return .modified }
+            // Another placeholder moved over this one (`mv b a`, same size):
+            // its marks name another blob.
+            if let marked = ContentOperations.placeholderBlob(root, path), marked != entry.id { return .modified }
+            return .dataless
         }
         if matches(entry.stat, stat) && !isRacy(entry.stat) && stat.isExecutable == (mode == .executable) { return .materialized }
         guard stat.isExecutable == (mode == .executable),

@@ -28,6 +28,16 @@ public struct LocalChange: Sendable, Encodable, Equatable {
     public let from: String?
 }
 
+/// A file with fprep's placeholder marks away from its own index entry
+/// (see `LocalScanner.markedPlaceholder`).
+struct MarkedPlaceholder {
+    /// The blob the placeholder stands for.
+    let blob: ObjectID
+    /// When something wrote into it: the placeholder entry its bytes are
+    /// kept beside (as `WrittenPlaceholder` keeps them).
+    let writtenInto: IndexEntry?
+}
+
 /// What the scan found, with what a commit of it needs.
 struct LocalChangeSet {
     struct Write {
@@ -76,6 +86,22 @@ struct LocalChangeSet {
             written.append(Write(path: path, id: nil, mode: stat.gitMode, placeholder: false))
             changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
         }
+    }
+
+    /// A placeholder moved or copied over a tracked file that is not one:
+    /// the path now holds the placeholder's blob (and what was written into
+    /// it, as a conflict copy).
+    mutating func recordMarked(_ path: RepoPath, _ stat: FileStat, _ marked: MarkedPlaceholder) {
+        written.append(Write(path: path, id: marked.blob, mode: stat.gitMode, placeholder: true))
+        changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
+        recordWrittenInto(marked)
+    }
+
+    /// Bytes written into a placeholder found away from its index entry.
+    mutating func recordWrittenInto(_ marked: MarkedPlaceholder) {
+        guard let entry = marked.writtenInto else { return }
+        writtenPlaceholders.append(entry)
+        changes.append(LocalChange(kind: .writtenWhileDataless, path: RepoPath(bytes: entry.path).description, from: nil))
     }
 
     /// A FIFO, socket or device node in the replica: reported, left alone.
@@ -144,6 +170,7 @@ struct LocalScanner {
             }
         }
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
+        let sizes = try replica.store.blobInfoLookup()
         var set = LocalChangeSet()
         var added: [(RepoPath, FileStat)] = []
         var deleted: [IndexEntry] = []
@@ -179,7 +206,11 @@ struct LocalScanner {
                     bytes += try collectNew(path, into: &added)
                     continue
                 }
-                set.recordModified(entry, stat, classifier: classifier)
+                if let marked = try markedPlaceholder(path, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
+                    set.recordMarked(path, stat, marked)
+                } else {
+                    set.recordModified(entry, stat, classifier: classifier)
+                }
             }
         }
         set.items = clean + dataless + modified + gone
@@ -276,6 +307,7 @@ struct LocalScanner {
     /// in-place scan takes.
     private func scanByWalking() throws -> LocalChangeSet {
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
+        let sizes = try replica.store.blobInfoLookup()
         var set = LocalChangeSet()
         // One walk of the tree looks at every file once, with a stat relative
         // to its open folder: a file the index has (found by binary search in
@@ -309,7 +341,12 @@ struct LocalScanner {
                         if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
                         continue
                     }
-                    set.recordModified(entry, stat, classifier: classifier)
+                    let itemPath = RepoPath(bytes: path)
+                    if let marked = try markedPlaceholder(itemPath, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
+                        set.recordMarked(itemPath, stat, marked)
+                    } else {
+                        set.recordModified(entry, stat, classifier: classifier)
+                    }
                 } else if stat.isDirectory {
                     if index.firstPosition(withPrefix: path + [0x2F]) != nil { set.folderCount += 1 }
                     if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
@@ -348,23 +385,12 @@ struct LocalScanner {
             let mode = stat.gitMode
             var id: ObjectID?
             var placeholder = false
-            if stat.isRegular, let marked = ContentOperations.placeholderBlob(replica.rootFolder, path),
-               ContentOperations.isMarkedDataless(replica.rootFolder, path) {
-                // A placeholder moved or copied here (its marks travel with
-                // `mv`, `cp -a`, `tar --xattrs`): it stands for the blob it
-                // names, never for the zeros it reads as. Bytes written into
-                // it are kept as a conflict copy, as at its old name.
-                id = marked
+            if let marked = try markedPlaceholder(path, stat, sizes: sizes, knownSize: { id in
+                deletedByID[id]?.first.map { Int64($0.stat.fileSize) }
+            }) {
+                id = marked.blob
                 placeholder = true
-                let info = try sizes(marked)
-                let size = info?.size ?? deletedByID[marked]?.first.map { Int64($0.stat.fileSize) }
-                let sizeKept = size.map { ($0 & 0xFFFF_FFFF) == (stat.size & 0xFFFF_FFFF) } ?? true
-                if !sizeKept || !ContentOperations.holdsNoData(replica.rootFolder, path, stat) {
-                    let recorded = StatData.placeholder(size: size ?? 0, mtime: info?.mtime ?? stat.mtime.0)
-                    set.writtenPlaceholders.append(IndexEntry(path: path.bytes, id: marked, mode: mode.raw, stat: recorded,
-                                                              skipWorktree: true))
-                    set.changes.append(LocalChange(kind: .writtenWhileDataless, path: path.description, from: nil))
-                }
+                set.recordWrittenInto(marked)
             } else if !deletedByID.isEmpty {
                 id = try? hashOnDisk(path, stat: stat)
             }
@@ -387,6 +413,27 @@ struct LocalScanner {
         }
         set.changes.sort { ($0.path, $0.kind.rawValue) < ($1.path, $1.kind.rawValue) }
         return set
+    }
+
+    /// A regular file that carries fprep's placeholder marks where the
+    /// index has no such placeholder: one moved or copied here (the marks
+    /// travel with `mv`, `cp -a`, `tar --xattrs`), over a new name or over a
+    /// tracked file. It stands for the blob it names, never for the zeros it
+    /// reads as; bytes written into it (data, or another size) are kept as a
+    /// conflict copy, as at its old name.
+    func markedPlaceholder(_ path: RepoPath, _ stat: FileStat, sizes: (ObjectID) throws -> BlobInfo?,
+                           knownSize: (ObjectID) -> Int64? = { _ in nil }) throws -> MarkedPlaceholder? {
+        guard stat.isRegular, let blob = ContentOperations.placeholderBlob(replica.rootFolder, path),
+              ContentOperations.isMarkedDataless(replica.rootFolder, path) else { return nil }
+        let info = try sizes(blob)
+        let size = info?.size ?? knownSize(blob)
+        let sizeKept = size.map { ($0 & 0xFFFF_FFFF) == (stat.size & 0xFFFF_FFFF) } ?? true
+        guard !sizeKept || !ContentOperations.holdsNoData(replica.rootFolder, path, stat) else {
+            return MarkedPlaceholder(blob: blob, writtenInto: nil)
+        }
+        let recorded = StatData.placeholder(size: size ?? 0, mtime: info?.mtime ?? stat.mtime.0)
+        return MarkedPlaceholder(blob: blob, writtenInto: IndexEntry(path: path.bytes, id: blob, mode: stat.gitMode.raw,
+                                                                    stat: recorded, skipWorktree: true))
     }
 
     /// The blob id of what is on disk at `path` (a symlink's target, or a

@@ -182,7 +182,7 @@ extension Replica {
             return .rejected(reason)
         } catch Transport.PushRefusal.failed(let error) {
             report.waitingToPush = target.hex
-            report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason)); the changes wait for the next sync"))
+            report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason))"))
             return .done
         }
         try store.setMeta("unpushed", "")

@@ -67,23 +67,52 @@ public enum Transport {
     /// Pushes `commit` to `refs/heads/BRANCH` of `origin` (fast-forward
     /// only). `--no-thin`: a thin pack would use the remote's blobs as delta
     /// bases, and a partial clone does not hold them.
+    ///
+    /// A commit may name blobs this partial clone never fetched (a
+    /// placeholder moved, or kept beside a file the remote changed since):
+    /// those git would send are fetched first, in one request; a blob git
+    /// still asks its promisor for while packing (a lazy fetch, which fprep
+    /// forbids) is fetched the same way and the push tried again.
     public static func push(_ commit: ObjectID, branch: String, gitDirectory: String) throws {
+        var fetched = Set<ObjectID>()
         do {
-            // A commit may name blobs this partial clone never fetched (a
-            // placeholder moved or kept beside a file the remote changed
-            // since): git sends every blob the remote's branch tips do not
-            // reach, so those are fetched first, in one request.
             let missing = try missingObjects(reachableFrom: commit, gitDirectory: gitDirectory)
             if !missing.isEmpty { try fetchObjects(missing, gitDirectory: gitDirectory) }
-            CrashPoint.reach()
-            try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                                "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
+            fetched.formUnion(missing)
         } catch let error as GitCommandError {
-            let text = error.standardError
-            if text.contains("[rejected]") || text.contains("fetch first") || text.contains("non-fast-forward") {
-                throw PushRefusal.rejected(error.reason)
-            }
             throw PushRefusal.failed(error)
+        }
+        while true {
+            do {
+                CrashPoint.reach()
+                try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                                    "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
+                return
+            } catch let error as GitCommandError {
+                let text = error.standardError
+                if text.contains("[rejected]") || text.contains("fetch first") || text.contains("non-fast-forward") {
+                    throw PushRefusal.rejected(error.reason)
+                }
+                let wanted = Set(promisorMisses(in: text)).subtracting(fetched)
+                guard !wanted.isEmpty else { throw PushRefusal.failed(error) }
+                do {
+                    try fetchObjects(Array(wanted), gitDirectory: gitDirectory)
+                } catch let fetchError as GitCommandError {
+                    throw PushRefusal.failed(fetchError)
+                }
+                fetched.formUnion(wanted)
+            }
+        }
+    }
+
+    /// The objects git said it could not lazily fetch ("could not fetch ID
+    /// from promisor remote").
+    static func promisorMisses(in text: String) -> [ObjectID] {
+        text.split(separator: "\n").compactMap { line in
+            let words = line.split(separator: " ")
+            guard let at = words.indices.first(where: { $0 >= 2 && words[$0 - 2] == "could" && words[$0 - 1] == "not" && words[$0] == "fetch" }),
+                  at + 1 < words.count else { return nil }
+            return ObjectID(hex: String(words[at + 1]))
         }
     }
 
