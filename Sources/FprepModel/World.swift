@@ -250,7 +250,15 @@ final class World {
         case .remoteDelete:
             if let path = pick(r, action.a, where: { _, _ in true }) { removeKnowingly(join(r, path), isReplica: false) }
         case .remoteRename:
-            if let from = pick(r, action.a, where: { _, _ in true }) { move(r, from, names.path(action.b), isReplica: false) }
+            if let from = pick(r, action.a, where: { _, _ in true }) {
+                let to = names.path(action.b)
+                move(r, from, to, isReplica: false)
+                // A replica's write into the placeholder of `from` follows the rename.
+                let fromName = from.split(separator: 0x2F).last.map(Array.init) ?? from
+                if writtenIntoPlaceholder.contains(fromName) {
+                    writtenIntoPlaceholder.insert(to.split(separator: 0x2F).last.map(Array.init) ?? to)
+                }
+            }
         case .remoteChmod:
             if let path = pick(r, action.a, where: { $1.isFile }), case .file(_, let x, _)? = entry(join(r, path)) {
                 chmod(join(r, path), x ? 0o644 : 0o755)
@@ -326,7 +334,7 @@ final class World {
         case .appendPlaceholder:
             guard let path = pick(r, action.a, where: { p, e in e.isFile && isDataless(join(r, p)) })
                     ?? pick(r, action.a, where: isFile) else { break }
-            if isDataless(join(r, path)) { writtenIntoPlaceholder.insert(path.split(separator: 0x2F).last.map(Array.init) ?? path) }
+            if isDataless(join(r, path)) { noteWrittenIntoPlaceholder(r, path) }
             try writeFile(join(r, path), record(tok, device, index, path), append: true)
         case .truncate:
             guard let path = pick(r, action.a, where: isFile) else { break }
@@ -337,7 +345,13 @@ final class World {
                 chmod(join(r, path), x ? 0o644 : 0o755)
             }
         case .rename:
-            if let from = pick(r, action.a, where: any) { move(r, from, names.path(action.b), isReplica: true) }
+            if let from = pick(r, action.a, where: any) {
+                let to = names.path(action.b)
+                // A file holding a placeholder's zeros keeps them under its new name.
+                let zeros = entry(join(r, from))?.isFile == true && readFile(join(r, from))?.contains(0) == true
+                move(r, from, to, isReplica: true)
+                if zeros, entry(join(r, to))?.isFile == true { noteWrittenIntoPlaceholder(r, to) }
+            }
         case .delete:
             if let path = pick(r, action.a, where: any) { removeKnowingly(join(r, path), isReplica: true) }
         case .mkdir, .fileToDir:
@@ -360,6 +374,10 @@ final class World {
             guard !isPrefix(from, of: to), !isPrefix(to, of: from) else { break }
             prepare(r, to, isReplica: true, clear: true)
             link(join(r, from), join(r, to))
+            // A link of a file holding a placeholder's zeros (written into as
+            // one, or a conflict copy of such a write) holds them under its
+            // new name too.
+            if readFile(join(r, from))?.contains(0) == true { noteWrittenIntoPlaceholder(r, to) }
         case .hardlinkOutside:
             outsideCount += 1
             let outside = box + "/outside/\(outsideCount)"
@@ -409,6 +427,28 @@ final class World {
         }
     }
 
+    /// Notes a write into the placeholder at `path`: its name, and the
+    /// name of every other link to the same file in the replica (a hard
+    /// link of a placeholder is the same placeholder: a write into one is a
+    /// write into both, and fprep keeps each as written).
+    private func noteWrittenIntoPlaceholder(_ r: String, _ path: Bytes) {
+        writtenIntoPlaceholder.insert(path.split(separator: 0x2F).last.map(Array.init) ?? path)
+        var target = stat()
+        guard lstat(join(r, path), &target) == 0, target.st_nlink > 1 else { return }
+        var stack = [""]
+        while let folder = stack.popLast() {
+            let full = folder.isEmpty ? r : r + "/" + folder
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: full)) ?? [] {
+                if folder.isEmpty && (name == ".git" || name == ".fprep") { continue }
+                let relative = folder.isEmpty ? name : folder + "/" + name
+                var info = stat()
+                guard lstat(r + "/" + relative, &info) == 0 else { continue }
+                if info.st_mode & S_IFMT == S_IFDIR { stack.append(relative); continue }
+                if info.st_ino == target.st_ino && info.st_dev == target.st_dev { writtenIntoPlaceholder.insert(Array(name.utf8)) }
+            }
+        }
+    }
+
     /// A program appending tokens to a file while fprep syncs, materializes or evicts it.
     private func concurrentWriter(_ action: Action, device: Actor, index: Int) throws {
         let r = root(device)
@@ -419,9 +459,7 @@ final class World {
         }
         guard entry(join(r, path))?.isFile == true else { return }
         // An evict may win the race with the writer: its appends then land in a placeholder.
-        if isDataless(join(r, path)) || action.b % 3 == 2 {
-            writtenIntoPlaceholder.insert(path.split(separator: 0x2F).last.map(Array.init) ?? path)
-        }
+        if isDataless(join(r, path)) || action.b % 3 == 2 { noteWrittenIntoPlaceholder(r, path) }
         let count = 20
         for k in 1...count { _ = record(token(device, index, k), device, index, path) }
         let script = "i=1; while [ $i -le \(count) ]; do printf '@\(device.rawValue)#\(index).%d\\n' $i >> \"$1\"; i=$((i+1)); done"
