@@ -1,0 +1,165 @@
+/* fanotify pre-content events (Linux 6.14+): the kernel holds the first
+ * access of a marked file until the listener answers, so the listener can
+ * put the file's content in place first. Debian 12's headers predate them:
+ * the constants and the range record are defined here, as in the kernel's
+ * include/uapi/linux/fanotify.h. */
+#define _GNU_SOURCE
+#include "CFprepSys.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/fanotify.h>
+#include <unistd.h>
+
+#ifndef FAN_PRE_ACCESS
+#define FAN_PRE_ACCESS 0x00100000
+#endif
+#ifndef FAN_EVENT_INFO_TYPE_RANGE
+#define FAN_EVENT_INFO_TYPE_RANGE 6
+#endif
+/* The range record's layout (info type 6), whatever the headers say. */
+struct fprep_fanotify_info_range {
+    struct fanotify_event_info_header hdr;
+    uint32_t pad;
+    uint64_t offset;
+    uint64_t count;
+};
+#ifndef FAN_DENY_ERRNO
+#define FAN_DENY_ERRNO(err) (FAN_DENY | ((((uint32_t)(err)) & 0xff) << 24))
+#endif
+
+int fprep_fanotify_init(void) {
+    return fanotify_init(FAN_CLASS_PRE_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
+                         O_RDWR | O_LARGEFILE);
+}
+
+int fprep_fanotify_mark_inode(int group, int dirfd, const char *path) {
+    return fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS, dirfd, path);
+}
+
+int fprep_fanotify_mark_fd(int group, int fd) {
+    return fanotify_mark(group, FAN_MARK_ADD, FAN_PRE_ACCESS, fd, NULL);
+}
+
+int fprep_fanotify_unmark_fd(int group, int fd) {
+    return fanotify_mark(group, FAN_MARK_REMOVE, FAN_PRE_ACCESS, fd, NULL);
+}
+
+int fprep_fanotify_probe(int dirfd, const char *path) {
+    int group = fanotify_init(FAN_CLASS_PRE_CONTENT | FAN_CLOEXEC, O_RDWR | O_LARGEFILE);
+    if (group < 0) {
+        if (errno == EPERM) return FPREP_FANOTIFY_NOT_PRIVILEGED;
+        if (errno == EINVAL || errno == ENOSYS) return FPREP_FANOTIFY_NO_KERNEL_SUPPORT;
+        return FPREP_FANOTIFY_ERROR;
+    }
+    int status = FPREP_FANOTIFY_SUPPORTED;
+    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS, dirfd, path) != 0) {
+        int error = errno;
+        /* An unknown mask bit is EINVAL; a filesystem without pre-content
+         * support (tmpfs, most network filesystems) answers EOPNOTSUPP. */
+        if (error == EINVAL) status = FPREP_FANOTIFY_NO_KERNEL_SUPPORT;
+        else if (error == EOPNOTSUPP) status = FPREP_FANOTIFY_NO_FILESYSTEM_SUPPORT;
+        else if (error == EPERM) status = FPREP_FANOTIFY_NOT_PRIVILEGED;
+        else status = FPREP_FANOTIFY_ERROR;
+        close(group);
+        errno = error;
+        return status;
+    }
+    close(group);
+    return status;
+}
+
+ssize_t fprep_fanotify_read(int group, struct fprep_fanotify_event *events, size_t capacity) {
+    /* The kernel hands out whole events only; 4096 bytes per read is
+     * what its documentation suggests. */
+    char buffer[8192] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
+    ssize_t length = read(group, buffer, sizeof buffer);
+    if (length < 0) return -1;
+    size_t count = 0;
+    struct fanotify_event_metadata *meta = (struct fanotify_event_metadata *)buffer;
+    size_t remaining = (size_t)length;
+    while (FAN_EVENT_OK(meta, remaining)) {
+        if (meta->vers != FANOTIFY_METADATA_VERSION) { errno = EPROTO; return -1; }
+        if (count == capacity) {
+            /* No room: the event cannot be put back, so it is allowed at
+             * once rather than left pending (never reached with the
+             * buffer sizes fprep uses: capacity covers a full read). */
+            if (meta->fd >= 0) { fprep_fanotify_answer(group, meta->fd, 0); close(meta->fd); }
+        } else {
+            struct fprep_fanotify_event *event = &events[count++];
+            event->fd = meta->fd;
+            event->pid = meta->pid;
+            event->mask = meta->mask;
+            event->offset = 0;
+            event->count = 0;
+            event->has_range = 0;
+            size_t info = meta->metadata_len;
+            while (info + sizeof(struct fanotify_event_info_header) <= meta->event_len) {
+                struct fanotify_event_info_header *header = (struct fanotify_event_info_header *)((char *)meta + info);
+                if (header->len == 0) break;
+                if (header->info_type == FAN_EVENT_INFO_TYPE_RANGE && header->len >= sizeof(struct fprep_fanotify_info_range)) {
+                    struct fprep_fanotify_info_range *range = (struct fprep_fanotify_info_range *)header;
+                    event->offset = range->offset;
+                    event->count = range->count;
+                    event->has_range = 1;
+                }
+                info += header->len;
+            }
+        }
+        meta = FAN_EVENT_NEXT(meta, remaining);
+    }
+    return (ssize_t)count;
+}
+
+int fprep_fanotify_answer(int group, int fd, int error) {
+    struct fanotify_response response = {
+        .fd = fd,
+        .response = error == 0 ? FAN_ALLOW : FAN_DENY_ERRNO(error),
+    };
+    ssize_t written;
+    do { written = write(group, &response, sizeof response); } while (written < 0 && errno == EINTR);
+    return written == (ssize_t)sizeof response ? 0 : -1;
+}
+
+int fprep_fanotify_wait(int group, int wake, int timeout_ms) {
+    struct pollfd fds[2] = { { .fd = group, .events = POLLIN }, { .fd = wake, .events = POLLIN } };
+    int ready = poll(fds, wake >= 0 ? 2 : 1, timeout_ms);
+    if (ready < 0) return errno == EINTR ? 0 : -1;
+    int result = 0;
+    if (fds[0].revents & POLLIN) result |= 1;
+    if (wake >= 0 && (fds[1].revents & (POLLIN | POLLHUP))) result |= 2;
+    return result;
+}
+
+ssize_t fprep_pwrite_all(int fd, const void *bytes, size_t count, off_t offset) {
+    size_t done = 0;
+    while (done < count) {
+        ssize_t written = pwrite(fd, (const char *)bytes + done, count - done, offset + (off_t)done);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (written == 0) { errno = EIO; return -1; }
+        done += (size_t)written;
+    }
+    return (ssize_t)done;
+}
+
+ssize_t fprep_fd_path(int fd, char *buffer, size_t length) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t count = readlink(link, buffer, length);
+    return count;
+}
+
+int fprep_open_for_mark(int dirfd, const char *path) {
+    /* Read-only, not O_PATH: fanotify_mark takes no O_PATH descriptor.
+     * Opening raises no pre-content event (only an access does). */
+    struct fprep_stat st;
+    int fd = fprep_open_regular(dirfd, path, O_RDONLY | O_CLOEXEC, &st);
+    if (fd == -2) errno = EINVAL;
+    return fd < 0 ? -1 : fd;
+}
