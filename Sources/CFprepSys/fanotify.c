@@ -56,7 +56,7 @@ int fprep_fanotify_probe(int dirfd, const char *path) {
         return FPREP_FANOTIFY_ERROR;
     }
     int status = FPREP_FANOTIFY_SUPPORTED;
-    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS, dirfd, path) != 0) {
+    if (path != NULL && fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS, dirfd, path) != 0) {
         int error = errno;
         /* An unknown mask bit is EINVAL; a filesystem without pre-content
          * support (tmpfs, most network filesystems) answers EOPNOTSUPP. */
@@ -162,4 +162,51 @@ int fprep_open_for_mark(int dirfd, const char *path) {
     int fd = fprep_open_regular(dirfd, path, O_RDONLY | O_CLOEXEC, &st);
     if (fd == -2) errno = EINVAL;
     return fd < 0 ? -1 : fd;
+}
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+int fprep_fanotify_start_keeper(int group) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    struct rlimit limit;
+    long highest = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY ? (long)limit.rlim_cur : 65536;
+    if (highest > (1L << 20)) highest = 1L << 20;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        /* The child of a threaded process: async-signal-safe calls only. It
+         * keeps nothing of the agent's but the group and the pipe (not the
+         * replica's lock), and no terminal's signal reaches it. */
+        int high_group = fcntl(group, F_DUPFD, 100);
+        int high_pipe = fcntl(fds[0], F_DUPFD, 100);
+        if (high_group < 0 || high_pipe < 0) _exit(1);
+        if (dup2(high_group, 3) < 0 || dup2(high_pipe, 4) < 0) _exit(1);
+        syscall(SYS_close_range, 5U, ~0U, 0U);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); if (devnull > 4) close(devnull); }
+        setsid();
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        char byte;
+        while (read(4, &byte, 1) != 0) {
+            if (errno != EINTR && errno != EAGAIN) break;
+        }
+        /* The agent is gone. An event it read and never answered is known
+         * only by its descriptor number in the agent: fail every number. */
+        for (long fd = 0; fd < highest; fd++) {
+            struct fanotify_response response = { .fd = (int)fd, .response = FAN_DENY_ERRNO(EIO) };
+            (void)!write(3, &response, sizeof response);
+        }
+        _exit(0);
+    }
+    close(fds[0]);
+    return fds[1];
 }

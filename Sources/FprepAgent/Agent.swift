@@ -15,6 +15,7 @@ public enum Agent {
     public static func serve(replicaAt path: String, timeout: Double) throws {
         let log = AgentLog()
         let started = monotonicNow()
+        try FanotifyGroup.probe(nil, replica: path)
         guard let root = Replica.findRoot(from: path) else { throw FprepError.notAReplica(path) }
         try FanotifyGroup.probe(root + "/.fprep/state.db", replica: root)
 
@@ -32,6 +33,11 @@ public enum Agent {
         let status = try AgentStatusFile(root: root)
 
         let group = try FanotifyGroup()
+        // Killed with -9, the agent could not fail the accesses it holds;
+        // its keeper does (they would read zeros otherwise).
+        let keeper = fprep_fanotify_start_keeper(group.fd)
+        guard keeper >= 0 else { throw FprepError("cannot start the agent: fork: \(String(cString: strerror(errno)))") }
+        defer { close(keeper) }
         let wake = try SignalPipe.install()
         let loop = EventLoop(group: group, hydrator: Hydrator(root: root), timeout: timeout, log: log, wake: wake)
         loop.watch(placeholders, rootFD: rootFD)

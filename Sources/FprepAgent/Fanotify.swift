@@ -13,8 +13,8 @@ final class FanotifyGroup: @unchecked Sendable {
     let fd: Int32
 
     /// Tells the refusals apart on `probeFile` (any regular file on the
-    /// replica's filesystem), before anything is watched.
-    static func probe(_ probeFile: String, replica: String) throws {
+    /// replica's filesystem; nil: the privilege only), before anything is watched.
+    static func probe(_ probeFile: String?, replica: String) throws {
         switch fprep_fanotify_probe(AT_FDCWD, probeFile) {
         case Int32(FPREP_FANOTIFY_SUPPORTED): return
         case Int32(FPREP_FANOTIFY_NOT_PRIVILEGED):

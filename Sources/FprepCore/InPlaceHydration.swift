@@ -27,6 +27,10 @@ public enum InPlaceHydration {
     /// runs without the replica's lock.
     static let quarantinePrefix = "agent-fetch-"
 
+    /// Tests only (`FPREP_TEST_KILL_AGENT_AFTER_BYTES`): the agent kills
+    /// itself (-9) after writing this many bytes of a file's content.
+    static let testKillAfterBytes: Int? = getenv("FPREP_TEST_KILL_AGENT_AFTER_BYTES").flatMap { Int(String(cString: $0)) }
+
     /// Fetches `blobs` from the replica's remote into a new quarantine and
     /// returns its token (see `hydrate`). Takes no lock: it only adds a
     /// folder of objects under `.fprep/`.
@@ -126,8 +130,14 @@ extension Replica {
             if opened.size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
                 throw SystemError("resize", path.description)
             }
-            if bytes.count > 0, let base = bytes.baseAddress, fprep_pwrite_all(fd, base, bytes.count, 0) < 0 {
-                throw SystemError("write", path.description)
+            if bytes.count > 0, let base = bytes.baseAddress {
+                if let limit = InPlaceHydration.testKillAfterBytes, limit < bytes.count {
+                    // Tests: a kill -9 in the middle of the write.
+                    _ = fprep_pwrite_all(fd, base, limit, 0)
+                    _ = fsync(fd)
+                    raise(SIGKILL)
+                }
+                guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
             }
             _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
             guard fsync(fd) == 0 else { throw SystemError("flush", path.description) }

@@ -170,7 +170,8 @@ enum {
     FPREP_FANOTIFY_NO_FILESYSTEM_SUPPORT = 3, /* tmpfs, most network filesystems */
     FPREP_FANOTIFY_ERROR = 4,                 /* anything else: errno says */
 };
-/* Whether pre-content events can be had for the file `path` beneath `dirfd`:
+/* Whether pre-content events can be had for the file `path` beneath `dirfd`
+ * (NULL: whether this process may have a pre-content group at all):
  * one of the FPREP_FANOTIFY_* values (errno set for FPREP_FANOTIFY_ERROR). */
 int fprep_fanotify_probe(int dirfd, const char *path);
 /* A pre-content group (FAN_CLASS_PRE_CONTENT, non-blocking, close-on-exec;
@@ -201,6 +202,13 @@ int fprep_fanotify_answer(int group, int fd, int error);
 int fprep_fanotify_wait(int group, int wake, int timeout_ms);
 /* Writes all of `bytes` at `offset` (pwrite, retried). */
 ssize_t fprep_pwrite_all(int fd, const void *bytes, size_t count, off_t offset);
+/* Starts the keeper of `group`: a child process that holds the group open
+ * and, once the agent is gone (killed with -9 even), fails with EIO every
+ * access the agent had taken and not answered; the kernel would otherwise
+ * let those read zeros when the group closes. Returns the pipe the agent
+ * keeps open for as long as it lives (its end is the keeper's signal), or
+ * -1 with errno. */
+int fprep_fanotify_start_keeper(int group);
 /* Opens the regular file `path` beneath `dirfd` for marking (read-only; a FIFO or device is never opened),
  * never through a symlink or out of `dirfd`; -1 with errno otherwise. */
 int fprep_open_for_mark(int dirfd, const char *path);
