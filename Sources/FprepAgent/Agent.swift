@@ -87,25 +87,28 @@ enum SignalPipe {
 /// looked at on a later tick).
 final class IndexWatcher: @unchecked Sendable {
     private let root: String
-    private var seen: fprep_stat
+    private let seen: Mutex<fprep_stat>
     private let busy = Mutex(false)
     private let queue = DispatchQueue(label: "fprep.agent.rescan")
 
     init(root: String) {
         self.root = root
-        seen = Self.stat(root + "/.git/index")
+        seen = Mutex(Self.stat(root + "/.git/index"))
     }
 
     func poll(_ deliver: @escaping @Sendable ([WatchedPlaceholder]) -> Void) {
         let now = Self.stat(root + "/.git/index")
-        guard now.ino != seen.ino || now.size != seen.size || now.mtime_sec != seen.mtime_sec || now.mtime_nsec != seen.mtime_nsec else { return }
+        let changed = seen.withLock { seen in
+            now.ino != seen.ino || now.size != seen.size || now.mtime_sec != seen.mtime_sec || now.mtime_nsec != seen.mtime_nsec
+        }
+        guard changed else { return }
         guard busy.withLock({ value -> Bool in defer { value = true }; return !value }) else { return }
         let root = self.root
         queue.async { [self] in
             defer { busy.withLock { $0 = false } }
             guard let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)),
                   let placeholders = try? replica.watchablePlaceholders() else { return }
-            seen = now
+            seen.withLock { $0 = now }
             deliver(placeholders)
         }
     }
@@ -124,7 +127,7 @@ final class AgentStatusFile {
     private let fd: Int32
 
     init(root: String) throws {
-        let path = root + "/.fprep/agent.pid"
+        let path = InPlaceHydration.agentFile(replicaRoot: root)
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw FprepError("cannot start the agent: open '\(path)': \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {

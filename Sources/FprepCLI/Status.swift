@@ -28,6 +28,11 @@ struct Status: ParsableCommand {
         print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders")
         print("logical size: \(humanSize(report.logicalSize))")
         print("on disk:      \(humanSize(report.bytesOnDisk))")
+        if let agent = report.agent {
+            print("agent:        pid \(agent) fetches placeholders' content on first access")
+        } else {
+            print("agent:        none (placeholders get content with 'fprep materialize', or on access under 'fprep agent')")
+        }
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }

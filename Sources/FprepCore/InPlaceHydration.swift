@@ -54,6 +54,26 @@ public enum InPlaceHydration {
         try? FileManager.default.removeItem(atPath: replicaRoot + "/" + Replica.stateFolderName + "/" + quarantinePrefix + token)
     }
 
+    /// `.fprep/agent.pid`: the serving agent's process id, under a lock the
+    /// agent holds for as long as it runs (a killed agent's goes with it).
+    public static func agentFile(replicaRoot: String) -> String {
+        replicaRoot + "/" + Replica.stateFolderName + "/agent.pid"
+    }
+
+    /// The process id of the agent serving the replica, or nil when none runs.
+    public static func servingAgent(replicaRoot: String) -> Int32? {
+        let fd = open(agentFile(replicaRoot: replicaRoot), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 { return nil }  // nobody holds it
+        guard errno == EWOULDBLOCK else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        // Empty while the agent starts: it writes its id once it watches.
+        guard count > 0 else { return nil }
+        return Int32(String(decoding: buffer[0..<count], as: UTF8.self).trimmed)
+    }
+
     /// Removes every agent quarantine: at an agent's start, after recovery
     /// settled whatever a killed agent journaled.
     public static func removeAllQuarantines(replicaRoot: String) {

@@ -24,6 +24,8 @@ public struct StatusReport: Sendable, Encodable {
     public let changes: [LocalChange]
     /// A local commit that waits to be pushed (the remote was unreachable), if any.
     public let waitingToPush: String?
+    /// The process id of the `fprep agent` serving the replica, if one runs.
+    public var agent: Int32? = nil
 }
 
 extension Replica {
@@ -43,7 +45,7 @@ extension Replica {
                             deleted: scan.counts[.deleted] ?? 0,
                             logicalSize: Int64(try store.meta("logical_size") ?? "0") ?? 0,
                             bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
-                            changes: scan.changes, waitingToPush: pending)
+                            changes: scan.changes, waitingToPush: pending, agent: InPlaceHydration.servingAgent(replicaRoot: root))
     }
 }
 

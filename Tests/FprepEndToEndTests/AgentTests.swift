@@ -73,6 +73,10 @@ struct AgentTests {
             let replica = s.at("replica")
             _ = try s.clone(remote.path, replica)
             let agent = try s.startAgent(replica)
+            let serving = try s.fprepJSON(["status", "-C", replica])
+            #expect(serving.int("agent") == Int(agent.pid), "status names the agent: \(serving)")
+            let text = try s.fprepOK(["status", "-C", replica]).stdout
+            #expect(text.contains("agent:        pid \(agent.pid) "), "\(text)")
 
             let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
             #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
@@ -92,6 +96,7 @@ struct AgentTests {
             #expect(lstatInfo(replica + "/run.sh").map { $0.mode & 0o777 } == 0o755)
             let status = try s.fprepJSON(["status", "-C", replica])
             #expect(status.int("dataless") == 3 && status.int("materialized") == 6, "four of seven placeholders hydrated: \(status)")
+            #expect(status["agent"] == nil, "no agent serves the replica any more: \(status)")
             #expect(status.int("modified") == 0, "\(status)")
             let porcelain = try s.gitOK(["status", "--porcelain"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
             #expect(porcelain.isEmpty, "git status: \(porcelain)")
