@@ -53,14 +53,25 @@ final class EventLoop: @unchecked Sendable {
     var watchedCount: Int { watched.count }
 
     /// Marks `placeholders` not yet watched; returns how many were marked.
+    /// With `complete` (a full rescan), files no longer listed are
+    /// forgotten (a materialize replaced them; their marks stay on inodes
+    /// nothing names any more until the agent exits).
     @discardableResult
-    func watch(_ placeholders: [WatchedPlaceholder], rootFD: Int32) -> Int {
+    func watch(_ placeholders: [WatchedPlaceholder], rootFD: Int32, complete: Bool = false) -> Int {
         var marked = 0
+        var listed = Set<FileKey>()
+        defer {
+            if complete {
+                for key in Array(watched.keys) where !listed.contains(key) && running[key] == nil { watched.removeValue(forKey: key) }
+            }
+        }
         for placeholder in placeholders {
             let fd = openPath(rootFD, placeholder.path)
             guard fd >= 0 else { continue }
             defer { close(fd) }
-            guard let key = FileKey(fd: fd), watched[key] == nil, running[key] == nil else { continue }
+            guard let key = FileKey(fd: fd) else { continue }
+            listed.insert(key)
+            guard watched[key] == nil, running[key] == nil else { continue }
             guard group.mark(fd) else {
                 log.write(.warning, "cannot watch \(placeholder.path): \(String(cString: strerror(errno)))")
                 continue
@@ -89,7 +100,7 @@ final class EventLoop: @unchecked Sendable {
             }
             answerFinished()
             if let placeholders = found.withLock({ value -> [WatchedPlaceholder]? in defer { value = nil }; return value }) {
-                let marked = watch(placeholders, rootFD: rootFD)
+                let marked = watch(placeholders, rootFD: rootFD, complete: true)
                 if marked > 0 { log.write(.info, "watching \(marked) new placeholder\(marked == 1 ? "" : "s") (\(watched.count) in all)") }
             }
             expireDeadlines()
