@@ -19,6 +19,8 @@ public enum Agent {
         guard let root = Replica.findRoot(from: path) else { throw FprepError.notAReplica(path) }
         try FanotifyGroup.probe(root + "/.fprep/state.db", replica: root)
 
+        // First, so a second agent touches nothing of the first one's.
+        let status = try AgentStatusFile(root: root)
         // Whatever a killed agent (or command) journaled is settled here,
         // before anything is watched: its quarantines are no longer needed.
         let placeholders: [WatchedPlaceholder]
@@ -30,7 +32,6 @@ public enum Agent {
         let rootFD = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard rootFD >= 0 else { throw FprepError("cannot open the replica '\(root)': \(String(cString: strerror(errno)))") }
         defer { close(rootFD) }
-        let status = try AgentStatusFile(root: root)
 
         let group = try FanotifyGroup()
         // Killed with -9, the agent could not fail the accesses it holds;

@@ -89,6 +89,7 @@ struct AgentTests {
             #expect(binary.stdoutData == pseudoRandomBytes(10_000, seed: 1))
 
             let log = stopAgent(agent)
+            #expect(log.status == 0 && log.stderr.contains("info stopped serving"), "a stopped agent exits cleanly: \(log)")
             for name in ["a.txt", "run.sh", "docs/deep/nested.txt", "bin.dat"] {
                 #expect(log.stderr.contains("info hydrated \(name) ("), "\(name): \(log.stderr)")
                 #expect(xattr(replica + "/" + name, "user.fprep.state") == nil, "\(name) keeps its placeholder marks")
@@ -102,6 +103,26 @@ struct AgentTests {
             #expect(porcelain.isEmpty, "git status: \(porcelain)")
             // A file that was never accessed stays a placeholder.
             #expect(xattrString(replica + "/docs/readme.md", "user.fprep.state") == "dataless")
+        }
+    }
+
+    @Test("grep -r and cp -r over dataless folders under the agent see the real bytes")
+    func walkersSeeContent() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let grep = try Shell.run(["/bin/grep", "-r", "Some words", "docs"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(grep.status == 0 && grep.stdout == "docs/readme.md:Some words.\n", "\(grep)")
+            let copy = try Shell.run(["/bin/cp", "-r", "docs", s.at("copy")], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(copy.status == 0, "\(copy)")
+            #expect(contents(s.at("copy/deep/nested.txt")) == pseudoRandomBytes(5_000, seed: 2))
+            #expect(contents(s.at("copy/deep/tool")) == pseudoRandomBytes(300, seed: 3))
+            #expect(contents(s.at("copy/readme.md")) == Data("# Readme\n\nSome words.\n".utf8))
+            _ = stopAgent(agent)
+            let porcelain = try s.gitOK(["status", "--porcelain"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
+            #expect(porcelain.isEmpty, "git status: \(porcelain)")
         }
     }
 
@@ -221,6 +242,11 @@ struct AgentTests {
                                               Binaries.fprep, "agent", "-C", replica],
                                              env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
             expectOneLineError(unprivileged, mentioning: ["root"])
+
+            let agent = try s.startAgent(replica)
+            let second = try s.fprep(["agent", "-C", replica], timeout: 30)
+            expectOneLineError(second, mentioning: ["already serves"])
+            _ = stopAgent(agent)
 
             var template = Array("/dev/shm/fprep-e2e-XXXXXX".utf8CString)
             guard let made = mkdtemp(&template) else { throw HarnessError("mkdtemp in /dev/shm failed") }
