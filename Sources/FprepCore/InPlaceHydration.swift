@@ -131,6 +131,10 @@ extension Replica {
             return .notAPlaceholder("the file is no longer at its path")
         }
         guard fprep_holds_no_data(fd) == 1 else { return .notAPlaceholder("it holds data") }
+        // Laid out at another size: a program truncated it, a change of the user's.
+        guard UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize else {
+            return .notAPlaceholder("a program changed its size")
+        }
 
         let odb = try repository.objectDatabase()
         let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
@@ -147,23 +151,21 @@ extension Replica {
             }
             let journal = ContentJournal(token: token, paths: [Data(path.bytes)], inPlace: true)
             let operation = try store.beginOperation("materialize", payload: journal.encoded())
-            if opened.size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
-                throw SystemError("resize", path.description)
-            }
-            if bytes.count > 0, let base = bytes.baseAddress {
-                if let limit = InPlaceHydration.testKillAfterBytes, limit < bytes.count {
-                    // Tests: a kill -9 in the middle of the write.
-                    _ = fprep_pwrite_all(fd, base, limit, 0)
-                    _ = fsync(fd)
-                    raise(SIGKILL)
+            let after: fprep_stat
+            do {
+                after = try fill(fd, with: bytes, entry: entry, path: path, size: opened.size)
+            } catch {
+                // A write that failed midway (a full disk): the placeholder
+                // again at once, so none of its bytes is taken for content.
+                var restored = stat_t()
+                let id = entry.id.bytes
+                if opened.size != Int64(bytes.count) { _ = ftruncate(fd, off_t(opened.size)) }
+                if fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
+                                              Int(entry.stat.mtimeNanoseconds), &restored) == 0 {
+                    try? store.endOperation(operation)
                 }
-                guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
+                throw error
             }
-            _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
-            guard fsync(fd) == 0 else { throw SystemError("flush", path.description) }
-            guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
-            var after = fprep_stat()
-            guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }
             var updated = entry
             updated.skipWorktree = false
             updated.stat = StatData(FileStat(after))
@@ -175,6 +177,29 @@ extension Replica {
             }
             return .hydrated(bytes: Int64(bytes.count))
         }
+    }
+
+    /// Writes `bytes` into the placeholder open as `fd` (of `size` bytes),
+    /// with the item's date, durably, and takes its placeholder marks off.
+    private func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64) throws -> fprep_stat {
+        if size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
+            throw SystemError("resize", path.description)
+        }
+        if bytes.count > 0, let base = bytes.baseAddress {
+            if let limit = InPlaceHydration.testKillAfterBytes, limit < bytes.count {
+                // Tests: a kill -9 in the middle of the write.
+                _ = fprep_pwrite_all(fd, base, limit, 0)
+                _ = fsync(fd)
+                raise(SIGKILL)
+            }
+            guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
+        }
+        _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
+        guard fsync(fd) == 0 else { throw SystemError("flush", path.description) }
+        guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
+        var after = fprep_stat()
+        guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }
+        return after
     }
 
     /// Settles a file an agent was filling in place when it died: its bytes
