@@ -40,16 +40,21 @@ public enum Agent {
         guard keeper >= 0 else { throw FprepError("cannot start the agent: fork: \(String(cString: strerror(errno)))") }
         defer { close(keeper) }
         let wake = try SignalPipe.install()
-        let loop = EventLoop(group: group, hydrator: Hydrator(root: root), timeout: timeout, log: log, wake: wake)
-        loop.watch(placeholders, rootFD: rootFD)
+        let watchlist = Watchlist(group: group, rootFD: rootFD, log: log)
+        let loop = EventLoop(group: group, watchlist: watchlist, hydrator: Hydrator(root: root), timeout: timeout, log: log, wake: wake)
+        watchlist.watch(placeholders, complete: true)
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
-        try status.ready(watching: loop.watchedCount)
-        log.write(.info, "serving \(root): \(loop.watchedCount) placeholder\(loop.watchedCount == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
+        try status.ready(watching: watchlist.count)
+        log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
 
         let rescans = IndexWatcher(root: root)
-        try loop.run(rootFD: rootFD, tick: {
-            // A sync, clone or evict made new placeholders: watch them too.
-            rescans.poll { loop.offer($0) }
+        try loop.run(tick: {
+            // A sync, clone or evict made new placeholders: watch them too
+            // (on the rescan's thread; the loop goes on serving).
+            rescans.poll { placeholders in
+                let marked = watchlist.watch(placeholders, complete: true)
+                if marked > 0 { log.write(.info, "watching \(marked) new placeholder\(marked == 1 ? "" : "s") (\(watchlist.count) in all)") }
+            }
         }, shouldStop: { SignalPipe.stopRequested })
         log.write(.info, "stopped serving \(root)")
     }

@@ -17,14 +17,11 @@ final class EventLoop: @unchecked Sendable {
     private let log: AgentLog
     private let wake: (read: Int32, write: Int32)
 
-    /// Watched placeholders by file (loop thread only).
-    private var watched: [FileKey: WatchedPlaceholder] = [:]
+    private let watchlist: Watchlist
     /// Hydrations under way, with the events that wait for each (loop thread only).
     private var running: [FileKey: Job] = [:]
     /// What workers finished, for the loop to answer.
     private let finished = Mutex<[(FileKey, Hydrator.Outcome, Double)]>([])
-    /// Placeholders a rescan found, for the loop to mark.
-    private let found = Mutex<[WatchedPlaceholder]?>(nil)
     private let workers = DispatchQueue(label: "fprep.agent.hydrate", attributes: .concurrent)
 
     private struct Waiting {
@@ -42,55 +39,18 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    init(group: FanotifyGroup, hydrator: Hydrator, timeout: Double, log: AgentLog, wake: (read: Int32, write: Int32)) {
+    init(group: FanotifyGroup, watchlist: Watchlist, hydrator: Hydrator, timeout: Double, log: AgentLog, wake: (read: Int32, write: Int32)) {
         self.group = group
+        self.watchlist = watchlist
         self.hydrator = hydrator
         self.timeout = timeout
         self.log = log
         self.wake = wake
     }
 
-    var watchedCount: Int { watched.count }
-
-    /// Marks `placeholders` not yet watched; returns how many were marked.
-    /// With `complete` (a full rescan), files no longer listed are
-    /// forgotten (a materialize replaced them; their marks stay on inodes
-    /// nothing names any more until the agent exits).
-    @discardableResult
-    func watch(_ placeholders: [WatchedPlaceholder], rootFD: Int32, complete: Bool = false) -> Int {
-        var marked = 0
-        var listed = Set<FileKey>()
-        defer {
-            if complete {
-                for key in Array(watched.keys) where !listed.contains(key) && running[key] == nil { watched.removeValue(forKey: key) }
-            }
-        }
-        for placeholder in placeholders {
-            let fd = openPath(rootFD, placeholder.path)
-            guard fd >= 0 else { continue }
-            defer { close(fd) }
-            guard let key = FileKey(fd: fd) else { continue }
-            listed.insert(key)
-            guard watched[key] == nil, running[key] == nil else { continue }
-            guard group.mark(fd) else {
-                log.write(.warning, "cannot watch \(placeholder.path): \(String(cString: strerror(errno)))")
-                continue
-            }
-            watched[key] = placeholder
-            marked += 1
-        }
-        return marked
-    }
-
-    /// Hands the result of a rescan to the loop (from any thread).
-    func offer(_ placeholders: [WatchedPlaceholder]) {
-        found.withLock { $0 = placeholders }
-        wakeUp()
-    }
-
     /// Serves until `shouldStop` says so, then fails whatever still waits
     /// with EIO (an agent that exits lets pending accesses read zeros).
-    func run(rootFD: Int32, tick: () -> Void, shouldStop: () -> Bool) throws {
+    func run(tick: () -> Void, shouldStop: () -> Bool) throws {
         while !shouldStop() {
             let ready = fprep_fanotify_wait(group.fd, wake.read, waitMilliseconds())
             if ready < 0 { throw AgentRefusal(description: "fprep: the agent cannot wait for events: \(String(cString: strerror(errno)))") }
@@ -99,10 +59,6 @@ final class EventLoop: @unchecked Sendable {
                 for event in try group.read() { accept(event) }
             }
             answerFinished()
-            if let placeholders = found.withLock({ value -> [WatchedPlaceholder]? in defer { value = nil }; return value }) {
-                let marked = watch(placeholders, rootFD: rootFD, complete: true)
-                if marked > 0 { log.write(.info, "watching \(marked) new placeholder\(marked == 1 ? "" : "s") (\(watched.count) in all)") }
-            }
             expireDeadlines()
             tick()
         }
@@ -122,7 +78,7 @@ final class EventLoop: @unchecked Sendable {
             job.waiting.append(waiting)
             return
         }
-        guard let placeholder = watched[key] else { return answer(event.fd, error: 0) }
+        guard let placeholder = watchlist.placeholder(key) else { return answer(event.fd, error: 0) }
         let job = Job(placeholder, started: monotonicNow())
         job.waiting.append(waiting)
         running[key] = job
@@ -155,11 +111,11 @@ final class EventLoop: @unchecked Sendable {
             let milliseconds = Int(((end - job.started) * 1000).rounded())
             switch outcome {
             case .hydrated(let bytes):
-                watched.removeValue(forKey: key)
+                watchlist.forget(key)
                 log.write(.info, "hydrated \(path) (\(AgentLog.size(bytes)), \(milliseconds) ms)")
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
             case .notAPlaceholder(let why):
-                watched.removeValue(forKey: key)
+                watchlist.forget(key)
                 log.write(.info, "no longer watching \(path): \(why)")
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
             case .failed(let why):
@@ -207,12 +163,4 @@ final class EventLoop: @unchecked Sendable {
     private static func seconds(_ value: Double) -> String {
         value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
     }
-}
-
-/// Opens `path` beneath `rootFD` for marking only: a folder swapped for a
-/// symlink must not make the agent watch a file outside the replica.
-func openPath(_ rootFD: Int32, _ path: RepoPath) -> Int32 {
-    var bytes = path.bytes.map { CChar(bitPattern: $0) }
-    bytes.append(0)
-    return fprep_open_for_mark(rootFD, bytes)
 }
