@@ -90,6 +90,8 @@ struct AgentTests {
 
             let log = stopAgent(agent)
             #expect(log.status == 0 && log.stderr.contains("info stopped serving"), "a stopped agent exits cleanly: \(log)")
+            let line = try Regex(#"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ info hydrated a\.txt \(6 B, \d+ ms\)$"#)
+            #expect(log.stderrLines.contains { $0.wholeMatch(of: line) != nil }, "one timestamped line per hydration: \(log.stderr)")
             for name in ["a.txt", "run.sh", "docs/deep/nested.txt", "bin.dat"] {
                 #expect(log.stderr.contains("info hydrated \(name) ("), "\(name): \(log.stderr)")
                 #expect(xattr(replica + "/" + name, "user.fprep.state") == nil, "\(name) keeps its placeholder marks")
@@ -103,6 +105,28 @@ struct AgentTests {
             #expect(porcelain.isEmpty, "git status: \(porcelain)")
             // A file that was never accessed stays a placeholder.
             #expect(xattrString(replica + "/docs/readme.md", "user.fprep.state") == "dataless")
+        }
+    }
+
+    @Test("files that are not placeholders never meet the agent: materialized, changed by a program, fprep's own")
+    func nonPlaceholdersAreNotWatched() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            try s.fprepOK(["materialize", "-C", replica, "a.txt"])
+            // Bytes a program wrote into a placeholder before the agent ran are the user's.
+            try s.sh("printf 'dev#1' | dd of=bin.dat bs=1 seek=5 conv=notrunc status=none", cwd: replica)
+            let agent = try s.startAgent(replica)
+            let watched = agent.stderrSoFar
+            #expect(watched.contains(": 5 placeholders watched"), "seven placeholders less a.txt (materialized) and bin.dat (written into): \(watched)")
+            #expect(contents(replica + "/a.txt") == Data("hello\n".utf8))
+            let written = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(written.stdoutData == Data(count: 5) + Data("dev#1".utf8) + Data(count: 10_000 - 10), "the user's bytes, as written")
+            _ = try s.python(readProgram, [".git/HEAD"], cwd: replica)
+            _ = try s.python(readProgram, [".fprep/agent.pid"], cwd: replica)
+            let log = stopAgent(agent)
+            #expect(!log.stderr.contains("a.txt") && !log.stderr.contains("bin.dat") && !log.stderr.contains(".git"), "\(log.stderr)")
         }
     }
 
