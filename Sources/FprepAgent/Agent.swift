@@ -41,13 +41,14 @@ public enum Agent {
         defer { close(keeper) }
         let wake = try SignalPipe.install()
         let watchlist = Watchlist(group: group, rootFD: rootFD, log: log)
-        let loop = EventLoop(group: group, watchlist: watchlist, hydrator: Hydrator(root: root), timeout: timeout, log: log, wake: wake)
+        let rescans = IndexWatcher(root: root)
+        let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) })
+        let loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log, wake: wake)
         watchlist.watch(placeholders, complete: true)
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
         try status.ready(watching: watchlist.count)
         log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
 
-        let rescans = IndexWatcher(root: root)
         try loop.run(tick: {
             // A sync, clone or evict made new placeholders: watch them too
             // (on the rescan's thread; the loop goes on serving).
@@ -99,14 +100,20 @@ final class IndexWatcher: @unchecked Sendable {
 
     init(root: String) {
         self.root = root
-        seen = Mutex(Self.stat(root + "/.git/index"))
+        seen = Mutex(Self.stat(root))
+    }
+
+    /// The agent wrote the index itself (`before` → `after`): nothing to
+    /// look for, unless someone else wrote it since the last look.
+    func acknowledge(before: fprep_stat, after: fprep_stat) {
+        seen.withLock { seen in
+            if Self.same(seen, before) { seen = after }
+        }
     }
 
     func poll(_ deliver: @escaping @Sendable ([WatchedPlaceholder]) -> Void) {
-        let now = Self.stat(root + "/.git/index")
-        let changed = seen.withLock { seen in
-            now.ino != seen.ino || now.size != seen.size || now.mtime_sec != seen.mtime_sec || now.mtime_nsec != seen.mtime_nsec
-        }
+        let now = Self.stat(root)
+        let changed = seen.withLock { !Self.same($0, now) }
         guard changed else { return }
         guard busy.withLock({ value -> Bool in defer { value = true }; return !value }) else { return }
         let root = self.root
@@ -119,10 +126,15 @@ final class IndexWatcher: @unchecked Sendable {
         }
     }
 
-    private static func stat(_ path: String) -> fprep_stat {
+    /// The stat of the replica's index file.
+    static func stat(_ root: String) -> fprep_stat {
         var raw = fprep_stat()
-        _ = fprep_lstat_at(AT_FDCWD, path, &raw)
+        _ = fprep_lstat_at(AT_FDCWD, root + "/.git/index", &raw)
         return raw
+    }
+
+    private static func same(_ a: fprep_stat, _ b: fprep_stat) -> Bool {
+        a.ino == b.ino && a.size == b.size && a.mtime_sec == b.mtime_sec && a.mtime_nsec == b.mtime_nsec && a.ctime_nsec == b.ctime_nsec
     }
 }
 

@@ -1,3 +1,4 @@
+import CFprepSys
 import FprepCore
 import FprepGit
 import Glibc
@@ -7,6 +8,10 @@ import Glibc
 /// descriptor with the lock held (the core journals and records it).
 struct Hydrator: Sendable {
     let root: String
+    /// Told of each index write of the agent's own (the index's stat
+    /// before and after, the replica's lock held), so a hydration does not
+    /// look like a sync that brought placeholders.
+    var indexWritten: @Sendable (_ before: fprep_stat, _ after: fprep_stat) -> Void = { _, _ in }
 
     enum Outcome: Sendable {
         /// Content in place: allow the access.
@@ -27,8 +32,11 @@ struct Hydrator: Sendable {
         defer { InPlaceHydration.removeQuarantine(token, replicaRoot: root) }
         do {
             let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
+            let before = IndexWatcher.stat(root)
             switch try replica.hydrateInPlace(placeholder.path, through: fd, token: token) {
-            case .hydrated(let bytes): return .hydrated(bytes: bytes)
+            case .hydrated(let bytes):
+                indexWritten(before, IndexWatcher.stat(root))
+                return .hydrated(bytes: bytes)
             case .notAPlaceholder(let why): return .notAPlaceholder(why)
             }
         } catch {
