@@ -130,6 +130,40 @@ struct AgentTests {
         }
     }
 
+    @Test("exec of a dataless program (ELF) runs it")
+    func execOfABinary() throws {
+        try withSandbox { s in
+            let program = try Data(contentsOf: URL(fileURLWithPath: "/bin/echo"))
+            let remote = try s.makeRemote(nodes: ["bin/echo": .file(program, executable: true)])
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let run = try Shell.run([replica + "/bin/echo", "ran"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(run.status == 0 && run.stdout == "ran\n", "\(run)")
+            _ = stopAgent(agent)
+            #expect(contents(replica + "/bin/echo") == program)
+        }
+    }
+
+    @Test("another command holding the replica's lock: a read fails with EIO at the bound, and the hydration completes once the lock is free")
+    func lockHeldElsewhere() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica, extra: ["--timeout", "2"])
+            let holder = try s.holdLock(replica, seconds: 60)
+            let blocked = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
+            #expect(blocked.status != 0 && blocked.stdout.isEmpty && blocked.stderr.contains("Input/output error"), "\(blocked)")
+            #expect(blocked.seconds < 6, "the read waited \(blocked.seconds) s with a 2 s bound")
+            _ = holder.kill9()
+            #expect(waitUntil(20) { agent.stderrSoFar.contains("info hydrated a.txt") }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
+            _ = stopAgent(agent)
+        }
+    }
+
     @Test("grep -r and cp -r over dataless folders under the agent see the real bytes")
     func walkersSeeContent() throws {
         try withSandbox { s in
