@@ -128,7 +128,9 @@ extension Replica {
         var opened = fprep_stat()
         guard fprep_fstat(fd, &opened) == 0 else { throw SystemError("stat", path.description) }
         guard let onDisk = rootFolder.stat(path), onDisk.device == opened.dev, onDisk.inode == opened.ino else {
-            return .notAPlaceholder("the file is no longer at its path")
+            // Moved or replaced since it was watched: its content is not
+            // known here, and zeros are never an answer.
+            throw FprepError("the file is no longer at its path (moved or replaced); run 'fprep sync'")
         }
         guard fprep_holds_no_data(fd) == 1 else { return .notAPlaceholder("it holds data") }
         // Laid out at another size: a program truncated it, a change of the user's.
