@@ -46,8 +46,8 @@ public enum Agent {
         let loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log, wake: wake)
         watchlist.watch(placeholders, complete: true)
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
-        try status.ready(watching: watchlist.count)
         log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
+        try status.ready(watching: watchlist.count)
 
         try loop.run(tick: {
             // A sync, clone or evict made new placeholders: watch them too

@@ -200,6 +200,24 @@ struct AgentTests {
         }
     }
 
+    @Test("overwriting a placeholder under the agent (a shell's >): the kernel truncates before any event, so the agent leaves the user's bytes alone; sync keeps them as a conflict copy")
+    func overwriteKeepsTheUsersBytes() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            try s.sh("printf 'dev#2\\n' > docs/readme.md", cwd: replica)
+            #expect(contents(replica + "/docs/readme.md") == Data("dev#2\n".utf8), "the agent wrote into a file a program had truncated")
+            _ = stopAgent(agent)
+            try s.fprepOK(["sync", "-C", replica])
+            #expect(try s.remoteBlob(remote.path, "docs/readme.md") == Data("# Readme\n\nSome words.\n".utf8))
+            let copies = conflictCopies(try s.remoteTree(remote.path), of: "readme.md")
+            #expect(copies.count == 1, "\(copies)")
+            if let copy = copies.first { #expect(try s.remoteBlob(remote.path, copy) == Data("dev#2\n".utf8)) }
+        }
+    }
+
     @Test("two readers of one placeholder get the same bytes, from one fetch")
     func concurrentReadersOneFetch() throws {
         try withSandbox { s in
