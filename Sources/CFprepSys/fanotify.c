@@ -36,10 +36,6 @@ int fprep_fanotify_init(void) {
                          O_RDWR | O_LARGEFILE);
 }
 
-int fprep_fanotify_mark_inode(int group, int dirfd, const char *path) {
-    return fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS, dirfd, path);
-}
-
 int fprep_fanotify_mark_fd(int group, int fd) {
     return fanotify_mark(group, FAN_MARK_ADD, FAN_PRE_ACCESS, fd, NULL);
 }
@@ -148,12 +144,6 @@ ssize_t fprep_pwrite_all(int fd, const void *bytes, size_t count, off_t offset) 
     return (ssize_t)done;
 }
 
-ssize_t fprep_fd_path(int fd, char *buffer, size_t length) {
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t count = readlink(link, buffer, length);
-    return count;
-}
 
 int fprep_open_for_mark(int dirfd, const char *path) {
     /* Read-only, not O_PATH: fanotify_mark takes no O_PATH descriptor.

@@ -1,6 +1,5 @@
 import CFprepSys
 import FprepCore
-import FprepGit
 import Glibc
 
 /// Fills one watched placeholder of one replica: fetches its blob without

@@ -177,9 +177,8 @@ int fprep_fanotify_probe(int dirfd, const char *path);
 /* A pre-content group (FAN_CLASS_PRE_CONTENT, non-blocking, close-on-exec;
  * event fds opened O_RDWR so content can be written through them). */
 int fprep_fanotify_init(void);
-/* Adds an inode mark for FAN_PRE_ACCESS on the file at `path` beneath
- * `dirfd` (a symlink is marked itself, never followed), or on open `fd`. */
-int fprep_fanotify_mark_inode(int group, int dirfd, const char *path);
+/* Adds (removes) an inode mark for FAN_PRE_ACCESS on the open file `fd`
+ * (not an O_PATH descriptor: fanotify_mark refuses those). */
 int fprep_fanotify_mark_fd(int group, int fd);
 int fprep_fanotify_unmark_fd(int group, int fd);
 /* One event: `fd` is the accessed file, opened for the listener (its reads
@@ -212,7 +211,5 @@ int fprep_fanotify_start_keeper(int group);
 /* Opens the regular file `path` beneath `dirfd` for marking (read-only; a FIFO or device is never opened),
  * never through a symlink or out of `dirfd`; -1 with errno otherwise. */
 int fprep_open_for_mark(int dirfd, const char *path);
-/* The path of open `fd` (/proc/self/fd), not NUL-terminated; -1 on error. */
-ssize_t fprep_fd_path(int fd, char *buffer, size_t length);
 
 #endif
