@@ -158,6 +158,24 @@ int fprep_open_for_mark(int dirfd, const char *path) {
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
+/* Fails every event queued on `group` with EIO (async-signal-safe). */
+static void deny_queued(int group) {
+    char buffer[4096] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
+    ssize_t length;
+    while ((length = read(group, buffer, sizeof buffer)) > 0) {
+        size_t remaining = (size_t)length;
+        struct fanotify_event_metadata *meta = (struct fanotify_event_metadata *)buffer;
+        while (FAN_EVENT_OK(meta, remaining)) {
+            if (meta->fd >= 0) {
+                struct fanotify_response response = { .fd = meta->fd, .response = FAN_DENY_ERRNO(EIO) };
+                (void)!write(group, &response, sizeof response);
+                close(meta->fd);
+            }
+            meta = FAN_EVENT_NEXT(meta, remaining);
+        }
+    }
+}
+
 int fprep_fanotify_start_keeper(int group) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
@@ -190,11 +208,13 @@ int fprep_fanotify_start_keeper(int group) {
             if (errno != EINTR && errno != EAGAIN) break;
         }
         /* The agent is gone. An event it read and never answered is known
-         * only by its descriptor number in the agent: fail every number. */
+         * only by its descriptor number in the agent: fail every number.
+         * Then the events it had not read yet (and any that came since). */
         for (long fd = 0; fd < highest; fd++) {
             struct fanotify_response response = { .fd = (int)fd, .response = FAN_DENY_ERRNO(EIO) };
             (void)!write(3, &response, sizeof response);
         }
+        deny_queued(3);
         _exit(0);
     }
     close(fds[0]);

@@ -268,11 +268,20 @@ struct AgentTests {
             let agent = try s.startAgent(replica)
             daemon.pause()
             let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
-            #expect(waitUntil(20) { waitsOnFanotify(reader.pid) }, "the reader waits for the agent")
+            #expect(waitUntil(20) { waitsOnFanotify(reader.pid) && agent.stderrSoFar.contains("serving") }, "the reader waits for the agent")
+            let stateFolder = replica + "/.fprep"
+            #expect(waitUntil(20) { ((try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? []).contains { $0.hasPrefix("agent-fetch-") } },
+                    "the agent took the first access and fetches")
+            // A second access the agent never reads: it is stopped first.
+            kill(agent.pid, SIGSTOP)
+            let unread = try s.spawnPython(readProgram, ["docs/readme.md"], cwd: replica)
+            #expect(waitUntil(20) { waitsOnFanotify(unread.pid) }, "the second reader waits for the agent")
             kill(agent.pid, SIGKILL)  // the agent only, as a user's kill -9
             _ = agent.wait(timeout: 30)
-            let read = reader.wait(timeout: 20)
-            #expect(!read.timedOut && read.status != 0 && read.stdoutData.isEmpty && read.stderr.contains("Input/output error"), "\(read)")
+            for (name, waiting) in [("bin.dat", reader), ("docs/readme.md", unread)] {
+                let read = waiting.wait(timeout: 20)
+                #expect(!read.timedOut && read.status != 0 && read.stdoutData.isEmpty && read.stderr.contains("Input/output error"), "\(name): \(read)")
+            }
             daemon.resume()
             let status = try s.fprepJSON(["status", "-C", replica])
             #expect(status.int("dataless") == 7 && status.int("modified") == 0, "every placeholder is one still: \(status)")
