@@ -72,10 +72,12 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // Hydration on access: `fprep agent`, on fanotify pre-content events.
+        .target(name: "FprepAgent", dependencies: ["FprepCore", "FprepGit", "CFprepSys"]),
         .target(
             name: "FprepCLI",
             dependencies: [
-                "FprepCore", "FprepServer",
+                "FprepCore", "FprepServer", "FprepAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -31,6 +31,11 @@ struct Status: ParsableCommand {
         if let unfinished = opened.unfinished {
             print("unfinished:   an interrupted operation waits to be finished (\(unfinished)); the changes below may be its own")
         }
+        if let agent = report.agent {
+            print("agent:        pid \(agent) fetches placeholders' content on first access")
+        } else {
+            print("agent:        none (placeholders get content with 'fprep materialize', or on access under 'fprep agent')")
+        }
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }

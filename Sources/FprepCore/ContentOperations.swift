@@ -34,6 +34,9 @@ public struct Skipped: Sendable, Encodable {
 struct ContentJournal: Codable {
     var token: String
     var paths: [Data]
+    /// An agent's hydration: the content was being written into the file
+    /// itself (no temporary), from the agent's quarantine of `token`.
+    var inPlace: Bool? = nil
 
     func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
     static func decode(_ bytes: [UInt8]) -> ContentJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
@@ -402,6 +405,10 @@ struct ContentOperations {
                 // marks an evict that never punched it left on it.
                 guard let fd = try? replica.rootFolder.openRegular(path, flags: O_RDWR).fd else { continue }
                 _ = fprep_clear_placeholder_marks(fd)
+                if journal.inPlace == true {
+                    // An agent's write may have ended before the item's date was put back.
+                    _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
+                }
                 var after = fprep_stat()
                 let statted = fprep_fstat(fd, &after)
                 close(fd)
@@ -410,8 +417,17 @@ struct ContentOperations {
                 entry.stat = StatData(FileStat(after))
                 try index.add(entry)
                 materialized.append((path, entry.id))
+            } else if journal.inPlace == true, try replica.settlePartialInPlace(entry, path: path, token: journal.token) {
+                // An agent died while writing it: only fprep's bytes are
+                // there, never to be taken for the user's.
+                guard let after = replica.rootFolder.stat(path) else { continue }
+                entry.skipWorktree = true
+                entry.stat = StatData(after)
+                try index.add(entry)
+                dataless.append(path)
             }
         }
+        if journal.inPlace == true { InPlaceHydration.removeQuarantine(journal.token, replicaRoot: replica.root) }
         try index.write()
         try replica.store.transaction {
             try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))

@@ -58,7 +58,7 @@ public struct FprepError: Error, CustomStringConvertible, Sendable {
 }
 
 extension FprepError {
-    static func notAReplica(_ path: String) -> FprepError {
+    public static func notAReplica(_ path: String) -> FprepError {
         FprepError(.usage, "'\(path)' is not inside an fprep replica (run 'fprep clone URL DIR' first, or pass -C DIR)")
     }
 

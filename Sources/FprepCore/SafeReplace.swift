@@ -67,7 +67,7 @@ struct SafeReplace {
             throw SystemError("stat", shown)
         }
         let checked = FileStat(raw)
-        guard checked == opened else {
+        guard checked.sameWrites(as: opened) else {
             if leased { _ = fprep_release_lease(fd) }
             return .refused(Self.changed)
         }
@@ -92,8 +92,10 @@ struct SafeReplace {
         guard aside else { return .replaced(keptAs: nil) }
         guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", shown) }
         let last = FileStat(raw)
-        // The rename itself changes the ctime only.
-        let untouched = last.size == checked.size && last.mtime == checked.mtime && last.blocks == checked.blocks
+        // The rename itself changes the ctime only; the block count moves by
+        // itself when delayed allocation is written back, so a write shows in
+        // the size, the date, or (for a placeholder) data where none was.
+        let untouched = last.size == checked.size && last.mtime == checked.mtime
             && (!expectsDataless || fprep_holds_no_data(fd) == 1)
         if untouched {
             unlinkat(folder.fd, cPath(temporary), 0)
@@ -153,4 +155,14 @@ struct SafeReplace {
     }
 
     private static let changed = "it changed meanwhile; the change is kept"
+}
+
+extension FileStat {
+    /// Whether nothing wrote to the file between two looks at it: the same
+    /// inode, size, mode and dates. Not the block count, which ext4 changes
+    /// by itself when it writes back delayed allocations.
+    func sameWrites(as other: FileStat) -> Bool {
+        device == other.device && inode == other.inode && mode == other.mode && size == other.size
+            && mtime == other.mtime && ctime == other.ctime
+    }
 }

@@ -26,6 +26,8 @@ public struct StatusReport: Sendable, Encodable {
     public let waitingToPush: String?
     /// Why an interrupted operation still waits to be finished (the disk is full), if one does.
     public var unfinished: String? = nil
+    /// The process id of the `fprep agent` serving the replica, if one runs.
+    public var agent: Int32? = nil
 }
 
 extension Replica {
@@ -45,7 +47,8 @@ extension Replica {
                             deleted: scan.counts[.deleted] ?? 0,
                             logicalSize: Int64(try store.meta("logical_size") ?? "0") ?? 0,
                             bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
-                            changes: scan.changes, waitingToPush: pending, unfinished: unfinished)
+                            changes: scan.changes, waitingToPush: pending, unfinished: unfinished,
+                            agent: InPlaceHydration.servingAgent(replicaRoot: root))
     }
 }
 

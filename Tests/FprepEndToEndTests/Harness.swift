@@ -150,6 +150,11 @@ final class Spawned: @unchecked Sendable {
         String(decoding: FileManager.default.contents(atPath: outPath) ?? Data(), as: UTF8.self)
     }
 
+    /// What it has written to stderr so far (it may still be running).
+    var stderrSoFar: String {
+        String(decoding: FileManager.default.contents(atPath: errPath) ?? Data(), as: UTF8.self)
+    }
+
     /// Waits up to `timeout` seconds; on timeout kills it (-9) and marks the result.
     func wait(timeout: Double = 60) -> RunResult {
         var timedOut = false

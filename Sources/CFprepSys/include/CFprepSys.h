@@ -162,4 +162,54 @@ void fprep_probe_paths(int dirfd, const char *const *paths, size_t count, int th
 /* Sets the mtime (and atime to the same) of an open fd. */
 int fprep_set_mtime(int fd, long long sec, long nsec);
 
+/* fanotify pre-content events (fanotify.c). */
+enum {
+    FPREP_FANOTIFY_SUPPORTED = 0,
+    FPREP_FANOTIFY_NOT_PRIVILEGED = 1,        /* not root, no CAP_SYS_ADMIN */
+    FPREP_FANOTIFY_NO_KERNEL_SUPPORT = 2,     /* kernel older than 6.14, or built without them */
+    FPREP_FANOTIFY_NO_FILESYSTEM_SUPPORT = 3, /* tmpfs, most network filesystems */
+    FPREP_FANOTIFY_ERROR = 4,                 /* anything else: errno says */
+};
+/* Whether pre-content events can be had for the file `path` beneath `dirfd`
+ * (NULL: whether this process may have a pre-content group at all):
+ * one of the FPREP_FANOTIFY_* values (errno set for FPREP_FANOTIFY_ERROR). */
+int fprep_fanotify_probe(int dirfd, const char *path);
+/* A pre-content group (FAN_CLASS_PRE_CONTENT, non-blocking, close-on-exec;
+ * event fds opened O_RDWR so content can be written through them). */
+int fprep_fanotify_init(void);
+/* Adds (removes) an inode mark for FAN_PRE_ACCESS on the open file `fd`
+ * (not an O_PATH descriptor: fanotify_mark refuses those). */
+int fprep_fanotify_mark_fd(int group, int fd);
+int fprep_fanotify_unmark_fd(int group, int fd);
+/* One event: `fd` is the accessed file, opened for the listener (its reads
+ * and writes raise no event); the listener closes it after answering. */
+struct fprep_fanotify_event {
+    int fd;
+    int pid;
+    uint64_t mask;
+    uint64_t offset, count;   /* the range accessed, when has_range */
+    int has_range;
+};
+/* Reads the pending events (at most `capacity`, which must cover 8 KiB of
+ * events: 256); returns how many, or -1 with errno (EAGAIN: none). */
+ssize_t fprep_fanotify_read(int group, struct fprep_fanotify_event *events, size_t capacity);
+/* Answers the event on `fd`: allow (error 0) or fail the access with `error`
+ * (EIO, EPERM, EBUSY, ETXTBSY, EAGAIN, ENOSPC or EDQUOT only). */
+int fprep_fanotify_answer(int group, int fd, int error);
+/* Waits up to timeout_ms for events on `group` or input on `wake` (-1: none):
+ * bit 1 events, bit 2 wake, 0 timeout, -1 error. */
+int fprep_fanotify_wait(int group, int wake, int timeout_ms);
+/* Writes all of `bytes` at `offset` (pwrite, retried). */
+ssize_t fprep_pwrite_all(int fd, const void *bytes, size_t count, off_t offset);
+/* Starts the keeper of `group`: a child process that holds the group open
+ * and, once the agent is gone (killed with -9 even), fails with EIO every
+ * access the agent had taken and not answered; the kernel would otherwise
+ * let those read zeros when the group closes. Returns the pipe the agent
+ * keeps open for as long as it lives (its end is the keeper's signal), or
+ * -1 with errno. */
+int fprep_fanotify_start_keeper(int group);
+/* Opens the regular file `path` beneath `dirfd` for marking (read-only; a FIFO or device is never opened),
+ * never through a symlink or out of `dirfd`; -1 with errno otherwise. */
+int fprep_open_for_mark(int dirfd, const char *path);
+
 #endif

@@ -1,0 +1,222 @@
+/* fanotify pre-content events (Linux 6.14+): the kernel holds the first
+ * access of a marked file until the listener answers, so the listener can
+ * put the file's content in place first. Debian 12's headers predate them:
+ * the constants and the range record are defined here, as in the kernel's
+ * include/uapi/linux/fanotify.h. */
+#define _GNU_SOURCE
+#include "CFprepSys.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/fanotify.h>
+#include <unistd.h>
+
+#ifndef FAN_PRE_ACCESS
+#define FAN_PRE_ACCESS 0x00100000
+#endif
+#ifndef FAN_EVENT_INFO_TYPE_RANGE
+#define FAN_EVENT_INFO_TYPE_RANGE 6
+#endif
+/* The range record's layout (info type 6), whatever the headers say. */
+struct fprep_fanotify_info_range {
+    struct fanotify_event_info_header hdr;
+    uint32_t pad;
+    uint64_t offset;
+    uint64_t count;
+};
+#ifndef FAN_DENY_ERRNO
+#define FAN_DENY_ERRNO(err) (FAN_DENY | ((((uint32_t)(err)) & 0xff) << 24))
+#endif
+
+int fprep_fanotify_init(void) {
+    return fanotify_init(FAN_CLASS_PRE_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
+                         O_RDWR | O_LARGEFILE);
+}
+
+int fprep_fanotify_mark_fd(int group, int fd) {
+    return fanotify_mark(group, FAN_MARK_ADD, FAN_PRE_ACCESS, fd, NULL);
+}
+
+int fprep_fanotify_unmark_fd(int group, int fd) {
+    return fanotify_mark(group, FAN_MARK_REMOVE, FAN_PRE_ACCESS, fd, NULL);
+}
+
+int fprep_fanotify_probe(int dirfd, const char *path) {
+    int group = fanotify_init(FAN_CLASS_PRE_CONTENT | FAN_CLOEXEC, O_RDWR | O_LARGEFILE);
+    if (group < 0) {
+        if (errno == EPERM) return FPREP_FANOTIFY_NOT_PRIVILEGED;
+        if (errno == EINVAL || errno == ENOSYS) return FPREP_FANOTIFY_NO_KERNEL_SUPPORT;
+        return FPREP_FANOTIFY_ERROR;
+    }
+    int status = FPREP_FANOTIFY_SUPPORTED;
+    if (path != NULL && fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS, dirfd, path) != 0) {
+        int error = errno;
+        /* An unknown mask bit is EINVAL; a filesystem without pre-content
+         * support (tmpfs, most network filesystems) answers EOPNOTSUPP. */
+        if (error == EINVAL) status = FPREP_FANOTIFY_NO_KERNEL_SUPPORT;
+        else if (error == EOPNOTSUPP) status = FPREP_FANOTIFY_NO_FILESYSTEM_SUPPORT;
+        else if (error == EPERM) status = FPREP_FANOTIFY_NOT_PRIVILEGED;
+        else status = FPREP_FANOTIFY_ERROR;
+        close(group);
+        errno = error;
+        return status;
+    }
+    close(group);
+    return status;
+}
+
+ssize_t fprep_fanotify_read(int group, struct fprep_fanotify_event *events, size_t capacity) {
+    /* The kernel hands out whole events only; 4096 bytes per read is
+     * what its documentation suggests. */
+    char buffer[8192] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
+    ssize_t length = read(group, buffer, sizeof buffer);
+    if (length < 0) return -1;
+    size_t count = 0;
+    struct fanotify_event_metadata *meta = (struct fanotify_event_metadata *)buffer;
+    size_t remaining = (size_t)length;
+    while (FAN_EVENT_OK(meta, remaining)) {
+        if (meta->vers != FANOTIFY_METADATA_VERSION) { errno = EPROTO; return -1; }
+        if (count == capacity) {
+            /* No room: the event cannot be put back, so it is allowed at
+             * once rather than left pending (never reached with the
+             * buffer sizes fprep uses: capacity covers a full read). */
+            if (meta->fd >= 0) { fprep_fanotify_answer(group, meta->fd, 0); close(meta->fd); }
+        } else {
+            struct fprep_fanotify_event *event = &events[count++];
+            event->fd = meta->fd;
+            event->pid = meta->pid;
+            event->mask = meta->mask;
+            event->offset = 0;
+            event->count = 0;
+            event->has_range = 0;
+            size_t info = meta->metadata_len;
+            while (info + sizeof(struct fanotify_event_info_header) <= meta->event_len) {
+                struct fanotify_event_info_header *header = (struct fanotify_event_info_header *)((char *)meta + info);
+                if (header->len == 0) break;
+                if (header->info_type == FAN_EVENT_INFO_TYPE_RANGE && header->len >= sizeof(struct fprep_fanotify_info_range)) {
+                    struct fprep_fanotify_info_range *range = (struct fprep_fanotify_info_range *)header;
+                    event->offset = range->offset;
+                    event->count = range->count;
+                    event->has_range = 1;
+                }
+                info += header->len;
+            }
+        }
+        meta = FAN_EVENT_NEXT(meta, remaining);
+    }
+    return (ssize_t)count;
+}
+
+int fprep_fanotify_answer(int group, int fd, int error) {
+    struct fanotify_response response = {
+        .fd = fd,
+        .response = error == 0 ? FAN_ALLOW : FAN_DENY_ERRNO(error),
+    };
+    ssize_t written;
+    do { written = write(group, &response, sizeof response); } while (written < 0 && errno == EINTR);
+    return written == (ssize_t)sizeof response ? 0 : -1;
+}
+
+int fprep_fanotify_wait(int group, int wake, int timeout_ms) {
+    struct pollfd fds[2] = { { .fd = group, .events = POLLIN }, { .fd = wake, .events = POLLIN } };
+    int ready = poll(fds, wake >= 0 ? 2 : 1, timeout_ms);
+    if (ready < 0) return errno == EINTR ? 0 : -1;
+    int result = 0;
+    if (fds[0].revents & POLLIN) result |= 1;
+    if (wake >= 0 && (fds[1].revents & (POLLIN | POLLHUP))) result |= 2;
+    return result;
+}
+
+ssize_t fprep_pwrite_all(int fd, const void *bytes, size_t count, off_t offset) {
+    size_t done = 0;
+    while (done < count) {
+        ssize_t written = pwrite(fd, (const char *)bytes + done, count - done, offset + (off_t)done);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (written == 0) { errno = EIO; return -1; }
+        done += (size_t)written;
+    }
+    return (ssize_t)done;
+}
+
+
+int fprep_open_for_mark(int dirfd, const char *path) {
+    /* Read-only, not O_PATH: fanotify_mark takes no O_PATH descriptor.
+     * Opening raises no pre-content event (only an access does). */
+    struct fprep_stat st;
+    int fd = fprep_open_regular(dirfd, path, O_RDONLY | O_CLOEXEC, &st);
+    if (fd == -2) errno = EINVAL;
+    return fd < 0 ? -1 : fd;
+}
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+/* Fails every event queued on `group` with EIO (async-signal-safe). */
+static void deny_queued(int group) {
+    char buffer[4096] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
+    ssize_t length;
+    while ((length = read(group, buffer, sizeof buffer)) > 0) {
+        size_t remaining = (size_t)length;
+        struct fanotify_event_metadata *meta = (struct fanotify_event_metadata *)buffer;
+        while (FAN_EVENT_OK(meta, remaining)) {
+            if (meta->fd >= 0) {
+                struct fanotify_response response = { .fd = meta->fd, .response = FAN_DENY_ERRNO(EIO) };
+                (void)!write(group, &response, sizeof response);
+                close(meta->fd);
+            }
+            meta = FAN_EVENT_NEXT(meta, remaining);
+        }
+    }
+}
+
+int fprep_fanotify_start_keeper(int group) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    struct rlimit limit;
+    long highest = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY ? (long)limit.rlim_cur : 65536;
+    if (highest > (1L << 20)) highest = 1L << 20;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        /* The child of a threaded process: async-signal-safe calls only. It
+         * keeps nothing of the agent's but the group and the pipe (not the
+         * replica's lock), and no terminal's signal reaches it. */
+        int high_group = fcntl(group, F_DUPFD, 100);
+        int high_pipe = fcntl(fds[0], F_DUPFD, 100);
+        if (high_group < 0 || high_pipe < 0) _exit(1);
+        if (dup2(high_group, 3) < 0 || dup2(high_pipe, 4) < 0) _exit(1);
+        syscall(SYS_close_range, 5U, ~0U, 0U);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); if (devnull > 4) close(devnull); }
+        setsid();
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        char byte;
+        while (read(4, &byte, 1) != 0) {
+            if (errno != EINTR && errno != EAGAIN) break;
+        }
+        /* The agent is gone. An event it read and never answered is known
+         * only by its descriptor number in the agent: fail every number.
+         * Then the events it had not read yet (and any that came since). */
+        for (long fd = 0; fd < highest; fd++) {
+            struct fanotify_response response = { .fd = (int)fd, .response = FAN_DENY_ERRNO(EIO) };
+            (void)!write(3, &response, sizeof response);
+        }
+        deny_queued(3);
+        _exit(0);
+    }
+    close(fds[0]);
+    return fds[1];
+}

@@ -1,0 +1,166 @@
+import CFprepSys
+import Dispatch
+import FprepCore
+import Glibc
+import Synchronization
+
+/// Serves the events of one fanotify group: every access of a watched
+/// placeholder waits until its content is in place, or fails with EIO when
+/// that takes longer than the bound. One hydration per file at a time (later
+/// accesses of the same file wait for the one in flight); each runs on a
+/// worker thread, so one slow fetch holds up no other file. Only this loop
+/// answers events; workers report back through a pipe that wakes it.
+final class EventLoop: @unchecked Sendable {
+    private let group: FanotifyGroup
+    private let hydrator: Hydrator
+    private let timeout: Double
+    private let log: AgentLog
+    private let wake: (read: Int32, write: Int32)
+
+    private let watchlist: Watchlist
+    /// Hydrations under way, with the events that wait for each (loop thread only).
+    private var running: [FileKey: Job] = [:]
+    /// What workers finished, for the loop to answer.
+    private let finished = Mutex<[(FileKey, Hydrator.Outcome, Double)]>([])
+    private let workers = DispatchQueue(label: "fprep.agent.hydrate", attributes: .concurrent)
+
+    private struct Waiting {
+        let fd: Int32
+        let deadline: Double
+    }
+
+    private final class Job {
+        let placeholder: WatchedPlaceholder
+        let started: Double
+        var waiting: [Waiting] = []
+        init(_ placeholder: WatchedPlaceholder, started: Double) {
+            self.placeholder = placeholder
+            self.started = started
+        }
+    }
+
+    init(group: FanotifyGroup, watchlist: Watchlist, hydrator: Hydrator, timeout: Double, log: AgentLog, wake: (read: Int32, write: Int32)) {
+        self.group = group
+        self.watchlist = watchlist
+        self.hydrator = hydrator
+        self.timeout = timeout
+        self.log = log
+        self.wake = wake
+    }
+
+    /// Serves until `shouldStop` says so, then fails whatever still waits
+    /// with EIO (an agent that exits lets pending accesses read zeros).
+    func run(tick: () -> Void, shouldStop: () -> Bool) throws {
+        while !shouldStop() {
+            let ready = fprep_fanotify_wait(group.fd, wake.read, waitMilliseconds())
+            if ready < 0 { throw AgentRefusal(description: "fprep: the agent cannot wait for events: \(String(cString: strerror(errno)))") }
+            if ready & 2 != 0 { drainWake() }
+            if ready & 1 != 0 {
+                for event in try group.read() { accept(event) }
+            }
+            answerFinished()
+            expireDeadlines()
+            tick()
+        }
+        for (_, job) in running {
+            for waiting in job.waiting { answer(waiting.fd, error: EIO) }
+            job.waiting = []
+        }
+    }
+
+    // MARK: - Events
+
+    private func accept(_ event: fprep_fanotify_event) {
+        guard event.fd >= 0 else { return }  // a queue overflow carries no file
+        guard let key = FileKey(fd: event.fd) else { return answer(event.fd, error: EIO) }
+        let waiting = Waiting(fd: event.fd, deadline: monotonicNow() + timeout)
+        if let job = running[key] {
+            job.waiting.append(waiting)
+            return
+        }
+        guard let placeholder = watchlist.placeholder(key) else { return answer(event.fd, error: 0) }
+        let job = Job(placeholder, started: monotonicNow())
+        job.waiting.append(waiting)
+        running[key] = job
+        // The worker's own descriptor: the event's is closed when it is
+        // answered, which may come first (a reader's bound passed).
+        let fd = dup(event.fd)
+        guard fd >= 0 else {
+            finished.withLock { $0.append((key, .failed("dup: \(String(cString: strerror(errno)))"), monotonicNow())) }
+            return
+        }
+        let hydrator = self.hydrator
+        let group = self.group
+        workers.async { [self] in
+            let outcome = hydrator.hydrate(placeholder, through: fd)
+            switch outcome {
+            case .hydrated, .notAPlaceholder: group.unmark(fd)
+            case .failed: break
+            }
+            close(fd)
+            finished.withLock { $0.append((key, outcome, monotonicNow())) }
+            wakeUp()
+        }
+    }
+
+    private func answerFinished() {
+        let results = finished.withLock { value -> [(FileKey, Hydrator.Outcome, Double)] in defer { value = [] }; return value }
+        for (key, outcome, end) in results {
+            guard let job = running.removeValue(forKey: key) else { continue }
+            let path = job.placeholder.path
+            let milliseconds = Int(((end - job.started) * 1000).rounded())
+            switch outcome {
+            case .hydrated(let bytes):
+                watchlist.forget(key)
+                log.write(.info, "hydrated \(path) (\(AgentLog.size(bytes)), \(milliseconds) ms)")
+                for waiting in job.waiting { answer(waiting.fd, error: 0) }
+            case .notAPlaceholder(let why):
+                watchlist.forget(key)
+                log.write(.info, "no longer watching \(path): \(why)")
+                for waiting in job.waiting { answer(waiting.fd, error: 0) }
+            case .failed(let why):
+                log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(job.waiting.count) access\(job.waiting.count == 1 ? "" : "es") failed with EIO")
+                for waiting in job.waiting { answer(waiting.fd, error: EIO) }
+            }
+        }
+    }
+
+    /// Fails the accesses whose bound passed; their hydration goes on, and
+    /// a later access finds the file filled (or starts again).
+    private func expireDeadlines() {
+        let now = monotonicNow()
+        for (_, job) in running {
+            let expired = job.waiting.filter { $0.deadline <= now }
+            guard !expired.isEmpty else { continue }
+            job.waiting.removeAll { $0.deadline <= now }
+            log.write(.error, "cannot hydrate \(job.placeholder.path): no content after \(Self.seconds(timeout)); \(expired.count) access\(expired.count == 1 ? "" : "es") failed with EIO")
+            for waiting in expired { answer(waiting.fd, error: EIO) }
+        }
+    }
+
+    private func answer(_ fd: Int32, error: Int32) {
+        group.answer(fd, error: error)
+        close(fd)
+    }
+
+    private func waitMilliseconds() -> Int32 {
+        let now = monotonicNow()
+        var next = now + 0.5
+        for (_, job) in running { for waiting in job.waiting { next = min(next, waiting.deadline) } }
+        return Int32(max(0, min(500, ((next - now) * 1000).rounded(.up))))
+    }
+
+    private func wakeUp() {
+        var byte: UInt8 = 1
+        _ = Glibc.write(wake.write, &byte, 1)
+    }
+
+    private func drainWake() {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while Glibc.read(wake.read, &buffer, buffer.count) > 0 {}
+    }
+
+    private static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+    }
+}

@@ -1,0 +1,55 @@
+import CFprepSys
+import Dispatch
+import FprepCore
+import Glibc
+import Synchronization
+
+/// Notices that the index changed (a sync, clone, materialize or evict
+/// wrote it) and lists the placeholders again, off the loop's thread,
+/// with the replica's lock shared and never waited for (a busy replica is
+/// looked at on a later tick).
+final class IndexWatcher: @unchecked Sendable {
+    private let root: String
+    private let seen: Mutex<fprep_stat>
+    private let busy = Mutex(false)
+    private let queue = DispatchQueue(label: "fprep.agent.rescan")
+
+    init(root: String) {
+        self.root = root
+        seen = Mutex(Self.stat(root))
+    }
+
+    /// The agent wrote the index itself (`before` → `after`): nothing to
+    /// look for, unless someone else wrote it since the last look.
+    func acknowledge(before: fprep_stat, after: fprep_stat) {
+        seen.withLock { seen in
+            if Self.same(seen, before) { seen = after }
+        }
+    }
+
+    func poll(_ deliver: @escaping @Sendable ([WatchedPlaceholder]) -> Void) {
+        let now = Self.stat(root)
+        let changed = seen.withLock { !Self.same($0, now) }
+        guard changed else { return }
+        guard busy.withLock({ value -> Bool in defer { value = true }; return !value }) else { return }
+        let root = self.root
+        queue.async { [self] in
+            defer { busy.withLock { $0 = false } }
+            guard let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)),
+                  let placeholders = try? replica.watchablePlaceholders() else { return }
+            seen.withLock { $0 = now }
+            deliver(placeholders)
+        }
+    }
+
+    /// The stat of the replica's index file.
+    static func stat(_ root: String) -> fprep_stat {
+        var raw = fprep_stat()
+        _ = fprep_lstat_at(AT_FDCWD, root + "/.git/index", &raw)
+        return raw
+    }
+
+    private static func same(_ a: fprep_stat, _ b: fprep_stat) -> Bool {
+        a.ino == b.ino && a.size == b.size && a.mtime_sec == b.mtime_sec && a.mtime_nsec == b.mtime_nsec && a.ctime_nsec == b.ctime_nsec
+    }
+}

@@ -1,0 +1,62 @@
+import CFprepSys
+import FprepCore
+import Glibc
+import Synchronization
+
+/// The placeholders the agent watches, by file, and their marks. Marking
+/// runs on whichever thread lists placeholders (the start, a rescan), so the
+/// event loop never waits on a walk of the replica; the loop only looks up.
+final class Watchlist: @unchecked Sendable {
+    private let group: FanotifyGroup
+    private let rootFD: Int32
+    private let log: AgentLog
+    private let files = Mutex<[FileKey: WatchedPlaceholder]>([:])
+
+    init(group: FanotifyGroup, rootFD: Int32, log: AgentLog) {
+        self.group = group
+        self.rootFD = rootFD
+        self.log = log
+    }
+
+    var count: Int { files.withLock { $0.count } }
+
+    func placeholder(_ key: FileKey) -> WatchedPlaceholder? { files.withLock { $0[key] } }
+
+    /// No longer watched: hydrated, or found not to be a placeholder.
+    func forget(_ key: FileKey) { _ = files.withLock { $0.removeValue(forKey: key) } }
+
+    /// Marks the `placeholders` not yet watched; returns how many it marked.
+    /// With `complete` (a full listing), files no longer listed are
+    /// forgotten: a materialize replaced them (their marks stay on inodes
+    /// nothing names any more, until the agent exits).
+    @discardableResult
+    func watch(_ placeholders: [WatchedPlaceholder], complete: Bool) -> Int {
+        var found: [(FileKey, WatchedPlaceholder, Int32)] = []
+        for placeholder in placeholders {
+            var bytes = placeholder.path.bytes.map { CChar(bitPattern: $0) }
+            bytes.append(0)
+            // Never through a symlink, never outside the replica: a folder
+            // swapped for a symlink must not make the agent watch a file elsewhere.
+            let fd = fprep_open_for_mark(rootFD, bytes)
+            guard fd >= 0 else { continue }
+            guard let key = FileKey(fd: fd) else { close(fd); continue }
+            found.append((key, placeholder, fd))
+        }
+        defer { for (_, _, fd) in found { close(fd) } }
+        let known = files.withLock { files in Set(found.map(\.0).filter { files[$0] != nil }) }
+        var marked: [FileKey: WatchedPlaceholder] = [:]
+        for (key, placeholder, fd) in found where !known.contains(key) {
+            guard group.mark(fd) else {
+                log.write(.warning, "cannot watch \(placeholder.path): \(String(cString: strerror(errno)))")
+                continue
+            }
+            marked[key] = placeholder
+        }
+        let listed = Set(found.map(\.0))
+        files.withLock { files in
+            if complete { files = files.filter { listed.contains($0.key) } }
+            files.merge(marked) { old, _ in old }
+        }
+        return marked.count
+    }
+}

@@ -1,0 +1,238 @@
+import CFprepSys
+import FoundationEssentials
+import Glibc
+import FprepGit
+
+/// A placeholder an agent watches: a dataless file and the blob that fills it.
+public struct WatchedPlaceholder: Sendable {
+    public let path: RepoPath
+    public let blob: ObjectID
+}
+
+/// What became of a file the agent was asked to fill.
+public enum InPlaceOutcome: Sendable, Equatable {
+    /// Its content was written through the given descriptor; the file is materialized.
+    case hydrated(bytes: Int64)
+    /// It is not (or no longer) a placeholder; nothing was written. Why, for the log.
+    case notAPlaceholder(String)
+}
+
+/// The core's side of hydration on access (`fprep agent`): which files to
+/// watch, content fetched without the replica's lock, and a file filled in
+/// place through the descriptor the kernel gave the agent, recorded exactly
+/// as `fprep materialize` leaves it.
+public enum InPlaceHydration {
+    /// The prefix of the agent's fetch quarantines in `.fprep/`. Not
+    /// `fetch-`: other commands remove those whole, and an agent's fetch
+    /// runs without the replica's lock.
+    static let quarantinePrefix = "agent-fetch-"
+
+    /// Tests only (`FPREP_TEST_KILL_AGENT_AFTER_BYTES`): the agent kills
+    /// itself (-9) after writing this many bytes of a file's content.
+    static let testKillAfterBytes: Int? = getenv("FPREP_TEST_KILL_AGENT_AFTER_BYTES").flatMap { Int(String(cString: $0)) }
+
+    /// Fetches `blobs` from the replica's remote into a new quarantine and
+    /// returns its token (see `hydrate`). Takes no lock: it only adds a
+    /// folder of objects under `.fprep/`.
+    public static func fetch(_ blobs: [ObjectID], replicaRoot: String) throws -> String {
+        let token = ContentOperations.newToken()
+        let quarantine = replicaRoot + "/" + Replica.stateFolderName + "/" + quarantinePrefix + token
+        do {
+            _ = try Transport.fetchObjects(blobs, gitDirectory: replicaRoot + "/.git", quarantine: quarantine)
+        } catch let error as GitCommandError {
+            try? FileManager.default.removeItem(atPath: quarantine)
+            throw FprepError("cannot fetch content: \(error.reason)", detail: error.standardError)
+        } catch {
+            try? FileManager.default.removeItem(atPath: quarantine)
+            throw error
+        }
+        return token
+    }
+
+    /// Removes the quarantine of `token` (after a hydration, or a failed one).
+    public static func removeQuarantine(_ token: String, replicaRoot: String) {
+        try? FileManager.default.removeItem(atPath: replicaRoot + "/" + Replica.stateFolderName + "/" + quarantinePrefix + token)
+    }
+
+    /// `.fprep/agent.pid`: the serving agent's process id, under a lock the
+    /// agent holds for as long as it runs (a killed agent's goes with it).
+    public static func agentFile(replicaRoot: String) -> String {
+        replicaRoot + "/" + Replica.stateFolderName + "/agent.pid"
+    }
+
+    /// The process id of the agent serving the replica, or nil when none runs.
+    public static func servingAgent(replicaRoot: String) -> Int32? {
+        let fd = open(agentFile(replicaRoot: replicaRoot), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 { return nil }  // nobody holds it
+        guard errno == EWOULDBLOCK else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        // Empty while the agent starts: it writes its id once it watches.
+        guard count > 0 else { return nil }
+        return Int32(String(decoding: buffer[0..<count], as: UTF8.self).trimmed)
+    }
+
+    /// Removes every agent quarantine: at an agent's start, after recovery
+    /// settled whatever a killed agent journaled.
+    public static func removeAllQuarantines(replicaRoot: String) {
+        let folder = replicaRoot + "/" + Replica.stateFolderName
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] where name.hasPrefix(quarantinePrefix) {
+            try? FileManager.default.removeItem(atPath: folder + "/" + name)
+        }
+    }
+}
+
+extension Replica {
+    /// The files an agent watches: index entries with the skip-worktree bit
+    /// whose file is still a placeholder holding no data. A placeholder a
+    /// program wrote into holds the user's bytes and is never watched.
+    public func watchablePlaceholders() throws -> [WatchedPlaceholder] {
+        let index = try repository.index()
+        var candidates: [IndexEntry] = []
+        for position in 0..<index.count {
+            guard let entry = index.entry(at: position), entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
+            candidates.append(entry)
+        }
+        var probes = [fprep_probe](repeating: fprep_probe(), count: candidates.count)
+        let paths = candidates.map { strdup(cPath($0.path)) }
+        defer { paths.forEach { free($0) } }
+        paths.map { UnsafePointer($0) }.withUnsafeBufferPointer { buffer in
+            probes.withUnsafeMutableBufferPointer { results in
+                fprep_probe_paths(rootFolder.fd, buffer.baseAddress, candidates.count, 2, results.baseAddress)
+            }
+        }
+        var result: [WatchedPlaceholder] = []
+        for (entry, probe) in zip(candidates, probes) where probe.found != 0 && probe.marked_dataless != 0 {
+            let stat = FileStat(probe.stat)
+            let path = RepoPath(bytes: entry.path)
+            guard stat.isRegular, ContentOperations.holdsNoData(rootFolder, path, stat) else { continue }
+            result.append(WatchedPlaceholder(path: path, blob: entry.id))
+        }
+        return result
+    }
+
+    /// Fills the placeholder at `path` with its content, written through
+    /// `fd` (the descriptor a fanotify pre-content event carries: writes
+    /// through it raise no event), from the quarantine of `token` (see
+    /// `InPlaceHydration.fetch`). Journaled first, so a crash midway is
+    /// settled by the next command: a half-written file becomes a
+    /// placeholder again, never content. Call with the replica opened
+    /// exclusively.
+    public func hydrateInPlace(_ path: RepoPath, through fd: Int32, token: String) throws -> InPlaceOutcome {
+        let index = try repository.index()
+        guard let entry = index.entry(path: path.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile else {
+            return .notAPlaceholder("it is not a placeholder in the index")
+        }
+        var opened = fprep_stat()
+        guard fprep_fstat(fd, &opened) == 0 else { throw SystemError("stat", path.description) }
+        guard let onDisk = rootFolder.stat(path), onDisk.device == opened.dev, onDisk.inode == opened.ino else {
+            // Moved or replaced since it was watched: its content is not
+            // known here, and zeros are never an answer.
+            throw FprepError("the file is no longer at its path (moved or replaced); run 'fprep sync'")
+        }
+        guard fprep_holds_no_data(fd) == 1 else { return .notAPlaceholder("it holds data") }
+        // Laid out at another size: a program truncated it, a change of the user's.
+        guard UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize else {
+            return .notAPlaceholder("a program changed its size")
+        }
+
+        let odb = try repository.objectDatabase()
+        let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
+        if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
+        let blob: Blob
+        do {
+            blob = try repository.blob(entry.id)
+        } catch {
+            throw FprepError("the remote did not send the content of '\(path)' (\(entry.id))")
+        }
+        return try blob.withContent { bytes -> InPlaceOutcome in
+            guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
+                throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id)")
+            }
+            let journal = ContentJournal(token: token, paths: [Data(path.bytes)], inPlace: true)
+            let operation = try store.beginOperation("materialize", payload: journal.encoded())
+            let after: fprep_stat
+            do {
+                after = try fill(fd, with: bytes, entry: entry, path: path, size: opened.size)
+            } catch {
+                // A write that failed midway (a full disk): the placeholder
+                // again at once, so none of its bytes is taken for content.
+                var restored = stat_t()
+                let id = entry.id.bytes
+                if opened.size != Int64(bytes.count) { _ = ftruncate(fd, off_t(opened.size)) }
+                if fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
+                                              Int(entry.stat.mtimeNanoseconds), &restored) == 0 {
+                    try? store.endOperation(operation)
+                }
+                throw error
+            }
+            var updated = entry
+            updated.skipWorktree = false
+            updated.stat = StatData(FileStat(after))
+            try index.add(updated)
+            try index.write()
+            try store.transaction {
+                try store.recordMaterialized([(path, entry.id)], at: Int64(Date().timeIntervalSince1970))
+                try store.endOperation(operation)
+            }
+            return .hydrated(bytes: Int64(bytes.count))
+        }
+    }
+
+    /// Writes `bytes` into the placeholder open as `fd` (of `size` bytes),
+    /// with the item's date, durably, and takes its placeholder marks off.
+    private func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64) throws -> fprep_stat {
+        if size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
+            throw SystemError("resize", path.description)
+        }
+        if bytes.count > 0, let base = bytes.baseAddress {
+            if let limit = InPlaceHydration.testKillAfterBytes, limit < bytes.count {
+                // Tests: a kill -9 in the middle of the write.
+                _ = fprep_pwrite_all(fd, base, limit, 0)
+                _ = fsync(fd)
+                raise(SIGKILL)
+            }
+            guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
+        }
+        _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
+        guard fsync(fd) == 0 else { throw SystemError("flush", path.description) }
+        guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
+        var after = fprep_stat()
+        guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }
+        return after
+    }
+
+    /// Settles a file an agent was filling in place when it died: its bytes
+    /// are the blob's or zeros wherever they are (nobody else wrote: fprep's
+    /// own partial write), so it becomes a placeholder again. Returns false
+    /// when some byte is neither: a program wrote into it, and those bytes
+    /// are the user's (sync keeps them).
+    func settlePartialInPlace(_ entry: IndexEntry, path: RepoPath, token: String) throws -> Bool {
+        let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
+        let odb = try repository.objectDatabase()
+        if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
+        // Without the blob nothing tells fprep's bytes from the user's: keep them.
+        guard let blob = try? repository.blob(entry.id) else { return false }
+        guard let (fd, stat) = try? rootFolder.openRegular(path, flags: O_RDWR) else { return false }
+        defer { close(fd) }
+        let onlyOurs = try blob.withContent { expected -> Bool in
+            guard stat.size == Int64(expected.count) else { return false }
+            let bytes = try readContent(fd, size: stat.size, shown: path.description)
+            guard bytes.count == expected.count else { return false }
+            for offset in 0..<bytes.count where bytes[offset] != 0 && bytes[offset] != expected[offset] { return false }
+            return true
+        }
+        guard onlyOurs else { return false }
+        var after = stat_t()
+        let id = entry.id.bytes
+        guard fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
+                                         Int(entry.stat.mtimeNanoseconds), &after) == 0 else {
+            throw SystemError("free the blocks of", path.description)
+        }
+        return true
+    }
+}
+
+typealias stat_t = Glibc.stat

@@ -1,0 +1,363 @@
+import Foundation
+import Glibc
+import Testing
+
+// `fprep agent`: hydration on first access through fanotify pre-content
+// events, with the real kernel (Linux 6.14 or later, as root). A machine
+// without them fails these tests with the agent's own one-line refusal.
+
+extension Sandbox {
+    /// Starts `fprep agent -C replica` and waits until it watches the
+    /// replica's placeholders (it writes its process id to
+    /// `.fprep/agent.pid` once they are marked).
+    func startAgent(_ replica: String, extra: [String] = [], env: [String: String] = [:],
+                    sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
+        let agent = try spawnFprep(["agent", "-C", replica] + extra, env: env)
+        let deadline = monotonicSeconds() + 30
+        while monotonicSeconds() < deadline {
+            if let text = contents(replica + "/.fprep/agent.pid").map({ String(decoding: $0, as: UTF8.self) }),
+               Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) == agent.pid {
+                return agent
+            }
+            if !agent.isRunning {
+                let result = agent.wait()
+                Issue.record("fprep agent did not start (it needs fanotify pre-content events: Linux 6.14 or later, as root, on ext4/xfs/btrfs): \(result)",
+                             sourceLocation: sourceLocation)
+                throw HarnessError("fprep agent did not start")
+            }
+            usleep(5_000)
+        }
+        Issue.record("fprep agent was not ready within 30 s", sourceLocation: sourceLocation)
+        throw HarnessError("fprep agent was not ready")
+    }
+
+    /// A clone served by a git daemon, so the remote can be paused or stopped.
+    func daemonReplica(nodes: [String: Node] = standardTree) throws -> (daemon: GitDaemon, replica: String, remote: Remote) {
+        let remote = try makeRemote(nodes: nodes)
+        let daemon = try startDaemon(base: path)
+        let replica = at("replica")
+        _ = try clone(daemon.url("remote.git"), replica)
+        return (daemon, replica, remote)
+    }
+
+    /// Runs a short Python program (reads, maps, appends the way programs do).
+    func python(_ program: String, _ args: [String], cwd: String) throws -> RunResult {
+        try Shell.run(["/usr/bin/python3", "-c", program] + args, cwd: cwd, env: baseEnvironment, timeout: 60, ioFolder: io)
+    }
+
+    func spawnPython(_ program: String, _ args: [String], cwd: String) throws -> Spawned {
+        try spawn(["/usr/bin/python3", "-c", program] + args, cwd: cwd)
+    }
+}
+
+/// Stops the agent (SIGTERM) and returns what it did, its log in stderr.
+func stopAgent(_ agent: Spawned) -> RunResult {
+    agent.signal(SIGTERM)
+    return agent.wait(timeout: 30)
+}
+
+/// Whether the process is held by a fanotify permission event (the access
+/// waits for the agent's answer).
+func waitsOnFanotify(_ pid: pid_t) -> Bool {
+    (try? String(contentsOfFile: "/proc/\(pid)/wchan", encoding: .utf8))?.hasPrefix("fanotify") == true
+}
+
+let readProgram = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+
+@Suite("hydration on access (fprep agent)", .serialized)
+struct AgentTests {
+    @Test("cat, exec and mmap of placeholders under the agent get the real bytes; the files are then materialized as materialize leaves them")
+    func readsHydrate() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let serving = try s.fprepJSON(["status", "-C", replica])
+            #expect(serving.int("agent") == Int(agent.pid), "status names the agent: \(serving)")
+            let text = try s.fprepOK(["status", "-C", replica]).stdout
+            #expect(text.contains("agent:        pid \(agent.pid) "), "\(text)")
+
+            let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
+            let run = try Shell.run(["./run.sh"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(run.status == 0 && run.stdout == "run\n", "exec of a dataless script: \(run)")
+            let mapped = try s.python("import mmap, sys; f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); sys.stdout.buffer.write(m[:])",
+                                      ["docs/deep/nested.txt"], cwd: replica)
+            #expect(mapped.status == 0 && mapped.stdoutData == pseudoRandomBytes(5_000, seed: 2), "mmap: \(mapped.status) \(mapped.stderr)")
+            let binary = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(binary.stdoutData == pseudoRandomBytes(10_000, seed: 1))
+
+            let log = stopAgent(agent)
+            #expect(log.status == 0 && log.stderr.contains("info stopped serving"), "a stopped agent exits cleanly: \(log)")
+            let line = try Regex(#"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ info hydrated a\.txt \(6 B, \d+ ms\)$"#)
+            #expect(log.stderrLines.contains { $0.wholeMatch(of: line) != nil }, "one timestamped line per hydration: \(log.stderr)")
+            for name in ["a.txt", "run.sh", "docs/deep/nested.txt", "bin.dat"] {
+                #expect(log.stderr.contains("info hydrated \(name) ("), "\(name): \(log.stderr)")
+                #expect(xattr(replica + "/" + name, "user.fprep.state") == nil, "\(name) keeps its placeholder marks")
+            }
+            #expect(lstatInfo(replica + "/run.sh").map { $0.mode & 0o777 } == 0o755)
+            let status = try s.fprepJSON(["status", "-C", replica])
+            #expect(status.int("dataless") == 3 && status.int("materialized") == 6, "four of seven placeholders hydrated: \(status)")
+            #expect(status["agent"] == nil, "no agent serves the replica any more: \(status)")
+            #expect(status.int("modified") == 0, "\(status)")
+            let porcelain = try s.gitOK(["status", "--porcelain"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
+            #expect(porcelain.isEmpty, "git status: \(porcelain)")
+            // A file that was never accessed stays a placeholder.
+            #expect(xattrString(replica + "/docs/readme.md", "user.fprep.state") == "dataless")
+        }
+    }
+
+    @Test("files that are not placeholders never meet the agent: materialized, changed by a program, fprep's own")
+    func nonPlaceholdersAreNotWatched() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            try s.fprepOK(["materialize", "-C", replica, "a.txt"])
+            // Bytes a program wrote into a placeholder before the agent ran are the user's.
+            try s.sh("printf 'dev#1' | dd of=bin.dat bs=1 seek=5 conv=notrunc status=none", cwd: replica)
+            let agent = try s.startAgent(replica)
+            let watched = agent.stderrSoFar
+            #expect(watched.contains(": 5 placeholders watched"), "seven placeholders less a.txt (materialized) and bin.dat (written into): \(watched)")
+            #expect(contents(replica + "/a.txt") == Data("hello\n".utf8))
+            let written = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(written.stdoutData == Data(count: 5) + Data("dev#1".utf8) + Data(count: 10_000 - 10), "the user's bytes, as written")
+            _ = try s.python(readProgram, [".git/HEAD"], cwd: replica)
+            _ = try s.python(readProgram, [".fprep/agent.pid"], cwd: replica)
+            let log = stopAgent(agent)
+            #expect(!log.stderr.contains("a.txt") && !log.stderr.contains("bin.dat") && !log.stderr.contains(".git"), "\(log.stderr)")
+        }
+    }
+
+    @Test("exec of a dataless program (ELF) runs it")
+    func execOfABinary() throws {
+        try withSandbox { s in
+            let program = try Data(contentsOf: URL(fileURLWithPath: "/bin/echo"))
+            let remote = try s.makeRemote(nodes: ["bin/echo": .file(program, executable: true)])
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let run = try Shell.run([replica + "/bin/echo", "ran"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(run.status == 0 && run.stdout == "ran\n", "\(run)")
+            _ = stopAgent(agent)
+            #expect(contents(replica + "/bin/echo") == program)
+        }
+    }
+
+    @Test("another command holding the replica's lock: a read fails with EIO at the bound, and the hydration completes once the lock is free")
+    func lockHeldElsewhere() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica, extra: ["--timeout", "2"])
+            let holder = try s.holdLock(replica, seconds: 60)
+            let blocked = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
+            #expect(blocked.status != 0 && blocked.stdout.isEmpty && blocked.stderr.contains("Input/output error"), "\(blocked)")
+            #expect(blocked.seconds < 6, "the read waited \(blocked.seconds) s with a 2 s bound")
+            _ = holder.kill9()
+            #expect(waitUntil(20) { agent.stderrSoFar.contains("info hydrated a.txt") }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
+            _ = stopAgent(agent)
+        }
+    }
+
+    @Test("grep -r and cp -r over dataless folders under the agent see the real bytes")
+    func walkersSeeContent() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let grep = try Shell.run(["/bin/grep", "-r", "Some words", "docs"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(grep.status == 0 && grep.stdout == "docs/readme.md:Some words.\n", "\(grep)")
+            let copy = try Shell.run(["/bin/cp", "-r", "docs", s.at("copy")], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(copy.status == 0, "\(copy)")
+            #expect(contents(s.at("copy/deep/nested.txt")) == pseudoRandomBytes(5_000, seed: 2))
+            #expect(contents(s.at("copy/deep/tool")) == pseudoRandomBytes(300, seed: 3))
+            #expect(contents(s.at("copy/readme.md")) == Data("# Readme\n\nSome words.\n".utf8))
+            _ = stopAgent(agent)
+            let porcelain = try s.gitOK(["status", "--porcelain"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
+            #expect(porcelain.isEmpty, "git status: \(porcelain)")
+        }
+    }
+
+    @Test("an append to a placeholder under the agent lands after the real content, and sync pushes both")
+    func appendSyncsOriginalPlusAppended() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let append = try s.python("import sys; f = open(sys.argv[1], 'a'); f.write('dev#1\\n'); f.close()", ["a.txt"], cwd: replica)
+            #expect(append.status == 0, "\(append)")
+            _ = stopAgent(agent)
+            try s.fprepOK(["sync", "-C", replica])
+            #expect(try s.remoteBlob(remote.path, "a.txt") == Data("hello\ndev#1\n".utf8))
+            #expect(conflictCopies(try s.remoteTree(remote.path), of: "a.txt").isEmpty)
+        }
+    }
+
+    @Test("overwriting a placeholder under the agent (a shell's >): the kernel truncates before any event, so the agent leaves the user's bytes alone; sync keeps them as a conflict copy")
+    func overwriteKeepsTheUsersBytes() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            try s.sh("printf 'dev#2\\n' > docs/readme.md", cwd: replica)
+            #expect(contents(replica + "/docs/readme.md") == Data("dev#2\n".utf8), "the agent wrote into a file a program had truncated")
+            _ = stopAgent(agent)
+            try s.fprepOK(["sync", "-C", replica])
+            #expect(try s.remoteBlob(remote.path, "docs/readme.md") == Data("# Readme\n\nSome words.\n".utf8))
+            let copies = conflictCopies(try s.remoteTree(remote.path), of: "readme.md")
+            #expect(copies.count == 1, "\(copies)")
+            if let copy = copies.first { #expect(try s.remoteBlob(remote.path, copy) == Data("dev#2\n".utf8)) }
+        }
+    }
+
+    @Test("two readers of one placeholder get the same bytes, from one fetch")
+    func concurrentReadersOneFetch() throws {
+        try withSandbox { s in
+            let (daemon, replica, _) = try s.daemonReplica()
+            let agent = try s.startAgent(replica)
+            daemon.pause()
+            let first = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            let second = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            #expect(waitUntil(20) { waitsOnFanotify(first.pid) && waitsOnFanotify(second.pid) }, "both readers wait for the agent")
+            daemon.resume()
+            let one = first.wait(timeout: 30), two = second.wait(timeout: 30)
+            #expect(one.status == 0 && two.status == 0, "\(one)\n\(two)")
+            #expect(one.stdoutData == pseudoRandomBytes(10_000, seed: 1))
+            #expect(two.stdoutData == one.stdoutData)
+            let log = stopAgent(agent)
+            #expect(log.stderr.components(separatedBy: "hydrated bin.dat").count == 2, "one hydration: \(log.stderr)")
+        }
+    }
+
+    @Test("offline: a read fails with EIO within the bound, never zeros, and the agent logs the file and the cause")
+    func offlineReadFailsWithEIO() throws {
+        try withSandbox { s in
+            let (daemon, replica, _) = try s.daemonReplica()
+            let agent = try s.startAgent(replica, extra: ["--timeout", "2"])
+            // A remote that accepts and never answers: the bound ends the wait.
+            daemon.pause()
+            let hung = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
+            #expect(hung.status != 0 && hung.stdout.isEmpty && hung.stderr.contains("Input/output error"), "\(hung)")
+            #expect(hung.seconds < 6, "the read waited \(hung.seconds) s with a 2 s bound")
+            daemon.resume()
+            // A remote that is gone: fails at once.
+            daemon.stop()
+            let gone = try Shell.run(["/bin/cat", "bin.dat"], cwd: replica, env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
+            #expect(gone.status != 0 && gone.stdout.isEmpty && gone.stderr.contains("Input/output error"), "\(gone)")
+            let log = stopAgent(agent)
+            #expect(log.stderr.contains("error cannot hydrate a.txt"), "\(log.stderr)")
+            #expect(log.stderr.contains("error cannot hydrate bin.dat"), "\(log.stderr)")
+            #expect(xattrString(replica + "/bin.dat", "user.fprep.state") == "dataless")
+            let status = try s.fprepJSON(["status", "-C", replica])
+            #expect(status.int("dataless") == 7 && status.int("modified") == 0, "every placeholder is one still: \(status)")
+        }
+    }
+
+    @Test("kill -9 of the agent while a reader waits: the reader gets EIO, not zeros and not a hang; the file stays a placeholder")
+    func killWhileReaderWaits() throws {
+        try withSandbox { s in
+            let (daemon, replica, _) = try s.daemonReplica()
+            let agent = try s.startAgent(replica)
+            daemon.pause()
+            let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            #expect(waitUntil(20) { waitsOnFanotify(reader.pid) && agent.stderrSoFar.contains("serving") }, "the reader waits for the agent")
+            let stateFolder = replica + "/.fprep"
+            #expect(waitUntil(20) { ((try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? []).contains { $0.hasPrefix("agent-fetch-") } },
+                    "the agent took the first access and fetches")
+            // A second access the agent never reads: it is stopped first.
+            kill(agent.pid, SIGSTOP)
+            let unread = try s.spawnPython(readProgram, ["docs/readme.md"], cwd: replica)
+            #expect(waitUntil(20) { waitsOnFanotify(unread.pid) }, "the second reader waits for the agent")
+            kill(agent.pid, SIGKILL)  // the agent only, as a user's kill -9
+            _ = agent.wait(timeout: 30)
+            for (name, waiting) in [("bin.dat", reader), ("docs/readme.md", unread)] {
+                let read = waiting.wait(timeout: 20)
+                #expect(!read.timedOut && read.status != 0 && read.stdoutData.isEmpty && read.stderr.contains("Input/output error"), "\(name): \(read)")
+            }
+            daemon.resume()
+            let status = try s.fprepJSON(["status", "-C", replica])
+            #expect(status.int("dataless") == 7 && status.int("modified") == 0, "every placeholder is one still: \(status)")
+            #expect(xattrString(replica + "/bin.dat", "user.fprep.state") == "dataless")
+        }
+    }
+
+    @Test("kill -9 of the agent in the middle of writing a file: the next command makes it a placeholder again, and sync commits none of its bytes")
+    func killMidWriteLeavesAPlaceholder() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let before = try s.remoteTree(remote.path)
+            let agent = try s.startAgent(replica, env: ["FPREP_TEST_KILL_AGENT_AFTER_BYTES": "4096"])
+            let read = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(read.status != 0 && read.stdoutData.isEmpty, "a reader never gets part of a file: \(read.status), \(read.stdoutData.count) bytes")
+            let died = agent.wait(timeout: 30)
+            #expect(died.killedBySignal == SIGKILL, "\(died)")
+
+            let status = try s.fprepJSON(["status", "-C", replica])
+            #expect(status.int("dataless") == 7 && status.int("modified") == 0, "every placeholder is one still: \(status)")
+            #expect(xattrString(replica + "/bin.dat", "user.fprep.state") == "dataless")
+            #expect(lstatInfo(replica + "/bin.dat")?.blocks == 0, "the half-written bytes are freed")
+            try s.fprepOK(["sync", "-C", replica])
+            let after = try s.remoteTree(remote.path)
+            #expect(after.mapValues(\.id) == before.mapValues(\.id), "sync pushed bytes nobody wrote: \(after.keys.sorted())")
+            // And the file still hydrates later.
+            let again = try s.startAgent(replica)
+            let second = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(second.stdoutData == pseudoRandomBytes(10_000, seed: 1))
+            _ = stopAgent(again)
+        }
+    }
+
+    @Test("refusals: not root, a filesystem without pre-content events")
+    func refusals() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let unprivileged = try Shell.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                              Binaries.fprep, "agent", "-C", replica],
+                                             env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
+            expectOneLineError(unprivileged, mentioning: ["root"])
+
+            let agent = try s.startAgent(replica)
+            let second = try s.fprep(["agent", "-C", replica], timeout: 30)
+            expectOneLineError(second, mentioning: ["already serves"])
+            _ = stopAgent(agent)
+
+            var template = Array("/dev/shm/fprep-e2e-XXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else { throw HarnessError("mkdtemp in /dev/shm failed") }
+            let shm = String(cString: made)
+            defer { try? FileManager.default.removeItem(atPath: shm) }
+            _ = try s.clone(remote.path, shm + "/replica")
+            let tmpfs = try s.fprep(["agent", "-C", shm + "/replica"], timeout: 30)
+            expectOneLineError(tmpfs, mentioning: ["filesystem"])
+        }
+    }
+
+    @Test("placeholders a sync brings while the agent runs are watched too")
+    func syncAddsWatchedPlaceholders() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica"), other = s.at("other")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.clone(remote.path, other)
+            let agent = try s.startAgent(replica)
+            try Data("new content\n".utf8).write(to: URL(fileURLWithPath: other + "/new.txt"))
+            try s.fprepOK(["sync", "-C", other])
+            try s.fprepOK(["sync", "-C", replica])
+            #expect(waitUntil(20) { agent.stderrSoFar.contains("watching 1 new placeholder") }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "new.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.stdout == "new content\n", "\(cat)")
+            _ = stopAgent(agent)
+        }
+    }
+}
