@@ -2,7 +2,9 @@
 # Installs what fprep needs to build and run on a fresh Debian machine:
 # libgit2, SQLite and OpenSSL's libcrypto (headers and the static archives fprep links: the
 # -dev packages; libgit2-dev brings those of zlib, mbedTLS, libssh2, http-parser and PCRE2),
-# git, and attr (getfattr, used by the quickstart to show placeholder attributes).
+# git, and attr (getfattr, used by the quickstart to show placeholder attributes). The tests
+# also use e2fsprogs (a small ext4 image for the full-disk tests: mkfs.ext4, chattr), strace
+# (to hold a program inside the swap a race test needs) and python3 (mmap and append writers).
 set -euo pipefail
 need=()
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
@@ -11,6 +13,9 @@ for package in libgit2-dev libsqlite3-dev libssl-dev; do
 done
 command -v git >/dev/null || need+=(git)
 command -v getfattr >/dev/null || need+=(attr)
+command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
+command -v strace >/dev/null || need+=(strace)
+[ -x /usr/bin/python3 ] || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
