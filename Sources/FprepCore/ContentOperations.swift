@@ -483,9 +483,27 @@ struct ContentOperations {
 extension Replica {
     /// Removes the objects folders content fetches left behind (a killed
     /// command's, or one a `git fetch` that outlived fprep finished later).
-    func removeFetchQuarantines() {
+    /// One this process added as an alternate is only emptied, unless the
+    /// replica is `closing` (its object database goes with it).
+    func removeFetchQuarantines(closing: Bool = false) {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? [] where name.hasPrefix("fetch-") {
-            try? FileManager.default.removeItem(atPath: stateFolder + "/" + name)
+            let path = stateFolder + "/" + name
+            guard !closing, AlternatesInUse.shared.contains(path) else {
+                try? FileManager.default.removeItem(atPath: path)
+                continue
+            }
+            // An alternate of this process's object database: emptied, its
+            // folders kept until the process ends (see AlternatesInUse).
+            for entry in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+                let inner = path + "/" + entry
+                if entry == "pack" {
+                    for pack in (try? FileManager.default.contentsOfDirectory(atPath: inner)) ?? [] {
+                        try? FileManager.default.removeItem(atPath: inner + "/" + pack)
+                    }
+                } else {
+                    try? FileManager.default.removeItem(atPath: inner)
+                }
+            }
         }
     }
 

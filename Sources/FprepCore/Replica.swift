@@ -138,6 +138,12 @@ public final class Replica {
         anchor = storedAnchor.flatMap(ObjectID.init(hex:))
     }
 
+    deinit {
+        // The object database goes with the replica: the fetch folders it
+        // kept as alternates (emptied) can go too.
+        removeFetchQuarantines(closing: true)
+    }
+
     func needsRecovery() throws -> Bool {
         try store.meta("phase") != "ready" || !store.pendingOperations().isEmpty
     }

@@ -203,6 +203,7 @@ public final class ObjectDatabase {
     /// quarantine); wraps `git_odb_add_disk_alternate`.
     public func addAlternate(_ path: String) throws {
         try check(git_odb_add_disk_alternate(pointer, path), "git_odb_add_disk_alternate")
+        AlternatesInUse.shared.insert(path)
     }
 
     /// The blob id of `bytes`; wraps `git_odb_hash`.
@@ -245,5 +246,32 @@ public final class Config {
     /// Sets `name` in the repository's own config file; wraps `git_config_set_string`.
     public func set(_ name: String, _ value: String) throws {
         try check(git_config_set_string(pointer, name, value), "git_config_set_string")
+    }
+}
+
+/// The object folders this process added to an object database as
+/// alternates. libgit2 cannot drop an alternate again, and once its folder
+/// is gone every later refresh of the database fails, so a lookup of an
+/// object fetched afterwards (a new pack in the repository's own folder)
+/// finds nothing: such a folder may be emptied, never removed, while the
+/// process runs.
+public final class AlternatesInUse: @unchecked Sendable {
+    public static let shared = AlternatesInUse()
+    private var paths = Set<String>()
+    private var lock = pthread_mutex_t()
+
+    private init() { pthread_mutex_init(&lock, nil) }
+
+    func insert(_ path: String) {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        paths.insert(path)
+    }
+
+    /// Whether `path` (an objects folder) is an alternate of this process.
+    public func contains(_ path: String) -> Bool {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        return paths.contains(path)
     }
 }
