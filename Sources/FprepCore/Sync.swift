@@ -434,7 +434,12 @@ struct SyncApplier {
         self.index = index
         classifier = StateClassifier(root: replica.rootFolder, index: index)
         sizes = try replica.store.blobInfoLookup()
+        incoming = Set(changes.updated.map(\.path) + changes.moved.map(\.to) + changes.addedFolders.map(\.path))
     }
+
+    /// Every path this change puts something at: a user's item set aside
+    /// never takes one of these names (another device's conflict copy, say).
+    let incoming: Set<RepoPath>
 
     /// Where a path stands on disk against the change.
     enum Local {
@@ -904,11 +909,11 @@ struct SyncApplier {
         for counter in 1...100 {
             let candidate = TreeMerge.conflictFileName(path.name, device: DeviceName.current, date: Replica.conflictDate(),
                                                        counter: counter)
-            if folder.stat(name: candidate) != nil { continue }
+            let copy = path.parent.appending(candidate)
+            if folder.stat(name: candidate) != nil || incoming.contains(copy) { continue }
             guard renameat(folder.fd, cPath(path.name), folder.fd, cPath(candidate)) == 0 else {
                 throw SystemError("rename", path.description)
             }
-            let copy = path.parent.appending(candidate)
             releasePlaceholderMarks(copy)
             return copy.description
         }
