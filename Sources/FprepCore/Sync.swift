@@ -734,15 +734,30 @@ struct SyncApplier {
             try? index.remove(path: move.from.bytes)
             return try applyUpdate(ChangeSet.Update(path: move.to, new: move.entry, old: nil), .absent)
         }
+        // Whether the file is as the index knows it before the move: only
+        // then may its entry take the stat the rename gives it. A file the
+        // user changed moves with its change, and its entry keeps saying so.
+        let unchanged = entry.map { $0.skipWorktree || classifier.state(of: $0) == .materialized } ?? false
+        let from = try root.folder(move.from.parent)
+        var sourceName = move.from.name
+        if move.to.isWithin(move.from) {
+            // Moved below its own name (`a` → `a/b`): it steps out of the
+            // way under a temporary name while the folder `a` is made.
+            let temporary = ContentOperations.temporaryName(for: move.from.name, token: token)
+            guard renameat(from.fd, cPath(move.from.name), from.fd, cPath(temporary)) == 0 else {
+                throw SystemError("move", "\(move.from) → \(move.to)")
+            }
+            sourceName = temporary
+        }
         try makeFolders(move.to.parent)
-        let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)
-        guard renameat(from.fd, cPath(move.from.name), to.fd, cPath(move.to.name)) == 0 else {
+        let to = try root.folder(move.to.parent)
+        guard renameat(from.fd, cPath(sourceName), to.fd, cPath(move.to.name)) == 0 else {
             throw SystemError("move", "\(move.from) → \(move.to)")
         }
         try? index.remove(path: move.from.bytes)
         if var entry {
             entry.path = move.to.bytes
-            if !entry.skipWorktree, let stat = root.stat(move.to), classifier.matches(entry.stat, stat) == false,
+            if unchanged, !entry.skipWorktree, let stat = root.stat(move.to), classifier.matches(entry.stat, stat) == false,
                entry.stat.inode == UInt32(truncatingIfNeeded: stat.inode) {
                 // A rename changes only the ctime: keep the entry matching its unchanged file.
                 entry.stat = StatData(stat)

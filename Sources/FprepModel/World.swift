@@ -41,6 +41,9 @@ final class World {
     private(set) var dropped: Set<String> = []
     /// Names into which a replica wrote without materializing: their conflict copies may hold zeros.
     private(set) var writtenIntoPlaceholder: Set<Bytes> = []
+    /// Names an actor gave a file that held a placeholder's zeros (renamed
+    /// or linked there): those bytes are the written file's own, at any name.
+    private(set) var zeroHolders: Set<Bytes> = []
     /// Replicas a kill left mid-command: temporary files may remain until their next command.
     private var interrupted: Set<Actor> = []
     /// fprep commands of the current step, to check.
@@ -252,12 +255,16 @@ final class World {
         case .remoteRename:
             if let from = pick(r, action.a, where: { _, _ in true }) {
                 let to = names.path(action.b)
+                // A replica's write into the placeholder of `from` follows the
+                // rename, and so does a file holding such a write's zeros (a
+                // conflict copy the remote's owner renamed).
+                let zeros = entry(join(r, from))?.isFile == true && readFile(join(r, from))?.contains(0) == true
                 move(r, from, to, isReplica: false)
-                // A replica's write into the placeholder of `from` follows the rename.
                 let fromName = from.split(separator: 0x2F).last.map(Array.init) ?? from
                 if writtenIntoPlaceholder.contains(fromName) {
                     writtenIntoPlaceholder.insert(to.split(separator: 0x2F).last.map(Array.init) ?? to)
                 }
+                if zeros { noteHoldsZeros(r, to) }
             }
         case .remoteChmod:
             if let path = pick(r, action.a, where: { $1.isFile }), case .file(_, let x, _)? = entry(join(r, path)) {
@@ -350,7 +357,7 @@ final class World {
                 // A file holding a placeholder's zeros keeps them under its new name.
                 let zeros = entry(join(r, from))?.isFile == true && readFile(join(r, from))?.contains(0) == true
                 move(r, from, to, isReplica: true)
-                if zeros, entry(join(r, to))?.isFile == true { noteWrittenIntoPlaceholder(r, to) }
+                if zeros, entry(join(r, to))?.isFile == true { noteHoldsZeros(r, to) }
             }
         case .delete:
             if let path = pick(r, action.a, where: any) { removeKnowingly(join(r, path), isReplica: true) }
@@ -377,7 +384,7 @@ final class World {
             // A link of a file holding a placeholder's zeros (written into as
             // one, or a conflict copy of such a write) holds them under its
             // new name too.
-            if readFile(join(r, from))?.contains(0) == true { noteWrittenIntoPlaceholder(r, to) }
+            if readFile(join(r, from))?.contains(0) == true { noteHoldsZeros(r, to) }
         case .hardlinkOutside:
             outsideCount += 1
             let outside = box + "/outside/\(outsideCount)"
@@ -447,6 +454,15 @@ final class World {
                 if info.st_ino == target.st_ino && info.st_dev == target.st_dev { writtenIntoPlaceholder.insert(Array(name.utf8)) }
             }
         }
+    }
+
+    /// Notes that the file now at `path` holds a placeholder's zeros under
+    /// that name (renamed or linked there by an actor): the name itself, and
+    /// its conflict copies, may hold them.
+    private func noteHoldsZeros(_ r: String, _ path: Bytes) {
+        let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
+        zeroHolders.insert(name)
+        noteWrittenIntoPlaceholder(r, path)
     }
 
     /// A program appending tokens to a file while fprep syncs, materializes or evicts it.
@@ -525,7 +541,7 @@ final class World {
         }
         for (path, item) in remote.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where item.mode.hasPrefix("100") && item.bytes.contains(0) {
             let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
-            let exempt = writtenIntoPlaceholder.contains { written in
+            let exempt = zeroHolders.contains(name) || writtenIntoPlaceholder.contains { written in
                 let t = text(written)
                 let stem = t.lastIndex(of: ".").map { $0 == t.startIndex ? t : String(t[..<$0]) } ?? t
                 return text(name).hasPrefix(stem + " (conflict")
