@@ -53,7 +53,10 @@ struct TreeMerge {
 
         var edits: [[UInt8]: TreeEditor.Edit] = [:]
         var conflicts: [Conflict] = []
-        var takenNames = Set<RepoPath>()
+        // Names this device's own changes put in the tree (its conflict
+        // copies of writes into placeholders among them): a conflict copy the
+        // merge makes never takes one.
+        var takenNames = Set(mine.updated.map(\.path) + mine.moved.map(\.to))
         var needContent: [(path: RepoPath, base: TreeEntry, ours: TreeEntry, theirs: TreeEntry)] = []
 
         // What the remote's tree holds at a path, looked up once per path.
