@@ -124,9 +124,14 @@ struct LocalCommitter {
         let sizes = try replica.store.blobInfoLookup()
         var conflicts: [Conflict] = []
         var materialized: [(RepoPath, ObjectID)] = []
+        // Journaled like a materialize: a crash leaves at most a temporary
+        // placeholder beside a name, which the next command removes (and
+        // finishes a placeholder already put back).
+        let journal = ContentJournal(token: ContentOperations.newToken(), paths: copies.map { Data($0.path.bytes) })
+        let operation = try replica.store.beginOperation("conflict-copy", payload: journal.encoded())
         for copy in copies {
             let size = try sizes(copy.entry.id)?.size ?? Int64(copy.entry.stat.fileSize)
-            guard try copy.settleOnDisk(replica, size: size) else { continue }
+            guard try copy.settleOnDisk(replica, size: size, token: journal.token) else { continue }
             var placeholder = copy.entry
             placeholder.stat = .placeholder(size: size, mtime: Int64(copy.entry.stat.mtimeSeconds))
             try index.add(placeholder)
@@ -136,7 +141,10 @@ struct LocalCommitter {
                                       reason: "written while dataless (its content was not on disk)"))
         }
         guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
-        try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
+        try replica.store.transaction {
+            try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
+            try replica.store.endOperation(operation)
+        }
         return conflicts
     }
 }

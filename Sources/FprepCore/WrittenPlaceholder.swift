@@ -88,7 +88,9 @@ final class WrittenPlaceholder {
     /// Moves the written file to the copy's name and puts a placeholder of
     /// the remote's version back at the name. Returns false when the name
     /// no longer holds the file that was read (it stays as it is).
-    func settleOnDisk(_ replica: Replica, size: Int64) throws -> Bool {
+    /// `token` names the temporary placeholder (the journal record's, so
+    /// recovery removes one a crash left).
+    func settleOnDisk(_ replica: Replica, size: Int64, token: String) throws -> Bool {
         let folder = try replica.rootFolder.folder(path.parent)
         // The file is content now, not a placeholder: its marks go first, so
         // no name of it (the copy's, after a crash) passes for one.
@@ -101,7 +103,7 @@ final class WrittenPlaceholder {
             }
         }
         CrashPoint.reach()
-        let temporary = ContentOperations.temporaryName(for: path.name, token: ContentOperations.newToken())
+        let temporary = ContentOperations.temporaryName(for: path.name, token: token)
         let id = entry.id.bytes
         let created = id.withUnsafeBufferPointer { raw in
             fprep_create_placeholder(folder.fd, cPath(temporary), entry.mode == 0o100755 ? 0o777 : 0o666, off_t(max(size, 0)),
