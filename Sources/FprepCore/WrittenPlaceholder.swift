@@ -96,7 +96,12 @@ final class WrittenPlaceholder {
         // no name of it (the copy's, after a crash) passes for one.
         guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
         CrashPoint.reach()
-        if folder.stat(name: copy.name) == nil {
+        if let there = folder.stat(name: copy.name) {
+            // Already this file (a run that crashed after linking it), or
+            // something that appeared there since the copy's name was chosen:
+            // then nothing moves; the next sync chooses again.
+            guard there.inode == stat.inode, there.device == stat.device else { return false }
+        } else {
             let source = "/proc/self/fd/\(fd)"
             guard linkat(AT_FDCWD, source, folder.fd, cPath(copy.name), AT_SYMLINK_FOLLOW) == 0 else {
                 throw SystemError("keep a conflict copy of", path.description)
