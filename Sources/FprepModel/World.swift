@@ -216,9 +216,16 @@ final class World {
 
     /// Entries of a tree (files, folders, symlinks, others), sorted.
     private func pick(_ root: String, _ x: UInt32, where accept: (Bytes, Entry) -> Bool) -> Bytes? {
-        let candidates = walk(root).filter { accept($0.path, $0.entry) }
+        // Actors leave fprep's own temporaries alone (a hidden `.NAME.fprep-TOKEN`
+        // a killed command left, which the next command settles).
+        let candidates = walk(root).filter { !isFprepTemporary($0.path) && accept($0.path, $0.entry) }
         guard !candidates.isEmpty else { return nil }
         return candidates[Int(x % UInt32(candidates.count))].path
+    }
+
+    private func isFprepTemporary(_ path: Bytes) -> Bool {
+        guard let name = path.split(separator: 0x2F).last, name.first == 0x2E else { return false }
+        return text(Array(name)).contains(".fprep-")
     }
 
     private func isPrefix(_ a: Bytes, of b: Bytes) -> Bool {
