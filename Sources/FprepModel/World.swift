@@ -44,6 +44,10 @@ final class World {
     /// Names an actor gave a file that held a placeholder's zeros (renamed
     /// or linked there): those bytes are the written file's own, at any name.
     private(set) var zeroHolders: Set<Bytes> = []
+    /// Tokens written into placeholders: a conflict copy holding one keeps
+    /// the written file as it was (its holes read as NULs), under whatever
+    /// name the copy got (an edit follows a rename; a long name is shortened).
+    private(set) var placeholderTokens: Set<String> = []
     /// Replicas a kill left mid-command: temporary files may remain until their next command.
     private var interrupted: Set<Actor> = []
     /// fprep commands of the current step, to check.
@@ -348,7 +352,10 @@ final class World {
         case .appendPlaceholder:
             guard let path = pick(r, action.a, where: { p, e in e.isFile && isDataless(join(r, p)) })
                     ?? pick(r, action.a, where: isFile) else { break }
-            if isDataless(join(r, path)) { noteWrittenIntoPlaceholder(r, path) }
+            if isDataless(join(r, path)) {
+                noteWrittenIntoPlaceholder(r, path)
+                placeholderTokens.insert(tok)
+            }
             try writeFile(join(r, path), record(tok, device, index, path), append: true)
         case .truncate:
             guard let path = pick(r, action.a, where: isFile) else { break }
@@ -482,9 +489,13 @@ final class World {
         }
         guard entry(join(r, path))?.isFile == true else { return }
         // An evict may win the race with the writer: its appends then land in a placeholder.
-        if isDataless(join(r, path)) || action.b % 3 == 2 { noteWrittenIntoPlaceholder(r, path) }
+        let intoPlaceholder = isDataless(join(r, path)) || action.b % 3 == 2
+        if intoPlaceholder { noteWrittenIntoPlaceholder(r, path) }
         let count = 20
-        for k in 1...count { _ = record(token(device, index, k), device, index, path) }
+        for k in 1...count {
+            _ = record(token(device, index, k), device, index, path)
+            if intoPlaceholder { placeholderTokens.insert(token(device, index, k)) }
+        }
         let script = "i=1; while [ $i -le \(count) ]; do printf '@\(device.rawValue)#\(index).%d\\n' $i >> \"$1\"; i=$((i+1)); done"
         let writer = try launcher.spawn(["/bin/sh", "-c", script, "sh", join(r, path)], cwd: r)
         let args = [["sync"], ["materialize", text(path)], ["evict", text(path)]][Int(action.b % 3)]
@@ -548,7 +559,10 @@ final class World {
         }
         for (path, item) in remote.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where item.mode.hasPrefix("100") && item.bytes.contains(0) {
             let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
-            let exempt = zeroHolders.contains(name) || writtenIntoPlaceholder.contains { written in
+            let isConflictCopy = text(name).contains(" (conflict ")
+            let exempt = zeroHolders.contains(name)
+                || (isConflictCopy && !tokens(in: item.bytes).isDisjoint(with: placeholderTokens))
+                || writtenIntoPlaceholder.contains { written in
                 let t = text(written)
                 let stem = t.lastIndex(of: ".").map { $0 == t.startIndex ? t : String(t[..<$0]) } ?? t
                 return text(name).hasPrefix(stem + " (conflict")
