@@ -12,6 +12,8 @@ struct FileStat: Equatable {
     var gid: Int64
     var size: Int64
     var blocks: Int64
+    /// How many names the inode has (more than one: hard links).
+    var links: Int64
     var mtime: (Int64, Int64)
     var ctime: (Int64, Int64)
     var atime: (Int64, Int64)
@@ -24,6 +26,7 @@ struct FileStat: Equatable {
         gid = raw.gid
         size = raw.size
         blocks = raw.blocks
+        links = raw.nlink
         mtime = (raw.mtime_sec, raw.mtime_nsec)
         ctime = (raw.ctime_sec, raw.ctime_nsec)
         atime = (raw.atime_sec, raw.atime_nsec)

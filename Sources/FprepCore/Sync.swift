@@ -1011,10 +1011,60 @@ struct SyncApplier {
         return Skipped(path: path.description, reason: "changed on the remote and here; yours is now '\(copy)'")
     }
 
+    /// Gives the file at `path` the execute bit of `entry`. A file with
+    /// other hard links (names a user linked, in the replica or outside)
+    /// gets an inode of its own first: a chmod would change every name, and
+    /// the next sync would commit a change of mode nobody made to the others.
+    private func applyMode(_ path: RepoPath, _ entry: TreeEntry, skipWorktree: Bool) throws {
+        let executable = entry.mode == .executable
+        guard let stat = replica.rootFolder.stat(path), stat.isRegular, stat.isExecutable != executable else { return }
+        guard stat.links > 1 else { return try replica.rootFolder.setExecutable(path, executable) }
+        let folder = try replica.rootFolder.folder(path.parent)
+        // Closed before the swap: the swap's lease is refused while any
+        // other open of the file exists, this process's own included.
+        let opened = try writeOwnCopy(of: path, entry, in: folder, executable: executable, skipWorktree: skipWorktree)
+        let temporary = ContentOperations.temporaryName(for: path.name, token: token)
+        let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+                               expectsDataless: skipWorktree)
+        if case .refused(let reason) = try swap.run(isUnchanged: { $0.sameWrites(as: opened) }) {
+            unlinkat(folder.fd, cPath(temporary), 0)
+            throw FprepError("cannot change the mode of '\(path)' (it has other hard links, so it gets a copy of its own): \(reason)")
+        }
+    }
+
+    /// Writes beside `path` a copy of its file (a placeholder of the same
+    /// blob, or the same bytes) with the execute bit `executable`; returns
+    /// the stat of the file copied.
+    private func writeOwnCopy(of path: RepoPath, _ entry: TreeEntry, in folder: FolderHandle, executable: Bool,
+                              skipWorktree: Bool) throws -> FileStat {
+        let (fd, opened) = try folder.openRegular(RepoPath(bytes: path.name), flags: O_RDONLY)
+        defer { close(fd) }
+        let bits = mode_t(truncatingIfNeeded: opened.mode) & 0o7777
+        let mode = executable ? bits | ((bits & 0o444) >> 2) : bits & ~0o111
+        let temporary = ContentOperations.temporaryName(for: path.name, token: token)
+        if skipWorktree {
+            let size = try sizes(entry.id)?.size ?? opened.size
+            let created = entry.id.bytes.withUnsafeBufferPointer { id in
+                fprep_create_placeholder(folder.fd, cPath(temporary), mode, off_t(max(size, 0)), id.baseAddress, id.count,
+                                         opened.mtime.0, Int(opened.mtime.1), nil)
+            }
+            guard created == 0 else { throw SystemError("create placeholder", path.description) }
+        } else {
+            let bytes = try readContent(fd, size: opened.size, shown: path.description)
+            let out = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            guard out >= 0 else { throw SystemError("create", path.description) }
+            defer { close(out) }
+            _ = fchmod(out, mode)  // exactly, whatever the umask
+            try bytes.withUnsafeBytes { try writeAll(out, $0, shown: path.description) }
+            _ = fprep_set_mtime(out, opened.mtime.0, Int(opened.mtime.1))
+        }
+        return opened
+    }
+
     /// Records an item whose content is already on disk; its execute bit
     /// follows the entry's mode first (a change of mode alone arrives here).
     private func addIndexEntry(_ path: RepoPath, _ entry: TreeEntry, skipWorktree: Bool) throws {
-        if entry.mode.isFile { try replica.rootFolder.setExecutable(path, entry.mode == .executable) }
+        if entry.mode.isFile { try applyMode(path, entry, skipWorktree: skipWorktree) }
         var stat = StatData()
         if !skipWorktree, let onDisk = replica.rootFolder.stat(path) { stat = StatData(onDisk) }
         else if let info = try sizes(entry.id) { stat = .placeholder(size: info.size, mtime: info.mtime) }

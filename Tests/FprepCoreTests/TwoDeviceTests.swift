@@ -16,7 +16,8 @@ import FprepGit
     /// (placeholders are materialized first, so content can be compared).
     static func tree(_ h: SyncHarness, _ root: String) throws -> [String: String] {
         let replica = try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
-        _ = try replica.materialize(["."], relativeTo: root)
+        let materialized = try replica.materialize(["."], relativeTo: root)
+        #expect(materialized.skipped.isEmpty, "materialize skipped: \(materialized.skipped) in \(root)")
         var result: [String: String] = [:]
         let enumerator = FileManager.default.enumerator(atPath: root)
         while let path = enumerator?.nextObject() as? String {

@@ -303,6 +303,36 @@ struct ModeTests {
         }
     }
 
+    @Test("a remote chmod of a file with other hard links changes that name only; no mode nobody changed is pushed",
+          arguments: [true, false])
+    func remoteChmodOfHardLinkedFile(materialized: Bool) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let one = box.at("one"), full = box.at("full"), outside = box.at("outside.txt")
+            _ = try box.clone(remote.path, one)
+            if materialized { try box.fprepOK(["materialize", "a.txt"], cwd: one) }
+            // A second name in the replica (synced as a file of its own) and
+            // one outside it, both the same inode as a.txt.
+            #expect(link(one + "/a.txt", one + "/linked.txt") == 0)
+            #expect(link(one + "/a.txt", outside) == 0)
+            try box.fprepOK(["sync"], cwd: one)
+            try box.gitOK(["clone", "-q", remote.path, full])
+            try box.sh("chmod +x a.txt && git commit -qam 'a.txt executable' && git push -q origin main", cwd: full)
+            try box.fprepOK(["sync"], cwd: one)
+            #expect(lstatInfo(one + "/a.txt")?.permissions == 0o755)
+            #expect(lstatInfo(one + "/linked.txt")?.permissions == 0o644, "the other name's mode changed too")
+            #expect(lstatInfo(outside)?.permissions == 0o644, "the name outside the replica changed mode")
+            let before = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let report = try box.fprepJSON(["sync"], cwd: one)
+            #expect(report.objects("localChanges").isEmpty, "\(report)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == before, "a mode nobody changed was pushed")
+            #expect(try box.remoteTree(remote.path)["linked.txt"]?.mode == "100644")
+            try box.fprepOK(["materialize", "a.txt", "linked.txt"], cwd: one)
+            #expect(contents(one + "/a.txt") == remote.files["a.txt"] && contents(one + "/linked.txt") == remote.files["a.txt"])
+            if materialized { #expect(contents(outside) == remote.files["a.txt"]) }
+        }
+    }
+
     @Test("restore brings a deleted executable back executable, whole, as a change the next sync shares")
     func restoreKeepsMode() throws {
         try withSandbox { box in
