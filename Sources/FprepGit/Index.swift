@@ -205,6 +205,8 @@ public final class Index {
         for slot in slots where hasExtendedFlags(slot) { extended = true; break }
         let lock = filePath + ".lock"
         let file = try IndexFileWriter(path: lock)
+        var offsets: [UInt32] = []
+        var checksum: [UInt8] = []
         do {
             var header = Array("DIRC".utf8)
             appendBigEndian(&header, UInt32(extended ? 3 : 2))
@@ -212,8 +214,7 @@ public final class Index {
             try file.append(header)
             // Entries kept from the file go out in runs of adjacent bytes,
             // straight from the mapping. Where each entry lands is noted
-            // for the offsets extension.
-            var offsets: [UInt32] = []
+            // for the offsets table (EntryOffsets).
             offsets.reserveCapacity(slots.count)
             var position = header.count
             var encoded: [UInt8] = []
@@ -241,8 +242,7 @@ public final class Index {
                 try file.append(UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
                 position += end - start
             }
-            try file.append(IndexStorage.offsetsExtension(offsets))
-            try file.finish()
+            checksum = try file.finish()
         } catch {
             file.abandon()
             throw error
@@ -254,6 +254,9 @@ public final class Index {
             throw GitError(code: .other(-1), message: "cannot rename '\(lock)': \(String(cString: strerror(code)))", function: "index write")
         }
         stamp = FileStamp(path: filePath)
+        // Only a speed-up: without it (a crash here, a full disk) the next
+        // read walks the entries.
+        EntryOffsets.write(offsets, indexChecksum: checksum, beside: filePath)
     }
 
     // MARK: entries in place
@@ -416,7 +419,8 @@ private final class IndexFileWriter {
         try writeAll(bytes)
     }
 
-    func finish() throws {
+    /// Appends the checksum and closes the file; returns the checksum.
+    func finish() throws -> [UInt8] {
         var checksum = [UInt8](repeating: 0, count: 20)
         ended = true
         guard fprep_sha1_end(hash, &checksum) == 0 else { throw GitError(code: .other(-1), message: "SHA-1 of the index failed", function: "index write") }
@@ -425,6 +429,7 @@ private final class IndexFileWriter {
         guard close(fd) == 0 else {
             throw GitError(code: .other(-1), message: "cannot write '\(path)': \(String(cString: strerror(errno)))", function: "index write")
         }
+        return checksum
     }
 
     /// Removes the unfinished file (the index stays as it was).
@@ -475,7 +480,7 @@ private struct FileStamp: Equatable {
 
 /// The bytes of an index's entries in the version 2/3 layout: the mapped
 /// file, or a buffer of re-encoded version 4 entries.
-private final class IndexStorage {
+final class IndexStorage {
     let base: UnsafeRawPointer
     let count: Int
     private let release: () -> Void
@@ -500,7 +505,7 @@ private final class IndexStorage {
     @inline(__always) func pathStart(_ at: Int) -> Int { at + (u16(at + 60) & 0x4000 != 0 ? 64 : 62) }
 
     /// Never past the end of the bytes, whatever an entry says (entries
-    /// found through the offsets extension were not each checked).
+    /// found through the offsets table were not each checked).
     @inline(__always) func path(at: Int) -> UnsafeBufferPointer<UInt8> {
         let start = pathStart(at)
         var length = min(Int(u16(at + 60) & 0xFFF), count - start)
@@ -550,7 +555,7 @@ private final class IndexStorage {
             result = buffer
             slots = offsets
             at = next
-        } else if let offsets = recordedOffsets(file, entries: entries, end: end) {
+        } else if let offsets = EntryOffsets.read(beside: path, for: file, entries: entries, end: end) {
             // Written by fprep: where every entry starts is on record, and
             // the entries need not be walked (10^5 of them: 3 ms).
             return (file, offsets)
@@ -585,56 +590,6 @@ private final class IndexStorage {
             at += 8 + length
         }
         return (result, slots)
-    }
-
-    /// The signature of fprep's own extension: the offset of every entry,
-    /// so a reader finds entry N without walking the N before it. An
-    /// optional extension (uppercase): git ignores it when it reads the
-    /// file, and leaves it out when it writes one.
-    static let offsetsSignature = Array("FPOF".utf8)
-
-    /// The extension for entries at `offsets`: signature, length, the
-    /// offsets, their count and the signature again, so that a reader
-    /// finds it from the end of the file.
-    static func offsetsExtension(_ offsets: [UInt32]) -> [UInt8] {
-        var bytes = offsetsSignature
-        bytes.reserveCapacity(16 + 4 * offsets.count)
-        appendBigEndian(&bytes, UInt32(4 * offsets.count + 8))
-        for offset in offsets { appendBigEndian(&bytes, offset) }
-        appendBigEndian(&bytes, UInt32(offsets.count))
-        bytes += offsetsSignature
-        return bytes
-    }
-
-    /// The entry offsets fprep recorded, when the file ends with its
-    /// extension and the extension fits the file: every offset on an entry
-    /// boundary (12 + a multiple of 8) and after the one before by at least
-    /// the smallest entry, the last entry ending where the extension
-    /// starts. Otherwise nil, and the entries are walked. As for git, the
-    /// entries themselves are taken as written (the file's checksum is not
-    /// computed on reading); whatever they say, no read leaves the file.
-    private static func recordedOffsets(_ file: IndexStorage, entries: Int, end: Int) -> [Int32]? {
-        let minimumEntry = 64
-        guard end - 8 >= 12, memcmp(file.base + end - 4, offsetsSignature, 4) == 0,
-              Int(file.u32(end - 8)) == entries else { return nil }
-        let extensionStart = end - 8 - 4 * entries - 8
-        guard extensionStart >= 12 + minimumEntry * entries,
-              memcmp(file.base + extensionStart, offsetsSignature, 4) == 0,
-              Int(file.u32(extensionStart + 4)) == 4 * entries + 8 else { return nil }
-        var offsets = [Int32](repeating: 0, count: entries)
-        var previous = 12 - minimumEntry
-        let table = extensionStart + 8
-        for i in 0..<entries {
-            let offset = Int(file.u32(table + 4 * i))
-            // Entries are multiples of 8 bytes after the 12-byte header.
-            guard offset % 8 == 4, offset >= previous + minimumEntry, offset <= extensionStart - minimumEntry else { return nil }
-            if i == 0, offset != 12 { return nil }
-            offsets[i] = Int32(offset)
-            previous = offset
-        }
-        if let last = offsets.last, Int(last) + file.entrySize(at: Int(last)) != extensionStart { return nil }
-        if entries == 0, extensionStart != 12 { return nil }
-        return offsets
     }
 
     /// Version 4 compresses each path against the one before; the entries

@@ -114,6 +114,7 @@ struct CloneTests {
             // git sees a clean tree and the history (run plainly, as a user would).
             let porcelain = try box.git(["status", "--porcelain"], cwd: replica)
             #expect(porcelain.status == 0 && porcelain.stdout.isEmpty, "git status: \(porcelain)")
+            #expect(porcelain.stderr.isEmpty, "git printed something because of fprep: \(porcelain.stderr)")
             let log = try box.gitOK(["log", "--format=%H %s"], cwd: replica)
             #expect(log.contains("\(head) Add submodule"), "git log: \(log)")
             #expect(log.contains("\(remote.commit) Import fixture"), "git log: \(log)")

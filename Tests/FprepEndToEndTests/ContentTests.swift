@@ -37,6 +37,7 @@ func expectDataless(_ box: Sandbox, _ replica: String, _ remote: Remote, _ relat
 func expectGitClean(_ box: Sandbox, _ replica: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
     let porcelain = try box.git(["status", "--porcelain"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
     #expect(porcelain.status == 0 && porcelain.stdout.isEmpty, "git status: \(porcelain)", sourceLocation: sourceLocation)
+    #expect(porcelain.stderr.isEmpty, "git printed something because of fprep: \(porcelain.stderr)", sourceLocation: sourceLocation)
 }
 
 func packFiles(_ replica: String) -> Set<String> {

@@ -132,12 +132,17 @@ import Testing
         _ = try scratch.git(["fsck", "--no-dangling"], in: work)  // verifies the index checksum
         #expect(try repository.index().count == 301)
 
-        // fprep's file ends with its entry offsets: read through them, the
-        // same entries as git lists; a table that does not fit the file is
-        // not trusted (the entries are walked instead).
+        // fprep keeps its entry offsets beside the index (git never sees an
+        // extension it does not know): read through them, the same entries
+        // as git lists; a table that does not fit the file, or that names
+        // another index (git wrote it since), is not trusted.
         let indexPath = work + "/.git/index"
-        func tail(_ count: Int) throws -> [UInt8] { Array(try Data(contentsOf: URL(fileURLWithPath: indexPath)).dropLast(20).suffix(count)) }
-        #expect(try tail(4) == Array("FPOF".utf8))
+        let tablePath = work + "/.git/fprep-index-offsets"
+        func checksum() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: indexPath)).suffix(20) }
+        func tableChecksum() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: tablePath)).dropFirst(8).prefix(20) }
+        #expect(try tableChecksum() == checksum())
+        let gitStatus = try scratch.gitOutputAndError(["status", "--porcelain"], in: work)
+        #expect(!gitStatus.contains("extension"), "git complains about the index: \(gitStatus)")
         func listing(_ index: Index) -> String {
             (0..<index.count).compactMap { index.entry(at: $0) }
                 .map { "\(String(format: "%o", $0.mode)) \($0.id.hex) 0\t\(String(decoding: $0.path, as: UTF8.self))" }
@@ -146,15 +151,16 @@ import Testing
         let gitListing = try scratch.git(["ls-files", "-s"], in: work)
         #expect(listing(try repository.index()) == gitListing)
         try repository.index().write()   // read through the offsets, written again
+        #expect(try tableChecksum() == checksum())
         #expect(try scratch.git(["ls-files", "-s"], in: work) == gitListing)
         _ = try scratch.git(["fsck", "--no-dangling"], in: work)
-        var bytes = try Data(contentsOf: URL(fileURLWithPath: indexPath))
-        let table = bytes.count - 20 - 8 - 4 * 301
-        bytes[table + 4 * 150 + 3] ^= 0x01   // entry 150 now starts mid-entry
-        try bytes.write(to: URL(fileURLWithPath: indexPath))
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: tablePath))
+        bytes[32 + 4 * 150 + 3] ^= 0x01   // entry 150 now starts mid-entry
+        try bytes.write(to: URL(fileURLWithPath: tablePath))
         #expect(listing(try repository.index()) == gitListing, "a table that does not fit is not used")
-        try scratch.git(["update-index", "--index-version", "2"], in: work)   // git writes the file: no table
-        #expect(try tail(4) != Array("FPOF".utf8))
+        try repository.index().write()
+        try scratch.git(["update-index", "--index-version", "4"], in: work)   // git writes the file
+        #expect(try tableChecksum() != checksum())
         #expect(listing(try repository.index()) == gitListing)
 
         // A split index is refused with a way out.

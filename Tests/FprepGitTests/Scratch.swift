@@ -13,7 +13,7 @@ final class Scratch {
 
     /// Runs git with fixed dates and identity; returns its standard output.
     @discardableResult
-    func git(_ arguments: [String], in directory: String? = nil, input: String? = nil) throws -> String {
+    func git(_ arguments: [String], in directory: String? = nil, input: String? = nil, withErrors: Bool = false) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["git"] + arguments
@@ -28,7 +28,7 @@ final class Scratch {
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
+        process.standardError = withErrors ? output : FileHandle.nullDevice
         let inputPipe = Pipe()
         process.standardInput = inputPipe
         try process.run()
@@ -41,5 +41,10 @@ final class Scratch {
                           userInfo: [NSLocalizedDescriptionKey: "git \(arguments.joined(separator: " ")) failed"])
         }
         return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Runs git; returns what it printed on both outputs.
+    func gitOutputAndError(_ arguments: [String], in directory: String? = nil) throws -> String {
+        try git(arguments, in: directory, withErrors: true)
     }
 }

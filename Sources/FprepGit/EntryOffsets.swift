@@ -1,0 +1,103 @@
+import Glibc
+
+/// Where every entry of an index file fprep wrote starts, kept in a file of
+/// its own beside the index (`.git/fprep-index-offsets`), so a reader finds
+/// entry N without walking the N before it.
+///
+/// It lives outside the index because git prints "ignoring … extension"
+/// for an extension it does not know, on every command in the replica. The
+/// file names the checksum of the index it describes: once anything else
+/// writes the index (git does, on `git add`, `git status`, `git reset`), the
+/// checksums differ and the entries are walked, as git would.
+///
+/// Layout: "FPOF", version (1), the index's 20-byte checksum, the entry
+/// count, then one offset per entry; all numbers 32-bit big-endian.
+enum EntryOffsets {
+    static let magic = Array("FPOF".utf8)
+    static let version: UInt32 = 1
+    static let headerSize = 4 + 4 + 20 + 4
+    /// The smallest index entry: 62 bytes, a one-byte path, its NUL.
+    static let minimumEntry = 64
+
+    static func path(beside indexPath: String) -> String {
+        guard let slash = indexPath.lastIndex(of: "/") else { return "fprep-index-offsets" }
+        return String(indexPath[...slash]) + "fprep-index-offsets"
+    }
+
+    /// Writes the table (a temporary, then a rename); a failure only costs
+    /// the next reader a walk of the entries, so it is not reported.
+    static func write(_ offsets: [UInt32], indexChecksum: [UInt8], beside indexPath: String) {
+        let target = path(beside: indexPath)
+        guard indexChecksum.count == 20 else { unlink(target); return }
+        var bytes = magic
+        bytes.reserveCapacity(headerSize + 4 * offsets.count)
+        append(&bytes, version)
+        bytes += indexChecksum
+        append(&bytes, UInt32(offsets.count))
+        for offset in offsets { append(&bytes, offset) }
+        let temporary = target + ".\(getpid()).tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { unlink(target); return }
+        var written = 0
+        let complete = bytes.withUnsafeBytes { raw -> Bool in
+            while written < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + written, raw.count - written)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { return false }
+                written += n
+            }
+            return true
+        }
+        let closed = close(fd) == 0
+        guard complete, closed, rename(temporary, target) == 0 else {
+            unlink(temporary)
+            unlink(target)  // never a table that may describe another file
+            return
+        }
+    }
+
+    /// The offsets recorded for `file` (the mapped index at its path), when
+    /// the table names this file's checksum and fits it: every offset on an
+    /// entry boundary (12 + a multiple of 8), after the one before by at
+    /// least the smallest entry, the last entry ending where the checksum
+    /// starts (`end`: fprep writes no extensions). Otherwise nil.
+    static func read(beside indexPath: String, for file: IndexStorage, entries: Int, end: Int) -> [Int32]? {
+        let fd = open(path(beside: indexPath), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let expected = headerSize + 4 * entries
+        var info = stat()
+        guard fstat(fd, &info) == 0, Int(info.st_size) == expected else { return nil }
+        var bytes = [UInt8](repeating: 0, count: expected)
+        var done = 0
+        while done < expected {
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, expected - done, off_t(done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            done += n
+        }
+        guard Array(bytes[0..<4]) == magic, u32(bytes, 4) == version, Int(u32(bytes, 28)) == entries,
+              end + 20 == file.count,
+              memcmp(file.base + end, Array(bytes[8..<28]), 20) == 0 else { return nil }
+        var offsets = [Int32](repeating: 0, count: entries)
+        var previous = 12 - minimumEntry
+        for i in 0..<entries {
+            let offset = Int(u32(bytes, headerSize + 4 * i))
+            guard offset % 8 == 4, offset >= previous + minimumEntry, offset <= end - minimumEntry else { return nil }
+            if i == 0, offset != 12 { return nil }
+            offsets[i] = Int32(offset)
+            previous = offset
+        }
+        if let last = offsets.last, Int(last) + file.entrySize(at: Int(last)) != end { return nil }
+        if entries == 0, end != 12 { return nil }
+        return offsets
+    }
+
+    private static func append(_ bytes: inout [UInt8], _ value: UInt32) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    private static func u32(_ bytes: [UInt8], _ at: Int) -> UInt32 {
+        (UInt32(bytes[at]) << 24) | (UInt32(bytes[at + 1]) << 16) | (UInt32(bytes[at + 2]) << 8) | UInt32(bytes[at + 3])
+    }
+}
