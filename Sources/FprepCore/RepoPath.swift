@@ -36,6 +36,17 @@ public struct RepoPath: Hashable, Comparable, Sendable, CustomStringConvertible 
         isRoot ? RepoPath(bytes: name) : RepoPath(bytes: bytes + [0x2F] + name)
     }
 
+    /// The folders above this path, nearest first, the root excluded.
+    public var ancestors: [RepoPath] {
+        var result: [RepoPath] = []
+        var current = parent
+        while !current.isRoot {
+            result.append(current)
+            current = current.parent
+        }
+        return result
+    }
+
     /// Whether `self` is `other` or lies below it.
     public func isWithin(_ other: RepoPath) -> Bool {
         if other.isRoot || self == other { return true }

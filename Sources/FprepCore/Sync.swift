@@ -542,13 +542,15 @@ struct SyncApplier {
             report.deleted += 1
         }
 
-        // 2. Moves: a folder as one rename, then single items.
-        for move in changes.moved where move.isFolder {
-            try moveFolder(move)
-            report.moved += 1
-        }
-        for move in changes.moved where !move.isFolder && !changes.moved.contains(where: { $0.isFolder && move.from.isWithin($0.from) }) {
-            if let kept = try moveItem(move) { report.keptLocal.append(kept) }
+        // 2. Moves: a folder as one rename, a single item otherwise (not
+        //    the items of a moved folder: they go with it), each after the
+        //    moves that take items away from where it lands.
+        for move in Self.inDependencyOrder(changes.moved) {
+            if move.isFolder {
+                try moveFolder(move)
+            } else if let kept = try moveItem(move) {
+                report.keptLocal.append(kept)
+            }
             report.moved += 1
         }
 
@@ -683,10 +685,84 @@ struct SyncApplier {
         }
     }
 
+    /// The moves to apply, in an order where a move whose item leaves a
+    /// place (`dir`, or anything below `dir`) comes before a move that lands
+    /// there or below it: a remote that renames `é` to `dir` while this
+    /// device's file `dir` becomes a conflict copy must find `dir` free
+    /// (taken in the other order, the folder stayed where it was while the
+    /// index moved it, and the next sync pushed a move nobody made).
+    /// Items of a moved folder are left out: they go with it. A cycle (two
+    /// items that swap names) keeps the order it has; the second move then
+    /// finds its place taken and sets the item there aside.
+    static func inDependencyOrder(_ moves: [ChangeSet.Move]) -> [ChangeSet.Move] {
+        let movedFolders = Set(moves.filter(\.isFolder).map(\.from))
+        let applied = moves.filter { move in
+            move.isFolder || !move.from.ancestors.contains(where: movedFolders.contains)
+        }
+        guard applied.count > 1 else { return applied }
+        var bySource: [RepoPath: [Int]] = [:]
+        for (i, move) in applied.enumerated() { bySource[move.from, default: []].append(i) }
+        let sources = applied.indices.sorted { applied[$0].from < applied[$1].from }
+        // The moves that take something away from where move `i` lands.
+        func prerequisites(_ i: Int) -> [Int] {
+            let target = applied[i].to
+            var result: [Int] = []
+            for place in [target] + target.ancestors { result += bySource[place] ?? [] }
+            // Sources below the target, found by their common prefix in
+            // the sorted sources.
+            let prefix = target.bytes + [0x2F]
+            var low = 0, high = sources.count
+            while low < high {
+                let middle = (low + high) / 2
+                if applied[sources[middle]].from.bytes.lexicographicallyPrecedes(prefix) { low = middle + 1 } else { high = middle }
+            }
+            while low < sources.count, applied[sources[low]].from.bytes.starts(with: prefix) {
+                result.append(sources[low])
+                low += 1
+            }
+            return result.filter { $0 != i }
+        }
+        var state = [UInt8](repeating: 0, count: applied.count)   // 0 new, 1 on the stack, 2 done
+        var ordered: [ChangeSet.Move] = []
+        ordered.reserveCapacity(applied.count)
+        for start in applied.indices where state[start] == 0 {
+            // Depth first without recursion: a long chain of moves must not
+            // exhaust the stack.
+            var stack: [(Int, [Int])] = [(start, prerequisites(start))]
+            state[start] = 1
+            while let (i, rest) = stack.last {
+                if let next = rest.first {
+                    stack[stack.count - 1].1.removeFirst()
+                    if state[next] == 0 {
+                        state[next] = 1
+                        stack.append((next, prerequisites(next)))
+                    }
+                    continue
+                }
+                stack.removeLast()
+                state[i] = 2
+                ordered.append(applied[i])
+            }
+        }
+        return ordered
+    }
+
     private mutating func moveFolder(_ move: ChangeSet.Move) throws {
         let root = replica.rootFolder
         let sourceThere = root.stat(move.from)?.isDirectory == true
-        let targetThere = root.stat(move.to) != nil
+        var targetThere = root.stat(move.to) != nil
+        if sourceThere && targetThere {
+            // Something is where the folder lands: an empty folder goes;
+            // anything else is the user's and steps aside.
+            let parent = try root.folder(move.to.parent)
+            if unlinkat(parent.fd, cPath(move.to.name), AT_REMOVEDIR) == 0 {
+                targetThere = false
+            } else if let copy = try setAside(move.to) {
+                steppedAside.append(Skipped(path: move.to.description,
+                                            reason: "a folder moved here on the remote from '\(move.from)'; your item that was here is now '\(copy)'"))
+                targetThere = false
+            }
+        }
         if sourceThere && !targetThere {
             try makeFolders(move.to.parent)
             let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)

@@ -231,6 +231,40 @@ struct RemoteTreeTests {
         }
     }
 
+    @Test("a remote move onto the name of a new local item: the move lands, the local item becomes a conflict copy, nothing moves back",
+          arguments: [true, false])
+    func remoteMoveOntoNewLocalName(folder: Bool) throws {
+        try withSandbox { box in
+            // The remote moves a folder (`é` → `dir`) or a file (`sub/f` →
+            // `dir`) while this device makes a file `dir`: the merge moves
+            // the remote's item to `dir` and this device's file aside, two
+            // moves in one sync whose order matters.
+            let remote = try box.makeRemote(nodes: ["é/dir": .text("remote file\n"), "sub/f": .text("remote f\n"), "a": .text("a\n")])
+            let replica = box.at("replica"), work = box.at("work")
+            _ = try box.clone(remote.path, replica)
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try box.sh(folder ? "mkdir dir && git mv é/dir dir/dir" : "git mv sub/f dir", cwd: work)
+            try box.gitOK(["commit", "-qm", "move"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/dir"))
+
+            let report = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(report.objects("conflicts").map { $0.string("path") } == ["dir"], "\(report)")
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let again = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(again.objects("localChanges").isEmpty, "the next sync found changes nobody made: \(again)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip)
+            let tree = try box.remoteTree(remote.path)
+            let moved = folder ? "dir/dir" : "dir"
+            #expect(tree[moved] != nil && tree[folder ? "é/dir" : "sub/f"] == nil, "\(tree.keys.sorted())")
+            try box.fprepOK(["materialize", "."], cwd: replica)
+            #expect(contents(replica + "/" + moved) == Data((folder ? "remote file\n" : "remote f\n").utf8))
+            let copies = try FileManager.default.contentsOfDirectory(atPath: replica).filter { $0.hasPrefix("dir (conflict ") }
+            #expect(copies.count == 1 && copies.first.map { contents(replica + "/" + $0) } == Data("mine\n".utf8), "\(copies)")
+            #expect(lstatInfo(replica + "/é") == nil || !folder, "the folder stayed where it was")
+        }
+    }
+
     @Test("a force-push with no local work is followed: the dropped commits are not pushed back, a backup ref keeps them")
     func forcePushFollowed() throws {
         try withSandbox { box in
