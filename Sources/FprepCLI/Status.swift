@@ -36,6 +36,14 @@ struct Status: ParsableCommand {
         } else {
             print("agent:        none (placeholders get content with 'fprep materialize', or on access under 'fprep agent')")
         }
+        if let git = report.git {
+            if git.commitsAhead > 0 {
+                print("git:          \(git.commitsAhead) commit\(git.commitsAhead == 1 ? "" : "s") made with git on '\(report.branch)'; 'fprep sync' pushes \(git.commitsAhead == 1 ? "it" : "them")")
+            }
+            if let elsewhere = git.elsewhere {
+                print("git:          \(Console.escaped(elsewhere)); 'fprep sync' puts the branch back at the anchor (keeping a backup ref) and syncs the files as they are")
+            }
+        }
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }

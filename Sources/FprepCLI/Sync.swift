@@ -41,6 +41,12 @@ struct Sync: ParsableCommand {
         for conflict in report.conflicts {
             print("conflict: \(conflict.path) (\(conflict.reason)): the remote's version keeps the name, yours is '\(conflict.copy)'")
         }
+        if report.gitCommitsTaken > 0 {
+            print("took in \(report.gitCommitsTaken) commit\(report.gitCommitsTaken == 1 ? "" : "s") made with git on the branch")
+        }
+        if let backup = report.gitBackup {
+            print("the branch was moved with git away from the anchor: it is back at the anchor, the files are synced as they are, and its commits are kept at \(backup)")
+        }
         if let backup = report.backup {
             print("the remote's history was rewritten: the replica's previous anchor is kept at \(backup) (see 'git log \(backup)' in the replica)")
         }

@@ -28,6 +28,9 @@ public struct StatusReport: Sendable, Encodable {
     public var unfinished: String? = nil
     /// The process id of the `fprep agent` serving the replica, if one runs.
     public var agent: Int32? = nil
+    /// Where git's branch stands against the anchor (commits made with git
+    /// that the next sync pushes, or a branch git moved elsewhere).
+    public var git: Replica.GitHeadState? = nil
 }
 
 extension Replica {
@@ -37,6 +40,10 @@ extension Replica {
     public func status() throws -> StatusReport {
         let index = try repository.index()
         Trace.mark("read index")
+        // What git staged, reset or checked out shows as the change it is
+        // (in memory: status writes nothing).
+        let head = try gitHeadState()
+        if head.commitsAhead == 0 { try realignIndexGitWrote(index, write: false) }
         let scan = try LocalScanner(replica: self, index: index).scan()
         Trace.mark("scan")
         defer { Trace.mark("disk use") }
@@ -48,7 +55,8 @@ extension Replica {
                             logicalSize: Int64(try store.meta("logical_size") ?? "0") ?? 0,
                             bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
                             changes: scan.changes, waitingToPush: pending, unfinished: unfinished,
-                            agent: InPlaceHydration.servingAgent(replicaRoot: root))
+                            agent: InPlaceHydration.servingAgent(replicaRoot: root),
+                            git: head == GitHeadState() ? nil : head)
     }
 }
 

@@ -25,8 +25,15 @@ public struct SyncReport: Sendable, Encodable {
     /// A commit that could not be pushed (remote unreachable); the next sync pushes it.
     public var waitingToPush: String?
     /// The ref that keeps the replica's old anchor when the remote's
-    /// history was rewritten under it (a force-push).
+    /// history was rewritten under it (a force-push), or the branch git
+    /// moved away from the anchor (`git reset`).
     public var backup: String?
+    /// Commits made with git on the followed branch that this sync took in
+    /// as local work (and pushed).
+    public var gitCommitsTaken = 0
+    /// The ref that keeps commits made with git on a branch git moved away
+    /// from the anchor.
+    public var gitBackup: String?
 }
 
 /// The journal payload of a sync: the two anchors it moves between.
@@ -76,10 +83,26 @@ extension Replica {
             }
         }
 
-        // 1. The local changes become a commit on top of the anchor.
+        // 1. What git did here (commits on the branch, an index it wrote)
+        //    is taken in; then the local changes become a commit on top
+        //    of the anchor.
+        let head = try gitHeadState()
+        if let elsewhere = head.elsewhere, try repository.symbolicTarget("HEAD") != "refs/heads/" + branch {
+            throw FprepError(.usage, "\(elsewhere); run 'git switch \(branch)' in the replica, then 'fprep sync' (nothing was changed)")
+        }
+        if head.elsewhere != nil, let tip = try repository.referenceTarget("refs/heads/" + branch),
+           let anchor, try !repository.isAncestor(tip, of: anchor) {
+            // Commits made with git on a history that left the anchor (a
+            // reset, then commits): the sync puts the branch back at the
+            // anchor, and they stay reachable (their files' changes on
+            // disk are synced as local changes).
+            report.gitBackup = try keepBackup(of: tip, reason: "fprep: commits made with git away from the anchor")
+        }
+        report.gitCommitsTaken = try adoptGitCommits()
         var index: Index?
         if !incoming {
             let scanned = try repository.index()
+            try realignIndexGitWrote(scanned)
             index = scanned
             let scan = try LocalScanner(replica: self, index: scanned).scan()
             report.keptLocal += scan.skipped
@@ -254,10 +277,10 @@ extension Replica {
     /// Keeps `commit` reachable under `refs/fprep/backup/DATE-ID` of the
     /// replica's git directory (never pushed: fprep pushes only its branch);
     /// returns the ref's name.
-    private func keepBackup(of commit: ObjectID) throws -> String {
+    private func keepBackup(of commit: ObjectID, reason: String = "fprep: the remote dropped this history") throws -> String {
         let stamp = Self.isoDate(Int64(Date().timeIntervalSince1970)).replacingAll(":", with: "-")
         let name = "refs/fprep/backup/\(stamp)-\(commit.hex.prefix(12))"
-        try repository.setReference(name, to: commit, message: "fprep: the remote dropped this history")
+        try repository.setReference(name, to: commit, message: reason)
         return name
     }
 

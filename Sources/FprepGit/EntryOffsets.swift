@@ -93,6 +93,24 @@ enum EntryOffsets {
         return offsets
     }
 
+    /// Whether the table beside `indexPath` names the index file's
+    /// current checksum: fprep wrote the index as it is now.
+    static func describes(indexPath: String) -> Bool {
+        var header = [UInt8](repeating: 0, count: 28)
+        let table = open(path(beside: indexPath), O_RDONLY | O_CLOEXEC)
+        guard table >= 0 else { return false }
+        defer { close(table) }
+        guard pread(table, &header, 28, 0) == 28, Array(header[0..<4]) == magic, u32(header, 4) == version else { return false }
+        let index = open(indexPath, O_RDONLY | O_CLOEXEC)
+        guard index >= 0 else { return false }
+        defer { close(index) }
+        var info = stat()
+        guard fstat(index, &info) == 0, info.st_size >= 32 else { return false }
+        var checksum = [UInt8](repeating: 0, count: 20)
+        guard pread(index, &checksum, 20, info.st_size - 20) == 20 else { return false }
+        return checksum == Array(header[8..<28])
+    }
+
     private static func append(_ bytes: inout [UInt8], _ value: UInt32) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }

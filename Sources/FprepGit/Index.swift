@@ -110,6 +110,12 @@ public final class Index {
         self.slots = slots
     }
 
+    /// Whether fprep wrote the index file as it is now on disk: false once
+    /// another program (git) rewrote it, or when none exists.
+    public func lastWrittenByFprep() -> Bool {
+        EntryOffsets.describes(indexPath: filePath)
+    }
+
     public var count: Int {
         settle()
         return slots.count

@@ -1,0 +1,146 @@
+import FprepGit
+
+/// What git did in the replica since fprep last looked: commits made with
+/// `git commit` (or `git pull`, `git merge`) on the followed branch, and an
+/// index git wrote (`git add`, `git rm`, `git reset`, `git checkout`,
+/// `git stash`, `git commit`).
+///
+/// fprep's view of the replica is its anchor and an index that describes
+/// the anchor's tree plus what fprep recorded of the disk. Git moves both
+/// under it; were that ignored, a sync dropped a `git commit` (the index
+/// already matched the disk, so no change was seen) and moved the branch
+/// back. So, before every scan: commits git added on top of the anchor are
+/// local work (the anchor moves to them, and they wait to be pushed), and
+/// an index git wrote is brought back to the anchor's tree without touching
+/// the disk, so that the disk tells what changed, as for any other program.
+extension Replica {
+    /// Where git's branch and HEAD stand against fprep's anchor.
+    public struct GitHeadState: Sendable, Encodable, Equatable {
+        /// Commits on the followed branch beyond the anchor that fprep has
+        /// not taken in yet (the next sync pushes them).
+        public var commitsAhead = 0
+        /// The branch or HEAD is somewhere the anchor does not lead to
+        /// (`git reset` to an older commit, another branch checked out):
+        /// the next sync puts the branch back at the anchor, and the
+        /// files git changed are local changes.
+        public var elsewhere: String?
+    }
+
+    /// Reads where git's HEAD is, for `status`; nothing is changed.
+    public func gitHeadState() throws -> GitHeadState {
+        var state = GitHeadState()
+        guard let anchor else { return state }
+        let followed = "refs/heads/" + branch
+        if let head = try repository.symbolicTarget("HEAD"), head != followed {
+            state.elsewhere = "HEAD is on '\(head.hasPrefix("refs/heads/") ? String(head.dropFirst(11)) : head)', not the followed branch '\(branch)'"
+            return state
+        }
+        guard let tip = try repository.referenceTarget(followed), tip != anchor else { return state }
+        if try repository.isAncestor(anchor, of: tip) {
+            state.commitsAhead = try commitsBetween(anchor, tip)
+        } else {
+            state.elsewhere = "the branch '\(branch)' is at \(tip.hex.prefix(12)), which does not contain fprep's anchor \(anchor.hex.prefix(12))"
+        }
+        return state
+    }
+
+    /// Takes commits made with git on top of the anchor as local work: the
+    /// anchor moves to the branch's tip, which waits to be pushed. Returns
+    /// how many commits were taken.
+    func adoptGitCommits() throws -> Int {
+        guard let anchor, try repository.symbolicTarget("HEAD") == "refs/heads/" + branch,
+              let tip = try repository.referenceTarget("refs/heads/" + branch), tip != anchor,
+              try repository.isAncestor(anchor, of: tip) else { return 0 }
+        // Their trees obey the rules every tree fprep lays out obeys.
+        try TreeEntryRules.check(ChangeSet.between(repository, from: repository.commit(anchor).treeID,
+                                                   to: repository.commit(tip).treeID))
+        let count = try commitsBetween(anchor, tip)
+        try store.transaction {
+            try store.setMeta("anchor", tip.hex)
+            try store.setMeta("unpushed", tip.hex)
+        }
+        self.anchor = tip
+        return count
+    }
+
+    /// Brings an index that another program (git) wrote back to the
+    /// anchor's tree: an entry git changed takes the anchor's version with
+    /// no stat data (so the file on disk is read and compared), an entry
+    /// git added goes (the file on disk is then new), an entry git removed
+    /// comes back. Nothing on disk changes. A placeholder stays one: a
+    /// file that carries placeholder marks for the entry's blob and holds
+    /// no data is never read as content. Returns how many entries changed.
+    @discardableResult
+    func realignIndexGitWrote(_ index: Index, write: Bool = true) throws -> Int {
+        guard !index.lastWrittenByFprep() else { return 0 }
+        guard let anchor else { return 0 }
+        let tree = try repository.commit(anchor).treeID
+        var wanted: [[UInt8]: TreeEntry] = [:]
+        try forEachFile(in: tree) { path, entry in wanted[path] = entry }
+        var changed = 0
+        var seen = Set<[UInt8]>()
+        var removals: [[UInt8]] = []
+        for i in 0..<index.count {
+            guard let entry = index.entry(at: i) else { continue }
+            seen.insert(entry.path)
+            guard let target = wanted[entry.path] else {
+                removals.append(entry.path)
+                continue
+            }
+            if target.id == entry.id && target.mode.raw == entry.mode { continue }
+            try index.add(realigned(entry.path, target))
+            changed += 1
+        }
+        for path in removals { try index.remove(path: path) }
+        changed += removals.count
+        for (path, target) in wanted where !seen.contains(path) {
+            try index.add(realigned(path, target))
+            changed += 1
+        }
+        // Written either way: the index is fprep's again, so the next
+        // command need not compare. (`status` only reads: its copy is
+        // realigned in memory.)
+        if write { try index.write() }
+        return changed
+    }
+
+    /// The entry for `path` at the anchor's version `target`, as fprep
+    /// records an item it has not looked at yet.
+    private func realigned(_ path: [UInt8], _ target: TreeEntry) -> IndexEntry {
+        let item = RepoPath(bytes: path)
+        if target.mode.isFile, let stat = rootFolder.stat(item), stat.isRegular,
+           ContentOperations.placeholderBlob(rootFolder, item) == target.id,
+           ContentOperations.isMarkedDataless(rootFolder, item),
+           ContentOperations.holdsNoData(rootFolder, item, stat) {
+            return IndexEntry(path: path, id: target.id, mode: target.mode.raw,
+                              stat: .placeholder(size: stat.size, mtime: stat.mtime.0), skipWorktree: true)
+        }
+        if target.mode == .submodule {
+            return IndexEntry(path: path, id: target.id, mode: target.mode.raw, skipWorktree: true)
+        }
+        return IndexEntry(path: path, id: target.id, mode: target.mode.raw, stat: StatData(), skipWorktree: false)
+    }
+
+    /// Every non-folder entry below `tree`, with its full path.
+    private func forEachFile(in tree: ObjectID, _ body: ([UInt8], TreeEntry) throws -> Void) throws {
+        var pending: [([UInt8], ObjectID)] = [([], tree)]
+        while let (prefix, id) = pending.popLast() {
+            for entry in try repository.tree(id).entries {
+                let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
+                if entry.mode == .tree { pending.append((path, entry.id)) } else { try body(path, entry) }
+            }
+        }
+    }
+
+    /// How many commits `tip` has that `base` does not (first parents).
+    private func commitsBetween(_ base: ObjectID, _ tip: ObjectID) throws -> Int {
+        var count = 0
+        var current = tip
+        while current != base, count < 10_000 {
+            count += 1
+            guard let parent = try repository.commit(current).parentIDs.first else { break }
+            current = parent
+        }
+        return count
+    }
+}
