@@ -117,14 +117,28 @@ struct TreeMerge {
         }
 
         // Puts a local item into the result; a collision with what the
-        // remote made of the same place keeps both.
-        func place(_ wanted: RepoPath, _ entry: TreeEntry, clash: String) throws {
+        // remote made of the same place keeps both. `replacing` is the
+        // remote's item this one legitimately supersedes (the remote's
+        // renamed copy of a file edited here).
+        let baseLookup = TreeLookup(repository: repository, tree: baseTree)
+        func place(_ wanted: RepoPath, _ entry: TreeEntry, clash: String, replacing: TreeEntry? = nil) throws {
             let path = try resolvedFolder(wanted.parent).appending(wanted.name)
-            if path == wanted, entry.mode != .tree, let standing = try theirEntry(path), standing.mode == .tree,
-               theirAdded(within: path) {
-                // The remote filled a folder at this name: it keeps the name.
-                try keepBoth(path, ours: entry, reason: clash)
-                return
+            if path == wanted, entry.mode != .tree, let standing = try theirEntry(path) {
+                if standing.mode == .tree {
+                    if theirAdded(within: path) {
+                        // The remote filled a folder at this name: it keeps the name.
+                        try keepBoth(path, ours: entry, reason: clash)
+                        return
+                    }
+                } else if standing.mode != .submodule, standing.id != entry.id || standing.mode != entry.mode,
+                          standing.id != replacing?.id, !removed(path),
+                          try baseLookup.entry(at: path).map({ $0.id != standing.id || $0.mode != standing.mode }) ?? true {
+                    // The remote put another item at this name (a new file,
+                    // one renamed onto it): it keeps the name, and this
+                    // device's item goes beside it; replacing it lost it.
+                    try keepBoth(path, ours: entry, reason: clash)
+                    return
+                }
             }
             edits[path.bytes] = .put(entry.id, entry.mode)
         }
@@ -132,8 +146,8 @@ struct TreeMerge {
         // Local updates (new and changed items).
         for update in mine.updated {
             let path = update.path
-            if let (to, _) = theirMoved[path] {
-                try place(to, update.new, clash: "moved on the remote onto a folder, changed here")  // the edit goes to the new name
+            if let (to, moved) = theirMoved[path] {
+                try place(to, update.new, clash: "moved on the remote onto a folder, changed here", replacing: moved)  // the edit goes to the new name
             } else if let theirs = theirUpdated[path] {
                 if theirs.id == update.new.id && theirs.mode == update.new.mode { continue }
                 if let old = update.old, old.mode.isFile, update.new.mode.isFile, theirs.mode.isFile {
@@ -153,7 +167,7 @@ struct TreeMerge {
             } else if theirDeleted.contains(path) || theirDeleted.contains(where: { path.isWithin($0) }) {
                 // Edit against delete keeps the edit (beside whatever the
                 // remote put at its name since).
-                try place(path, update.new, clash: "changed here; the remote made a folder of it")
+                try place(path, update.new, clash: "changed here; the remote deleted it or put another item at its name")
             } else if let existing = theirTreeEntries[path], existing.id != update.new.id || existing.mode != update.new.mode,
                       update.old == nil {
                 try keepBoth(path, ours: update.new, reason: "created on both devices")

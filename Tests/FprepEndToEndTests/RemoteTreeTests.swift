@@ -265,6 +265,33 @@ struct RemoteTreeTests {
         }
     }
 
+    @Test("a remote rename onto a name where this device replaced a folder by a file: both files survive")
+    func remoteRenameOntoLocalReplacement() throws {
+        try withSandbox { box in
+            // The remote deletes folder `a` and renames `notes.txt` to `a`;
+            // this device replaces the folder `a` by a file of its own. The
+            // local file was placed over the renamed one, and the content
+            // of `notes.txt` vanished from every tree (model seed 5043).
+            let remote = try box.makeRemote(nodes: ["a/A": .text("in the folder\n"), "notes.txt": .text("notes\n")])
+            let replica = box.at("replica"), work = box.at("work")
+            _ = try box.clone(remote.path, replica)
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try box.sh("git rm -q a/A && git mv notes.txt a && git commit -qm 'notes become a'", cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.sh("rm -r a && echo mine > a", cwd: replica)
+
+            let report = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(report.objects("conflicts").map { $0.string("path") } == ["a"], "\(report)")
+            try box.fprepOK(["materialize", "."], cwd: replica)
+            let tree = try box.remoteTree(remote.path)
+            let copies = conflictCopies(tree, of: "a")
+            #expect(copies.count == 1, "\(tree.keys.sorted())")
+            let values = Set(([ "a" ] + copies).compactMap { try? box.gitOK(["show", "main:\($0)"], cwd: remote.path) })
+            #expect(values == ["notes", "mine"], "\(values)")
+            #expect(try box.fprepJSON(["sync"], cwd: replica).objects("localChanges").isEmpty)
+        }
+    }
+
     @Test("a force-push with no local work is followed: the dropped commits are not pushed back, a backup ref keeps them")
     func forcePushFollowed() throws {
         try withSandbox { box in

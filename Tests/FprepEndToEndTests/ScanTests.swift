@@ -31,9 +31,15 @@ struct ScanTests {
             // Nothing changed: the cached answer is the same answer.
             #expect(try changes(box, replica) == first)
 
-            // The index stops naming a file that stays on disk; its folder did not change.
-            let rm = try box.git(["update-index", "--force-remove", "docs/readme.md"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"])
-            #expect(rm.status == 0, "\(rm)")
+            // The index stops naming a file that stays on disk; its folder did
+            // not change: the remote deletes a file this device edited, and
+            // an incoming sync (no scan) keeps the edit as a file of its own.
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            try Data("edited here\n".utf8).write(to: URL(fileURLWithPath: replica + "/docs/readme.md"))
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try box.sh("git rm -q docs/readme.md && git commit -qm 'readme goes' && git push -q origin HEAD:main", cwd: work)
+            try box.fprepOK(["sync", "--incoming"], cwd: replica)
             let untracked = try changes(box, replica)
             #expect(untracked["added"]?.contains("docs/readme.md") == true, "\(untracked)")
 
