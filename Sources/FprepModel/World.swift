@@ -313,14 +313,21 @@ final class World {
     }
 
     private func applyReplica(_ action: Action, index: Int) throws {
-        try applyReplicaAction(action, index: index)
-        // What the actor wrote through a hard link changes the outside file on purpose.
-        if [.write, .append, .appendPlaceholder, .truncate, .concurrent].contains(action.kind) {
-            let r = root(action.actor)
-            let inodes = Set(walk(r).compactMap { item -> UInt64? in
+        let writes = [.write, .append, .appendPlaceholder, .truncate, .concurrent].contains(action.kind)
+        func replicaInodes() -> Set<UInt64> {
+            Set(walk(root(action.actor)).compactMap { item -> UInt64? in
                 if case .file(_, _, let inode) = item.entry { return inode }
                 return nil
             })
+        }
+        // A concurrent writer writes while fprep works: the file it writes
+        // may leave the replica meanwhile (fprep keeps its bytes in a copy),
+        // so the inodes it may have written are the ones there before too.
+        let before = writes ? replicaInodes() : []
+        try applyReplicaAction(action, index: index)
+        // What the actor wrote through a hard link changes the outside file on purpose.
+        if writes {
+            let inodes = before.union(replicaInodes())
             for path in outside.keys {
                 if case .file(_, _, let inode)? = entry(path), inodes.contains(inode) { outside[path] = readFile(path) ?? [] }
             }
