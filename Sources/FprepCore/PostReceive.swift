@@ -10,6 +10,12 @@ public enum PostReceive {
         public let old: ObjectID
         public let new: ObjectID
         public let reference: String
+
+        public init(old: ObjectID, new: ObjectID, reference: String) {
+            self.old = old
+            self.new = new
+            self.reference = reference
+        }
     }
 
     /// Parses git's hook input; malformed lines are skipped.

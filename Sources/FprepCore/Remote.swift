@@ -94,7 +94,7 @@ public enum Remote {
         }
     }
 
-    static func absolute(_ path: String) -> String { absolutePath(path) }
+    public static func absolute(_ path: String) -> String { absolutePath(path) }
 }
 
 /// Commit dates, from `GIT_AUTHOR_DATE` / `GIT_COMMITTER_DATE` when set (as

@@ -25,7 +25,7 @@ public enum SizeManifest {
     /// blobs (the remote). Returns how many blobs it listed.
     @discardableResult
     public static func extend(_ repository: Repository, from old: ObjectID?, to new: ObjectID,
-                              time: Int64) throws -> Int {
+                              time: Int64, times: [ObjectID: Int64] = [:]) throws -> Int {
         let odb = try repository.objectDatabase()
         var seen = Set<ObjectID>()
         var lines: [String] = []
@@ -33,7 +33,7 @@ public enum SizeManifest {
             guard let entry = delta.new, entry.mode != .submodule, !seen.contains(entry.id) else { continue }
             seen.insert(entry.id)
             guard let size = try odb.size(of: entry.id) else { continue }
-            lines.append("\(entry.id.hex) \(size) \(time)\n")
+            lines.append("\(entry.id.hex) \(size) \(times[entry.id] ?? time)\n")
         }
         guard !seen.isEmpty else { return 0 }
         let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)

@@ -8,16 +8,43 @@ import FprepGit
 /// manifest entries for them.
 public enum TreeImporter {
     public struct Result: Sendable, Encodable {
-        public let commit: String
+        /// The commit made; nil for a dry run.
+        public let commit: String?
         public let branch: String
         public let files: Int
         public let symlinks: Int
         public let bytes: Int64
         /// Things that could not be imported (sockets, empty folders…), with why.
         public let skipped: [String]
+        /// What the import changes in the branch's tree: files and symlinks
+        /// added, changed and deleted.
+        public var added = 0
+        public var changed = 0
+        public var deleted = 0
+        public var dryRun = false
+        /// The commit the branch held before (nil: it was empty).
+        public var previous: String?
+        /// Where the folder went in the tree (nil: the whole tree).
+        public var prefix: String?
     }
 
-    public static func importFolder(_ rawFolder: String, into rawRemote: String, message: String?) throws -> Result {
+    /// How an import meets a branch that already has files.
+    public struct Placement: Sendable {
+        /// Replace what is there (the whole tree, or the folder at `prefix`).
+        public var replace = false
+        /// Import below this folder, beside the rest of the tree.
+        public var prefix: String?
+        public var dryRun = false
+
+        public init(replace: Bool = false, prefix: String? = nil, dryRun: Bool = false) {
+            self.replace = replace
+            self.prefix = prefix
+            self.dryRun = dryRun
+        }
+    }
+
+    public static func importFolder(_ rawFolder: String, into rawRemote: String, message: String?,
+                                    placement: Placement = Placement()) throws -> Result {
         let folder = Remote.absolute(rawFolder)
         let remotePath = Remote.absolute(rawRemote)
         var isDirectory = false
@@ -29,30 +56,65 @@ public enum TreeImporter {
             throw FprepError(.usage, "'\(rawRemote)' is not an fprep remote (create it with 'fprep init-remote \(rawRemote)')")
         }
         let branch = (try? config.string("fprep.branch")) ?? nil ?? "main"
+        let reference = "refs/heads/" + branch
+        let parent = try repository.referenceTarget(reference)
+        let oldTree = try parent.map { try repository.commit($0).treeID }
+        let prefix = try placement.prefix.map { try checkedPrefix($0) }
+        // Into a branch that has files, an import must say what it does
+        // with them: the whole tree replaced, or the folder beside them.
+        if let oldTree, oldTree != ObjectID.emptyTree, prefix == nil, !placement.replace {
+            throw FprepError(.usage, "'\(rawRemote)' already has files on '\(branch)'; importing '\(rawFolder)' as the whole tree would delete every file not in it: pass --prefix DIR to import it beside them, or --replace to replace them (see what changes with --dry-run)")
+        }
+        if let prefix, let oldTree, !placement.replace,
+           try TreeLookup(repository: repository, tree: oldTree).entry(at: prefix) != nil {
+            throw FprepError(.usage, "'\(rawRemote)' already has '\(prefix)' on '\(branch)'; pass --replace to replace it with '\(rawFolder)', or choose another --prefix (see what changes with --dry-run)")
+        }
         var state = ImportState()
-        let tree: ObjectID
+        let imported: ObjectID
         do {
-            tree = try buildTree(Array(folder.utf8), relative: [], repository: repository, state: &state)
+            imported = try buildTree(Array(folder.utf8), relative: [], repository: repository, state: &state)
         } catch {
             throw FprepError.git("cannot import '\(rawFolder)'", error)
         }
-        let reference = "refs/heads/" + branch
+        let tree: ObjectID
+        if let prefix {
+            do {
+                tree = try TreeEditor(repository).apply([prefix.bytes: .put(imported, .tree)], to: oldTree)
+            } catch let conflict as TreeEditConflict {
+                throw FprepError(.usage, "cannot import below '\(prefix)': \(conflict) on '\(branch)'; choose another --prefix")
+            }
+        } else {
+            tree = imported
+        }
+        var result = Result(commit: nil, branch: branch, files: state.files, symlinks: state.symlinks,
+                            bytes: state.bytes, skipped: state.skipped)
+        result.previous = parent?.hex
+        result.prefix = prefix?.description
+        result.dryRun = placement.dryRun
+        let before = try oldTree.map { try items(of: $0, in: repository) } ?? [:]
+        let after = try items(of: tree, in: repository)
+        for (path, item) in after {
+            if let old = before[path] { if old.id != item.id || old.mode != item.mode { result.changed += 1 } } else { result.added += 1 }
+        }
+        result.deleted = before.keys.count { after[$0] == nil }
+        if placement.dryRun { return result }
         let dates = CommitDates.now()
         let identity = Identity.current()
-        let parent = try repository.referenceTarget(reference)
         let commitMessage = message ?? "Import \(URL(fileURLWithPath: folder).lastPathComponent) (\(state.files) files)"
+            + (prefix.map { " into \($0)" } ?? "")
         do {
             let commit = try repository.writeCommit(
                 tree: tree, parents: parent.map { [$0] } ?? [], message: commitMessage + "\n",
                 author: Signature(name: identity.name, email: identity.email, time: dates.author),
                 committer: Signature(name: identity.name, email: identity.email, time: dates.committer))
-            let oldTree = try parent.map { try repository.commit($0).treeID }
-            // The manifest first: a device that fetches the branch must find the sizes.
-            try SizeManifest.extend(repository, from: oldTree, to: tree, time: dates.committer)
+            // The manifest first: a device that fetches the branch must find
+            // the sizes, and the files' own dates.
+            try SizeManifest.extend(repository, from: oldTree, to: tree, time: dates.committer, times: state.times)
             try repository.updateReference(reference, to: commit, expecting: parent, message: "fprep import-tree")
             SizeManifest.updateCommitGraph(of: remotePath)
             return Result(commit: commit.hex, branch: branch, files: state.files, symlinks: state.symlinks,
-                          bytes: state.bytes, skipped: state.skipped)
+                          bytes: state.bytes, skipped: state.skipped, added: result.added, changed: result.changed,
+                          deleted: result.deleted, dryRun: false, previous: parent?.hex, prefix: prefix?.description)
         } catch {
             throw FprepError.git("cannot record the import in '\(rawRemote)'", error)
         }
@@ -63,6 +125,34 @@ public enum TreeImporter {
         var symlinks = 0
         var bytes: Int64 = 0
         var skipped: [String] = []
+        /// Each file's modification time, by blob (placeholders show it).
+        var times: [ObjectID: Int64] = [:]
+    }
+
+    /// Every file, symlink and submodule below `tree`, by path.
+    static func items(of tree: ObjectID, in repository: Repository) throws -> [[UInt8]: TreeEntry] {
+        var result: [[UInt8]: TreeEntry] = [:]
+        var pending: [([UInt8], ObjectID)] = [([], tree)]
+        while let (prefix, id) = pending.popLast() {
+            for entry in try repository.tree(id).entries {
+                let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
+                if entry.mode == .tree { pending.append((path, entry.id)) } else { result[path] = entry }
+            }
+        }
+        return result
+    }
+
+    /// A folder path inside the tree, checked as clone checks names.
+    static func checkedPrefix(_ raw: String) throws -> RepoPath {
+        let trimmed = raw.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard !trimmed.isEmpty else { throw FprepError(.usage, "--prefix needs a folder path inside the tree (like 'photos/2026')") }
+        for name in trimmed {
+            if name == "." || name == ".." { throw FprepError(.usage, "--prefix '\(raw)' has '\(name)' in it; name a folder inside the tree") }
+            if let problem = EntryNameCheck.problem(with: Array(name.utf8)) {
+                throw FprepError(.usage, "--prefix '\(raw)': '\(name)' \(problem)")
+            }
+        }
+        return RepoPath(trimmed.joined(separator: "/"))
     }
 
     /// Writes the tree of `path` bottom-up. Names are bytes from readdir, so
@@ -94,6 +184,7 @@ public enum TreeImporter {
                 let id = try repository.writeBlob(fromFile: childPath)
                 let executable = (info.mode & 0o111) != 0
                 try builder.insert(name: name, id: id, mode: executable ? .executable : .blob)
+                state.times[id] = info.mtime_sec
                 state.files += 1
                 state.bytes += info.size
             case S_IFLNK:

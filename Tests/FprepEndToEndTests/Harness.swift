@@ -530,6 +530,10 @@ func writeTree(_ nodes: [String: Node], at root: String) throws {
         case .file(let data, let executable):
             guard FileManager.default.createFile(atPath: path, contents: data) else { throw HarnessError("cannot write \(path)") }
             chmod(path, executable ? 0o755 : 0o644)
+            // The fixture's files carry the fixed date: import-tree keeps a
+            // file's own date, and the tests expect placeholders to show it.
+            var times = utimbuf(actime: time_t(fixedDate), modtime: time_t(fixedDate))
+            utime(path, &times)
         case .symlink(let target):
             guard symlink(target, path) == 0 else { throw HarnessError("cannot symlink \(path)") }
         }
