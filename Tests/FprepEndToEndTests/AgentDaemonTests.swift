@@ -189,6 +189,26 @@ struct AgentDaemonTests {
         }
     }
 
+    @Test("the systemd unit in the repository runs 'fprep agent run', a subcommand that exists")
+    func systemdUnitNamesARealSubcommand() throws {
+        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let unit = try String(contentsOf: packageRoot.appendingPathComponent("contrib/systemd/fprep-agent.service"), encoding: .utf8)
+        var settings: [String: String] = [:]
+        for line in unit.split(separator: "\n") where !line.hasPrefix("#") && !line.hasPrefix("[") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            settings[line[..<equals].trimmingCharacters(in: .whitespaces)] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+        }
+        #expect(settings["Type"] == "simple" && settings["Restart"] == "on-failure" && settings["KillSignal"] == "SIGTERM", "\(settings)")
+        let command = settings["ExecStart"]?.split(separator: " ").map(String.init) ?? []
+        #expect(command.first == "/usr/local/bin/fprep", "\(command)")
+        try withSandbox { s in
+            let help = try s.fprep(Array(command.dropFirst()) + ["--help"])
+            #expect(help.status == 0 && help.stdout.contains("USAGE: fprep \(command.dropFirst().joined(separator: " ")) "), "\(help)")
+            let bogus = try s.fprep(["agent", "bogus", "--help"])
+            #expect(!bogus.stdout.contains("USAGE: fprep agent bogus"), "the check tells a missing subcommand: \(bogus)")
+        }
+    }
+
     @Test("without root the agent refuses in one line")
     func refusesWithoutPrivilege() throws {
         try withSandbox { s in
