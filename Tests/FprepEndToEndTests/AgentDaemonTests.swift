@@ -189,6 +189,28 @@ struct AgentDaemonTests {
         }
     }
 
+    @Test("a file a program opened under the agent is used now: recent in the working set, and still recent once evicted")
+    func openFeedsTheWorkingSet() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            try s.agentCommand(["add", replica])
+            let agent = try s.startAgentDaemon()
+            #expect(waitUntil(30) { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "docs/readme.md"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.status == 0, "\(cat)")
+            _ = stopAgent(agent)
+            try s.fprepOK(["evict", "-C", replica, "docs/readme.md"])
+            let listing = try s.fprepOK(["working-set", "-C", replica, "--json"])
+            let items = try JSONSerialization.jsonObject(with: listing.stdoutData) as? [[String: Any]] ?? []
+            let reasons = Dictionary(items.compactMap { item in (item["identifier"] as? String).map { ($0, item["reasons"] as? [String] ?? []) } },
+                                     uniquingKeysWith: { a, _ in a })
+            #expect(reasons["docs/readme.md"] == ["recent"], "opened, then evicted: still used recently: \(listing.stdout)")
+            #expect(reasons["a.txt"] == nil, "never opened: \(listing.stdout)")
+        }
+    }
+
     @Test("the systemd unit in the repository runs 'fprep agent run', a subcommand that exists")
     func systemdUnitNamesARealSubcommand() throws {
         let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
