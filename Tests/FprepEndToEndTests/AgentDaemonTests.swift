@@ -189,6 +189,41 @@ struct AgentDaemonTests {
         }
     }
 
+    @Test("kill -9 of the agent while readers of two replicas wait: each gets EIO, never zeros; started again, it serves both")
+    func killedAndStartedAgain() throws {
+        try withSandbox { s in
+            _ = try s.makeRemote()
+            let daemon = try s.startDaemon(base: s.path)
+            let first = s.at("first"), second = s.at("second")
+            _ = try s.clone(daemon.url("remote.git"), first)
+            _ = try s.clone(daemon.url("remote.git"), second)
+            for replica in [first, second] { try s.agentCommand(["add", replica]) }
+            let agent = try s.startAgentDaemon()
+            #expect(waitUntil(30) { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
+            daemon.pause()
+            let readers = try [first, second].map { try s.spawnPython(readProgram, ["bin.dat"], cwd: $0) }
+            #expect(waitUntil(20) { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
+            kill(agent.pid, SIGKILL)  // the agent only (not its keepers), as a user's kill -9
+            _ = agent.wait(timeout: 30)
+            for reader in readers {
+                let read = reader.wait(timeout: 20)
+                #expect(!read.timedOut && read.status != 0 && read.stdoutData.isEmpty && read.stderr.contains("Input/output error"), "\(read)")
+            }
+            let stopped = try s.fprepJSON(["agent", "status"], env: ["FPREP_AGENT_STATE_DIR": s.agentState])
+            #expect(stopped["running"] as? Bool == false, "a killed agent is not running: \(stopped)")
+            daemon.resume()
+
+            let again = try s.startAgentDaemon()
+            #expect(waitUntil(30) { served(first, by: again.pid) && served(second, by: again.pid) }, "\(again.stderrSoFar)")
+            for replica in [first, second] {
+                let read = try s.python(readProgram, ["bin.dat"], cwd: replica)
+                #expect(read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(replica): \(read.status) \(read.stderr)")
+            }
+            let log = stopAgent(again)
+            #expect(log.status == 0, "\(log)")
+        }
+    }
+
     @Test("a file a program opened under the agent is used now: recent in the working set, and still recent once evicted")
     func openFeedsTheWorkingSet() throws {
         try withSandbox { s in
