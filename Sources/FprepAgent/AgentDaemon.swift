@@ -34,13 +34,15 @@ public enum AgentDaemon {
 
         let supervisor = Supervisor(registry: registry, timeout: timeout, log: log)
         log.write(.info, "agent started (pid \(getpid())): serving the replicas registered in \(registry.folder)")
+        // Its status is published before its pid: whoever sees the pid finds it.
+        supervisor.step()
         try lock.ready()
         while !SignalPipe.stopRequested {
-            supervisor.step()
             var fds = [pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0), pollfd(fd: notify, events: Int16(POLLIN), revents: 0)]
             _ = poll(&fds, 2, 500)
             drain(wake.read)
             drain(notify)
+            supervisor.step()
         }
         supervisor.stopAll()
         log.write(.info, "agent stopped")
