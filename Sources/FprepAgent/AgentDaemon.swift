@@ -58,7 +58,9 @@ public enum AgentDaemon {
 /// replica is served by which slot, which failed and when to try again,
 /// and the status it publishes.
 private final class Supervisor {
-    static let retrySeconds = 30.0
+    /// How long a replica that cannot be served waits before it is tried
+    /// again (tests shorten it: `FPREP_TEST_AGENT_RETRY_SECONDS`).
+    static let retrySeconds: Double = getenv("FPREP_TEST_AGENT_RETRY_SECONDS").flatMap { Double(String(cString: $0)) } ?? 30
 
     private let registry: AgentRegistry
     private let timeout: Double

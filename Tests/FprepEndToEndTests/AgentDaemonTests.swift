@@ -19,8 +19,8 @@ extension Sandbox {
 
     /// Starts `fprep agent run` and waits until it follows the registry
     /// (its pid is in the state folder's `agent.pid`).
-    func startAgentDaemon(extra: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
-        let agent = try spawnFprep(["agent", "run"] + extra, env: ["FPREP_AGENT_STATE_DIR": agentState])
+    func startAgentDaemon(extra: [String] = [], env: [String: String] = [:], sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
+        let agent = try spawnFprep(["agent", "run"] + extra, env: env.merging(["FPREP_AGENT_STATE_DIR": agentState]) { _, new in new })
         let ready = waitUntil(30) { !agent.isRunning || pidFile(agentState + "/agent.pid") == agent.pid }
         guard ready, agent.isRunning else {
             let result = agent.isRunning ? agent.kill9() : agent.wait()
@@ -150,6 +150,30 @@ struct AgentDaemonTests {
             }
             let line = try Regex(#"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ error cannot serve /dev/shm/\S+/replica: "#)
             #expect(log.stderrLines.contains { $0.firstMatch(of: line) != nil }, "\(log.stderr)")
+        }
+    }
+
+    @Test("a replica another agent serves is taken over once that agent stops; one that appears later is served once it is there")
+    func failedReplicasAreTriedAgain() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let taken = s.at("taken"), later = s.at("later")
+            _ = try s.clone(remote.path, taken)
+            _ = try s.clone(remote.path, later)
+            for replica in [taken, later] { try s.agentCommand(["add", replica]) }
+            try FileManager.default.moveItem(atPath: later, toPath: s.at("elsewhere"))
+            let foreground = try s.startAgent(taken)
+            let agent = try s.startAgentDaemon(env: ["FPREP_TEST_AGENT_RETRY_SECONDS": "1"])
+            #expect(waitUntil(30) { agent.stderrSoFar.contains("error cannot serve \(taken): an agent already serves") }, "\(agent.stderrSoFar)")
+            #expect(waitUntil(30) { agent.stderrSoFar.contains("error cannot serve \(later): ") }, "\(agent.stderrSoFar)")
+            _ = stopAgent(foreground)
+            try FileManager.default.moveItem(atPath: s.at("elsewhere"), toPath: later)
+            #expect(waitUntil(30) { served(taken, by: agent.pid) && served(later, by: agent.pid) }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: later, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
+            let log = stopAgent(agent)
+            let refusals = log.stderrLines.filter { $0.contains("error cannot serve \(taken):") }
+            #expect(refusals.count == 1, "a refusal is logged once, however often it is tried again: \(log.stderr)")
         }
     }
 
