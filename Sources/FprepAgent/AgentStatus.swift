@@ -43,6 +43,9 @@ public struct ReplicaStatus: Codable, Sendable, Equatable {
     public var lastError: String?
     /// When `lastError` happened (UTC, ISO 8601).
     public var lastErrorAt: String?
+    /// The process id of another agent serving it (`fprep agent -C`), when
+    /// this one does not (said by `fprep agent status`, never published).
+    public var servedBy: Int32?
 
     public init(path: String, state: State, placeholders: Int = 0, hydrated: Int = 0, failed: Int = 0,
                 lastError: String? = nil, lastErrorAt: String? = nil) {

@@ -163,7 +163,7 @@ struct AgentStatusCommand: ParsableCommand {
 
     func run() throws {
         let registry = state.registry
-        let report: Report
+        var report: Report
         if let status = AgentDaemonStatus.current(stateFolder: registry.folder) {
             report = Report(running: true, pid: status.pid, started: status.started.isEmpty ? nil : status.started,
                             stateFolder: registry.folder, replicas: status.replicas)
@@ -172,6 +172,13 @@ struct AgentStatusCommand: ParsableCommand {
             report = Report(running: false, pid: nil, started: nil, stateFolder: registry.folder,
                             replicas: roots.map { ReplicaStatus(path: $0, state: .notServed) })
         }
+        // A replica this agent does not serve may be served by another ('fprep agent -C').
+        let replicas = report.replicas.map { replica -> ReplicaStatus in
+            var replica = replica
+            if replica.state != .serving { replica.servedBy = InPlaceHydration.servingAgent(replicaRoot: replica.path) }
+            return replica
+        }
+        report = Report(running: report.running, pid: report.pid, started: report.started, stateFolder: report.stateFolder, replicas: replicas)
         if json { return try JSONOutput.print(report) }
         if let pid = report.pid {
             print("agent:  running, pid \(pid)\(report.started.map { " since \($0)" } ?? "") (state folder \(report.stateFolder))")
@@ -186,6 +193,7 @@ struct AgentStatusCommand: ParsableCommand {
             if replica.state == .serving || replica.hydrated + replica.failed > 0 {
                 line += ", \(replica.hydrated) hydrated, \(replica.failed) failed"
             }
+            if let other = replica.servedBy { line += "; served by another agent (pid \(other), 'fprep agent -C')" }
             print(line)
             if let error = replica.lastError {
                 print("  last error\(replica.lastErrorAt.map { " at \($0)" } ?? ""): \(error)")

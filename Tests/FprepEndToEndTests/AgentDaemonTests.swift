@@ -163,6 +163,8 @@ struct AgentDaemonTests {
             for replica in [taken, later] { try s.agentCommand(["add", replica]) }
             try FileManager.default.moveItem(atPath: later, toPath: s.at("elsewhere"))
             let foreground = try s.startAgent(taken)
+            let elsewhere = try s.agentCommand(["status"])
+            #expect(elsewhere.stdout.contains("\(taken): not served; served by another agent (pid \(foreground.pid), 'fprep agent -C')"), "\(elsewhere)")
             let agent = try s.startAgentDaemon(env: ["FPREP_TEST_AGENT_RETRY_SECONDS": "1"])
             #expect(waitUntil(30) { agent.stderrSoFar.contains("error cannot serve \(taken): an agent already serves") }, "\(agent.stderrSoFar)")
             #expect(waitUntil(30) { agent.stderrSoFar.contains("error cannot serve \(later): ") }, "\(agent.stderrSoFar)")
