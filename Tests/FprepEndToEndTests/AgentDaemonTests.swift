@@ -292,13 +292,17 @@ struct AgentDaemonTests {
         }
     }
 
-    @Test("without root the agent refuses in one line")
+    @Test("without root the agent refuses in one line (agent run, and plain agent without -C, which is agent run)")
     func refusesWithoutPrivilege() throws {
         try withSandbox { s in
             let unprivileged = try Shell.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                                               Binaries.fprep, "agent", "run", "--state-dir", s.agentState],
                                              env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
             expectOneLineError(unprivileged, mentioning: ["root", "sudo fprep agent run"])
+            let plain = try Shell.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                       Binaries.fprep, "agent", "--state-dir", s.agentState],
+                                      env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
+            expectOneLineError(plain, mentioning: ["root", "sudo fprep agent run"])
         }
     }
 }
