@@ -250,6 +250,45 @@ struct AgentDaemonTests {
         }
     }
 
+    @Test("the git a hydration runs holds no file the agent holds for a reader (of its replica or another): a hung fetch keeps nothing of anyone else's open")
+    func fetchesInheritNothing() throws {
+        try withSandbox { s in
+            _ = try s.makeRemote()
+            let daemon = try s.startDaemon(base: s.path)
+            let first = s.at("first"), second = s.at("second")
+            _ = try s.clone(daemon.url("remote.git"), first)
+            _ = try s.clone(daemon.url("remote.git"), second)
+            for replica in [first, second] { try s.agentCommand(["add", replica]) }
+            let agent = try s.startAgentDaemon()
+            #expect(waitUntil(30) { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
+            daemon.pause()
+            let readers = try [first, second].map { try s.spawnPython(readProgram, ["bin.dat"], cwd: $0) }
+            #expect(waitUntil(20) { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
+            // Both fetches under way (each runs git, which hangs on the paused remote).
+            func gits() -> [pid_t] {
+                var found: [pid_t] = [], queue = Shell.childProcesses(of: agent.pid)
+                while let pid = queue.popLast() {
+                    queue += Shell.childProcesses(of: pid)
+                    if (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.hasPrefix("git") == true { found.append(pid) }
+                }
+                return found
+            }
+            #expect(waitUntil(20) { gits().count >= 2 }, "two fetches run")
+            let held = gits().flatMap { pid -> [String] in
+                let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+                return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)") }
+            }
+            let placeholders = held.filter { $0 == first + "/bin.dat" || $0 == second + "/bin.dat" }
+            #expect(placeholders.isEmpty, "a fetch's git holds files the agent holds for readers: \(placeholders)")
+            daemon.resume()
+            for reader in readers {
+                let read = reader.wait(timeout: 30)
+                #expect(read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(read.status) \(read.stderr)")
+            }
+            _ = stopAgent(agent)
+        }
+    }
+
     @Test("a file a program opened under the agent is used now: recent in the working set, and still recent once evicted")
     func openFeedsTheWorkingSet() throws {
         try withSandbox { s in
