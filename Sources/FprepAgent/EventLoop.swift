@@ -16,6 +16,10 @@ final class EventLoop: @unchecked Sendable {
     private let timeout: Double
     private let log: AgentLog
     private let wake: (read: Int32, write: Int32)
+    private let counters: ReplicaCounters
+    /// Put before a file's path in the log: "" for one replica, its root
+    /// and a slash when one agent serves several.
+    private let prefix: String
 
     private let watchlist: Watchlist
     /// Hydrations under way, with the events that wait for each (loop thread only).
@@ -39,8 +43,11 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    init(group: FanotifyGroup, watchlist: Watchlist, hydrator: Hydrator, timeout: Double, log: AgentLog, wake: (read: Int32, write: Int32)) {
+    init(group: FanotifyGroup, watchlist: Watchlist, hydrator: Hydrator, timeout: Double, log: AgentLog,
+         wake: (read: Int32, write: Int32), counters: ReplicaCounters, prefix: String) {
         self.group = group
+        self.counters = counters
+        self.prefix = prefix
         self.watchlist = watchlist
         self.hydrator = hydrator
         self.timeout = timeout
@@ -107,12 +114,13 @@ final class EventLoop: @unchecked Sendable {
         let results = finished.withLock { value -> [(FileKey, Hydrator.Outcome, Double)] in defer { value = [] }; return value }
         for (key, outcome, end) in results {
             guard let job = running.removeValue(forKey: key) else { continue }
-            let path = job.placeholder.path
+            let path = prefix + job.placeholder.path.description
             let milliseconds = Int(((end - job.started) * 1000).rounded())
             switch outcome {
             case .hydrated(let bytes):
                 watchlist.forget(key)
                 log.write(.info, "hydrated \(path) (\(AgentLog.size(bytes)), \(milliseconds) ms)")
+                counters.hydrated()
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
             case .notAPlaceholder(let why):
                 watchlist.forget(key)
@@ -120,6 +128,7 @@ final class EventLoop: @unchecked Sendable {
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
             case .failed(let why):
                 log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(job.waiting.count) access\(job.waiting.count == 1 ? "" : "es") failed with EIO")
+                counters.failed("cannot hydrate \(path): \(why)")
                 for waiting in job.waiting { answer(waiting.fd, error: EIO) }
             }
         }
@@ -133,7 +142,9 @@ final class EventLoop: @unchecked Sendable {
             let expired = job.waiting.filter { $0.deadline <= now }
             guard !expired.isEmpty else { continue }
             job.waiting.removeAll { $0.deadline <= now }
-            log.write(.error, "cannot hydrate \(job.placeholder.path): no content after \(Self.seconds(timeout)); \(expired.count) access\(expired.count == 1 ? "" : "es") failed with EIO")
+            let path = prefix + job.placeholder.path.description
+            log.write(.error, "cannot hydrate \(path): no content after \(Self.seconds(timeout)); \(expired.count) access\(expired.count == 1 ? "" : "es") failed with EIO")
+            counters.failed("cannot hydrate \(path): no content after \(Self.seconds(timeout))")
             for waiting in expired { answer(waiting.fd, error: EIO) }
         }
     }

@@ -14,11 +14,12 @@ final class FanotifyGroup: @unchecked Sendable {
 
     /// Tells the refusals apart on `probeFile` (any regular file on the
     /// replica's filesystem; nil: the privilege only), before anything is watched.
-    static func probe(_ probeFile: String?, replica: String) throws {
+    /// `rerun`: the command a refusal for want of privilege suggests.
+    static func probe(_ probeFile: String?, replica: String, rerun: String? = nil) throws {
         switch fprep_fanotify_probe(AT_FDCWD, probeFile) {
         case Int32(FPREP_FANOTIFY_SUPPORTED): return
         case Int32(FPREP_FANOTIFY_NOT_PRIVILEGED):
-            throw AgentRefusal(description: "fprep: cannot start the agent: fanotify needs root (or CAP_SYS_ADMIN); run 'sudo fprep agent -C \(replica)'")
+            throw AgentRefusal(description: "fprep: cannot start the agent: fanotify needs root (or CAP_SYS_ADMIN); run 'sudo \(rerun ?? "fprep agent -C \(replica)")'")
         case Int32(FPREP_FANOTIFY_NO_KERNEL_SUPPORT):
             throw AgentRefusal(description: "fprep: cannot start the agent: this kernel has no fanotify pre-content events (Linux 6.14 or later is needed); use 'fprep materialize' instead")
         case Int32(FPREP_FANOTIFY_NO_FILESYSTEM_SUPPORT):

@@ -10,10 +10,13 @@ final class Watchlist: @unchecked Sendable {
     private let group: FanotifyGroup
     private let rootFD: Int32
     private let log: AgentLog
+    /// Put before a path in the log (see `EventLoop`).
+    private let prefix: String
     private let files = Mutex<[FileKey: WatchedPlaceholder]>([:])
 
-    init(group: FanotifyGroup, rootFD: Int32, log: AgentLog) {
+    init(group: FanotifyGroup, rootFD: Int32, log: AgentLog, prefix: String = "") {
         self.group = group
+        self.prefix = prefix
         self.rootFD = rootFD
         self.log = log
     }
@@ -47,7 +50,7 @@ final class Watchlist: @unchecked Sendable {
         var marked: [FileKey: WatchedPlaceholder] = [:]
         for (key, placeholder, fd) in found where !known.contains(key) {
             guard group.mark(fd) else {
-                log.write(.warning, "cannot watch \(placeholder.path): \(String(cString: strerror(errno)))")
+                log.write(.warning, "cannot watch \(prefix)\(placeholder.path): \(String(cString: strerror(errno)))")
                 continue
             }
             marked[key] = placeholder

@@ -173,8 +173,12 @@ extension Replica {
             updated.stat = StatData(FileStat(after))
             try index.add(updated)
             try index.write()
+            // A program opened it: used now, as 'fprep open' records it (a
+            // recent item stays one when the file is evicted later).
+            let now = Int64(Date().timeIntervalSince1970)
             try store.transaction {
-                try store.recordMaterialized([(path, entry.id)], at: Int64(Date().timeIntervalSince1970))
+                try store.recordMaterialized([(path, entry.id)], at: now)
+                try store.recordRecent([path], at: now)
                 try store.endOperation(operation)
             }
             return .hydrated(bytes: Int64(bytes.count))

@@ -1,3 +1,4 @@
+import CLibGit2Support
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -60,6 +61,10 @@ public enum GitCommand {
         posix_spawn_file_actions_adddup2(&actions, stdinPipe[0], 0)
         posix_spawn_file_actions_adddup2(&actions, stdoutPipe[1], 1)
         if !showProgress { posix_spawn_file_actions_adddup2(&actions, stderrPipe[1], 2) }
+        // Nothing else: a descriptor another thread holds without
+        // close-on-exec (a file the agent holds for a reader, a pipe made
+        // a moment ago) must not live on in a git that may hang.
+        _ = fprep_spawn_close_from(&actions, 3)
 
         let argv = ([gitPath] + fullArguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]

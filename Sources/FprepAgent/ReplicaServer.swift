@@ -1,0 +1,127 @@
+import CFprepSys
+import FprepCore
+import Glibc
+import Synchronization
+
+/// One replica served: its fanotify group with a mark on every
+/// placeholder, the keeper that fails the accesses held if the agent is
+/// killed, and the event loop. `init` returns once every placeholder is
+/// watched, or throws the one line that says why the replica cannot be
+/// served; `run` serves until `stop` (or a signal).
+final class ReplicaServer: @unchecked Sendable {
+    let root: String
+    private let log: AgentLog
+    private let namesRoot: Bool
+    private let status: AgentStatusFile
+    private let rootFD: OwnedFD
+    private let group: FanotifyGroup
+    private let keeper: OwnedFD
+    private let wake: (read: Int32, write: Int32)
+    private let ownedWake: [OwnedFD]
+    private let watchlist: Watchlist
+    private let rescans: IndexWatcher
+    private let loop: EventLoop
+    private let stopping = Atomic<Bool>(false)
+    /// Why serving ended on its own (the replica went away).
+    private var gone: String?
+    private var lastPresenceCheck = monotonicNow()
+
+    /// Placeholders with a mark now.
+    var watched: Int { watchlist.count }
+
+    /// `wake`: the pipe to wait on besides the group (nil: one of its own);
+    /// `namesRoot`: log lines give files with the replica's root (one agent, several replicas).
+    init(replicaAt path: String, timeout: Double, log: AgentLog, counters: ReplicaCounters,
+         wake: (read: Int32, write: Int32)?, namesRoot: Bool) throws {
+        let started = monotonicNow()
+        guard let root = Replica.findRoot(from: path) else { throw FprepError.notAReplica(path) }
+        self.root = root
+        self.log = log
+        self.namesRoot = namesRoot
+        try FanotifyGroup.probe(root + "/.fprep/state.db", replica: root)
+
+        // First, so a second agent touches nothing of the first one's.
+        status = try AgentStatusFile(root: root)
+        // Whatever a killed agent (or command) journaled is settled here,
+        // before anything is watched: its quarantines are no longer needed.
+        let placeholders: [WatchedPlaceholder]
+        do {
+            let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
+            InPlaceHydration.removeAllQuarantines(replicaRoot: root)
+            placeholders = try replica.watchablePlaceholders()
+        }
+        let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw FprepError("cannot open the replica '\(root)': \(String(cString: strerror(errno)))") }
+        rootFD = OwnedFD(fd)
+
+        group = try FanotifyGroup()
+        // Killed with -9, the agent could not fail the accesses it holds;
+        // its keeper does (they would read zeros otherwise).
+        let keeperFD = fprep_fanotify_start_keeper(group.fd)
+        guard keeperFD >= 0 else { throw FprepError("cannot start the agent: fork: \(String(cString: strerror(errno)))") }
+        keeper = OwnedFD(keeperFD)
+        if let wake {
+            self.wake = wake
+            ownedWake = []
+        } else {
+            let made = try SignalPipe.makePipe()
+            self.wake = made
+            ownedWake = [OwnedFD(made.read), OwnedFD(made.write)]
+        }
+        let prefix = namesRoot ? root + "/" : ""
+        watchlist = Watchlist(group: group, rootFD: rootFD.fd, log: log, prefix: prefix)
+        let rescans = IndexWatcher(root: root)
+        self.rescans = rescans
+        let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) })
+        loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log,
+                         wake: self.wake, counters: counters, prefix: prefix)
+        watchlist.watch(placeholders, complete: true)
+        let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
+        log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
+        try status.ready()
+    }
+
+    /// Serves until `stop` or a signal; throws when the replica went away meanwhile.
+    func run() throws {
+        let suffix = namesRoot ? " in \(root)" : ""
+        try loop.run(tick: { [self] in
+            // A sync, clone or evict made new placeholders: watch them too
+            // (on the rescan's thread; the loop goes on serving).
+            rescans.poll { [watchlist, log] placeholders in
+                let marked = watchlist.watch(placeholders, complete: true)
+                if marked > 0 { log.write(.info, "watching \(marked) new placeholder\(marked == 1 ? "" : "s")\(suffix) (\(watchlist.count) in all)") }
+            }
+            checkPresence()
+        }, shouldStop: { [self] in SignalPipe.stopRequested || stopping.load(ordering: .acquiring) })
+        if let gone { throw FprepError(gone) }
+        log.write(.info, "stopped serving \(root)")
+    }
+
+    /// Asks `run` to return (from any thread).
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        var byte: UInt8 = 1
+        _ = Glibc.write(wake.write, &byte, 1)
+    }
+
+    /// Stops serving when the replica is no longer at its path (moved or
+    /// deleted): its files are nobody's to fill any more.
+    private func checkPresence() {
+        let now = monotonicNow()
+        guard now - lastPresenceCheck >= 2 else { return }
+        lastPresenceCheck = now
+        var opened = fprep_stat(), named = fprep_stat()
+        let same = fprep_fstat(rootFD.fd, &opened) == 0 && fprep_lstat_at(AT_FDCWD, root, &named) == 0
+            && opened.dev == named.dev && opened.ino == named.ino
+        guard !same || access(root + "/.fprep/state.db", F_OK) != 0 else { return }
+        gone = "the replica '\(root)' is gone (moved or deleted); serving it stopped"
+        stopping.store(true, ordering: .releasing)
+    }
+}
+
+/// A descriptor closed with its owner.
+final class OwnedFD: Sendable {
+    let fd: Int32
+    init(_ fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
+}
