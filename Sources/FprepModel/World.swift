@@ -300,7 +300,17 @@ final class World {
         try git(["add", "-A"], cwd: work)
         if (try? git(["diff", "--cached", "--quiet"], cwd: work)) == nil {
             try git(["commit", "-q", "-m", "remote \(index)"], cwd: work)
-            try git(["push", "-q", remotePath, "HEAD:main"], cwd: work)
+            // A push of a killed fprep's git may land after the fetch above
+            // (git outlives the fprep that started it): rebase onto it.
+            for attempt in 1...3 {
+                do {
+                    try git(["push", "-q", remotePath, "HEAD:main"], cwd: work)
+                    break
+                } catch where attempt < 3 {
+                    try git(["fetch", "-q", remotePath, "main"], cwd: work)
+                    try git(["rebase", "-q", "FETCH_HEAD"], cwd: work)
+                }
+            }
         }
     }
 
