@@ -2,6 +2,7 @@ import ArgumentParser
 import FoundationEssentials
 import Glibc
 import FprepCore
+import FprepGit
 
 /// The `fprep` command: a dataless replica of a git remote.
 public struct Fprep: ParsableCommand {
@@ -15,7 +16,7 @@ public struct Fprep: ParsableCommand {
 
             Exit status: 0 done; 1 failed; 2 done in part (some items refused, listed); 64 bad usage; 65 sync anchor expired; 75 replica busy (with --no-wait).
             """,
-        version: "0.1.0",
+        version: "fprep \(Fprep.version) (libgit2 \(LibGit2.version), \(Fprep.git))",
         subcommands: [
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
             Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
@@ -26,11 +27,22 @@ public struct Fprep: ParsableCommand {
 
     public init() {}
 
+    static let version = "0.1.0"
+    /// The git fprep runs for transport, as `git --version` names it.
+    static var git: String {
+        (try? String(decoding: GitCommand.run(["--version"]), as: UTF8.self).split(separator: "\n").first.map(String.init)) ?? nil ?? "git not found"
+    }
+
     /// Parses the command line, runs the command, and turns every failure
     /// into one line on standard error and the documented exit status.
     public static func runMain() -> Never {
         do {
             let arguments = Self.movingReplicaOption(Array(CommandLine.arguments.dropFirst()))
+            // Bare `fprep` is a usage mistake: the usage, and 64.
+            if arguments.isEmpty {
+                Console.error(helpMessage() + "\n")
+                Glibc.exit(64)
+            }
             if let request = ChangesRequest.quickParse(arguments) {
                 try request.run()
                 Glibc.exit(0)

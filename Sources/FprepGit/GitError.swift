@@ -82,7 +82,14 @@ func check(_ result: Int32, _ function: String = #function) throws -> Int32 {
 }
 
 /// libgit2 needs one process-wide initialisation before any call.
-enum LibGit2 {
+public enum LibGit2 {
+    /// The version of the libgit2 fprep runs on ("1.5.1").
+    public static var version: String {
+        var major: Int32 = 0, minor: Int32 = 0, patch: Int32 = 0
+        guard git_libgit2_version(&major, &minor, &patch) == 0 else { return "unknown" }
+        return "\(major).\(minor).\(patch)"
+    }
+
     static let initialized: Bool = {
         git_libgit2_init()
         // Dataless index entries name blobs the partial clone does not hold.

@@ -197,7 +197,10 @@ struct HelpTests {
                 #expect(help.stdout.contains("  \(name) "), "--help should list \(name): \(help)")
             }
             let version = try box.fprep(["--version"])
-            #expect(version.status == 0 && !version.stdout.isEmpty)
+            #expect(version.status == 0 && version.stdout.hasPrefix("fprep ") && version.stdout.contains("libgit2 "), "\(version)")
+            // Bare `fprep` is a usage mistake: the usage on standard error, 64.
+            let bare = try box.fprep([])
+            #expect(bare.status == 64 && bare.stdout.isEmpty && bare.stderr.contains("USAGE:"), "\(bare)")
         }
     }
 }
