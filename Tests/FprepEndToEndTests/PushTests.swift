@@ -201,6 +201,8 @@ struct PushTests {
     func hookNeverFails() throws {
         try withSandbox { box in
             let remote = try box.makeRemote()
+            // A folder where the outbox database should be (the import made one).
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: remote.path + "/fprep/outbox.db" + suffix) }
             try FileManager.default.createDirectory(atPath: remote.path + "/fprep/outbox.db", withIntermediateDirectories: true)
             let work = box.at("work")
             try box.gitOK(["clone", "-q", remote.path, work])
