@@ -22,6 +22,9 @@ public struct SyncReport: Sendable, Encodable {
     public var conflicts: [Conflict] = []
     /// The commit pushed to the remote, if any.
     public var pushed: String?
+    /// Why the sizes of the pushed files are not in the remote's size
+    /// manifest, when the remote refused them (the push itself went through).
+    public var sizesNotPublished: String?
     /// A commit that could not be pushed (remote unreachable); the next sync pushes it.
     public var waitingToPush: String?
     /// The ref that keeps the replica's old anchor when the remote's
@@ -177,7 +180,7 @@ extension Replica {
     private func push(_ target: ObjectID, report: inout SyncReport) throws -> PushOutcome {
         try store.setMeta("unpushed", target.hex)
         do {
-            try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
+            report.sizesNotPublished = try pushPublishingSizes(target)
         } catch Transport.PushRefusal.rejected(let reason) {
             return .rejected(reason)
         } catch Transport.PushRefusal.failed(let error) {
