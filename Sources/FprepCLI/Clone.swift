@@ -42,7 +42,7 @@ struct Clone: ParsableCommand {
         print("  domain \(result.domain), branch \(result.branch), anchor \(result.anchor ?? "(empty remote)")")
         print("  \(count(result.files, "file")) (\(humanSize(result.logicalSize)), all dataless), \(count(result.folders, "folder")), \(count(result.symlinks, "symlink"))")
         if result.unknownSizes > 0 {
-            print("  \(result.unknownSizes) files have no known size: the remote has no fprep size manifest (run 'fprep init-remote' on it)")
+            print("  size unknown for \(count(result.unknownSizes, "file")): \(UnknownSizes.hint(result.unknownSizes))")
         }
         for submodule in result.unsupportedSubmodules {
             print("  unsupported: submodule '\(submodule)' is shown as an empty folder")

@@ -229,6 +229,7 @@ public enum Cloner {
             try store.setMeta("anchor", anchor?.hex ?? "")
             try store.setMeta(Replica.remoteTipKey, anchor?.hex ?? "")
             try store.setMeta("cloned_at", String(Int64(Date().timeIntervalSince1970)))
+            if plan.unknownSizes > 0 { try store.setMeta(UnknownSizes.pendingKey, "1") }
             try store.setMeta("phase", "layout")
         }
         // The sizes go into the store while the placeholders are made: the

@@ -28,6 +28,9 @@ public struct StatusReport: Sendable, Encodable {
     public var unfinished: String? = nil
     /// The process id of the `fprep agent` serving the replica, if one runs.
     public var agent: Int32? = nil
+    /// Placeholders whose size the remote did not say (0 bytes on disk,
+    /// not counted in `logicalSize`); see `UnknownSizes`.
+    public var sizeUnknown: Int = 0
 }
 
 extension Replica {
@@ -48,7 +51,7 @@ extension Replica {
                             logicalSize: Int64(try store.meta("logical_size") ?? "0") ?? 0,
                             bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
                             changes: scan.changes, waitingToPush: pending, unfinished: unfinished,
-                            agent: InPlaceHydration.servingAgent(replicaRoot: root))
+                            agent: InPlaceHydration.servingAgent(replicaRoot: root), sizeUnknown: try unknownSizeCount(index))
     }
 }
 

@@ -159,6 +159,8 @@ extension Replica {
                 throw FprepError("the remote kept moving while this replica pushed (\(reason)); your changes are committed locally, run 'fprep sync' again")
             }
         }
+        // Placeholders laid out before their size was known get it.
+        try layOutLearnedSizes()
         // Tags and favorites of every device, merged.
         try SharedMetadata(replica: self).synchronize()
         Trace.mark("shared metadata")
@@ -380,6 +382,7 @@ extension Replica {
         try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
         report.signals = try store.transaction {
             try store.setMeta("anchor", target.hex)
+            try noteUnknownSizes(changes)
             let delta = applier.sizeDelta - oldSizes.total()
             try store.setMeta("logical_size", String(max(0, (Int64(try store.meta("logical_size") ?? "0") ?? 0) + delta)))
             try store.recordTrash(applier.trashed)

@@ -119,4 +119,130 @@ struct HostedSizeTests {
             #expect(try box.fprepOK(["sync"], cwd: b).stdout.contains("up to date"))
         }
     }
+
+    // MARK: - unknown sizes
+
+    /// Pushes `files` to `remote` with plain git (a device without fprep):
+    /// the size manifest does not list them. Returns the old and new tips.
+    static func pushWithPlainGit(_ box: Sandbox, _ remote: String, _ files: [String: Data]) throws -> (old: String, new: String) {
+        let work = box.at("plain-\(UUID().uuidString.prefix(8))")
+        try box.gitOK(["clone", "-q", remote, work])
+        for (name, data) in files { try data.write(to: URL(fileURLWithPath: work + "/" + name)) }
+        try box.gitOK(["add", "-A"], cwd: work)
+        try box.gitOK(["commit", "-q", "-m", "plain git"], cwd: work)
+        let old = try box.gitOK(["rev-parse", "HEAD~1"], cwd: work)
+        try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+        return (old, try box.gitOK(["rev-parse", "HEAD"], cwd: work))
+    }
+
+    /// Lists the sizes of what came between `old` and `new` in the remote's
+    /// manifest, as the hook (or `install-hooks`, or a mirror) would.
+    static func publishSizes(_ box: Sandbox, _ remote: String, _ tips: (old: String, new: String)) throws {
+        let hook = try box.fprep(["hook", "post-receive"], cwd: remote, env: ["GIT_DIR": remote],
+                                 stdin: Data("\(tips.old) \(tips.new) refs/heads/main\n".utf8))
+        #expect(hook.status == 0, "\(hook)")
+    }
+
+    @Test("a placeholder of unknown size says so (ls '?', --json null, status says how to fix it); a later manifest gives it its size at the next sync")
+    func unknownSizeIsSaidThenLearned() throws {
+        try withSandbox { box in
+            let (remote, a, _) = try Self.hooklessRemote(box)
+            let forty = pseudoRandomBytes(40, seed: 11)
+            let tips = try Self.pushWithPlainGit(box, remote, ["f.bin": forty])
+            try box.fprepOK(["sync"], cwd: a)
+            #expect(Self.size(a + "/f.bin") == 0, "no honest size to give it on disk")
+            #expect(xattrString(a + "/f.bin", "user.fprep.state") == "dataless")
+
+            let listing = try box.fprepOK(["ls"], cwd: a).stdout
+            let line = listing.split(separator: "\n").first { $0.hasSuffix("f.bin") }.map(String.init) ?? ""
+            #expect(line.split(separator: " ").contains("?"), "\(listing)")
+            #expect(listing.split(separator: "\n").first { $0.hasSuffix("a.txt") }?.split(separator: " ").contains("6") == true, "\(listing)")
+            let page = try box.fprepOK(["ls", "--json"], cwd: a)
+            let items = try page.json().objects("items")
+            let item = items.first { $0.string("filename") == "f.bin" }
+            #expect(item?.keys.contains("size") == true && item?["size"] is NSNull, "\(page.stdout)")
+            #expect(items.first { $0.string("filename") == "a.txt" }?.int("size") == 6)
+
+            let status = try box.fprepOK(["status"], cwd: a).stdout
+            #expect(status.contains("size unknown for 1 file"), "\(status)")
+            #expect(status.contains("fprep install-hooks") && !status.contains("init-remote"), "\(status)")
+            #expect(try box.fprepJSON(["status"], cwd: a).int("sizeUnknown") == 1)
+            // The unknown size is no local change: nothing to commit.
+            #expect(try box.fprepJSON(["status"], cwd: a).objects("changes").isEmpty)
+
+            try Self.publishSizes(box, remote, tips)
+            try box.fprepOK(["sync"], cwd: a)
+            #expect(Self.size(a + "/f.bin") == 40)
+            #expect(lstatInfo(a + "/f.bin")?.blocks == 0)
+            #expect(xattrString(a + "/f.bin", "user.fprep.state") == "dataless")
+            #expect(try box.fprepJSON(["ls", "f.bin"], cwd: a).objects("items").first?.int("size") == 40)
+            let after = try box.fprepJSON(["status"], cwd: a)
+            #expect(after.int("sizeUnknown") == 0)
+            #expect(after.objects("changes").isEmpty, "\(after)")
+            #expect(after.int("logicalSize") == 46)
+            try box.fprepOK(["materialize", "f.bin"], cwd: a)
+            #expect(contents(a + "/f.bin") == forty)
+        }
+    }
+
+    @Test("bytes written into a placeholder of unknown size are kept as a conflict copy when its size is learned; the name gets its real size")
+    func writtenIntoUnknownSizeIsKept() throws {
+        try withSandbox { box in
+            let (remote, a, _) = try Self.hooklessRemote(box)
+            let fifty = pseudoRandomBytes(50, seed: 12)
+            let tips = try Self.pushWithPlainGit(box, remote, ["w.bin": fifty])
+            try box.fprepOK(["sync"], cwd: a)
+            #expect(Self.size(a + "/w.bin") == 0)
+            // A program appends to what reads as an empty file.
+            let handle = try #require(FileHandle(forWritingAtPath: a + "/w.bin"))
+            handle.seekToEndOfFile()
+            handle.write(Data("the user's line\n".utf8))
+            handle.closeFile()
+
+            try Self.publishSizes(box, remote, tips)
+            let synced = try box.fprepOK(["sync"], cwd: a)
+            let copies = try FileManager.default.contentsOfDirectory(atPath: a).filter { $0.hasPrefix("w (conflict ") }
+            #expect(copies.count == 1, "\(synced)")
+            #expect(copies.first.flatMap { contents(a + "/" + $0) } == Data("the user's line\n".utf8))
+            #expect(Self.size(a + "/w.bin") == 50)
+            #expect(xattrString(a + "/w.bin", "user.fprep.state") == "dataless")
+            #expect(try box.fprepJSON(["status"], cwd: a).objects("changes").isEmpty)
+            // The remote's content stays what plain git pushed; the copy went up beside it.
+            try box.fprepOK(["materialize", "w.bin"], cwd: a)
+            #expect(contents(a + "/w.bin") == fifty)
+            #expect(try box.gitOK(["ls-tree", "--name-only", "main"], cwd: remote).contains("w (conflict "))
+        }
+    }
+
+    @Test("repair gives placeholders the sizes a fetched manifest lists; killed at any step, the next command loses nothing and commits no zeros",
+          arguments: Array(0...8))
+    func repairLaysOutLearnedSizes(crashAt: Int) throws {
+        try withSandbox { box in
+            let (remote, a, _) = try Self.hooklessRemote(box)
+            let files = ["f.bin": pseudoRandomBytes(40, seed: 13), "g.bin": pseudoRandomBytes(70, seed: 14)]
+            let tips = try Self.pushWithPlainGit(box, remote, files)
+            try box.fprepOK(["sync"], cwd: a)
+            try Self.publishSizes(box, remote, tips)
+            // The manifest arrives with a plain fetch, and repair reads it.
+            try box.gitOK(["fetch", "-q", "--filter=blob:none", "origin", "+refs/fprep/*:refs/remotes/origin-fprep/*"], cwd: a)
+            let repair = try box.fprep(["repair", a], env: crashAt > 0 ? ["FPREP_CRASH_AT": String(crashAt)] : [:])
+            if crashAt > 0 { #expect(repair.killedBySignal == SIGKILL, "\(repair)") }
+            if crashAt == 0 {
+                #expect(repair.status == 0, "\(repair)")
+                #expect(repair.stdout.contains("2 placeholders got the size"), "\(repair)")
+            }
+            // Whatever the kill left, the next commands settle it: no change
+            // to commit, no conflict copy of zeros, and the sizes in place.
+            let status = try box.fprepJSON(["status"], cwd: a)
+            #expect(status.objects("changes").isEmpty, "\(status) after \(repair)")
+            try box.fprepOK(["sync"], cwd: a)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: a).filter { $0.contains("conflict") }.isEmpty)
+            #expect(Self.size(a + "/f.bin") == 40)
+            #expect(Self.size(a + "/g.bin") == 70)
+            #expect(try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote) == tips.new, "nothing was pushed")
+            try box.fprepOK(["materialize", "f.bin", "g.bin"], cwd: a)
+            #expect(contents(a + "/f.bin") == files["f.bin"])
+            #expect(contents(a + "/g.bin") == files["g.bin"])
+        }
+    }
 }
