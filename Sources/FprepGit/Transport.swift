@@ -28,6 +28,40 @@ public enum Transport {
                             "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
     }
 
+    /// Whether the remote at `url` serves filtered fetches (partial clone),
+    /// from the capabilities it advertises to `git ls-remote`, which fetches
+    /// nothing: protocol v2's `fetch=… filter`, or v0's `filter` after the
+    /// first ref. A server without it (`uploadpack.allowFilter` off) makes
+    /// git ignore `--filter` and send every blob. nil when the remote could
+    /// not be asked or its advertisement said neither way (the clone then
+    /// goes on and says what failed). `traceFile` is a scratch file for
+    /// git's packet trace, removed here.
+    public static func allowsFilter(url: String, traceFile: String) -> Bool? {
+        defer { unlink(traceFile) }
+        guard (try? GitCommand.run(["ls-remote", "--heads", "--", transportURL(url)],
+                                   environment: ["GIT_TRACE_PACKET": traceFile])) != nil,
+              let trace = FileManager.default.contents(atPath: traceFile) else { return nil }
+        return advertisesFilter(String(decoding: trace, as: UTF8.self))
+    }
+
+    /// Reads a packet trace's capability advertisement (see `allowsFilter`).
+    static func advertisesFilter(_ trace: String) -> Bool? {
+        var advertised: Bool?
+        for line in trace.split(separator: "\n") {
+            let capabilities: Substring
+            if let at = line.firstRange(of: "fetch=") {
+                capabilities = line[at.upperBound...]          // protocol v2
+            } else if let at = line.firstRange(of: "\\0") {
+                capabilities = line[at.upperBound...]          // v0: after the first ref's NUL, shown as \0
+            } else {
+                continue
+            }
+            if capabilities.split(separator: " ").contains("filter") { return true }
+            advertised = false
+        }
+        return advertised
+    }
+
     /// The followed branch is not on the remote (any more).
     public struct BranchNotFound: Error, Sendable {
         public let branch: String

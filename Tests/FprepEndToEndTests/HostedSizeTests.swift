@@ -245,4 +245,29 @@ struct HostedSizeTests {
             #expect(contents(a + "/g.bin") == files["g.bin"])
         }
     }
+
+    // MARK: - servers without partial clone
+
+    @Test("a server that does not allow partial clone is found before anything is fetched: clone refuses unless --full, which brings every size",
+          arguments: ["git", "file", "git protocol v0"])
+    func serverWithoutPartialClone(transport: String) throws {
+        try withSandbox { box in
+            // Protocol v0 advertises capabilities after the first ref, v2 in its own lines.
+            if transport.hasSuffix("v0") { try "[protocol]\n\tversion = 0\n".write(toFile: box.home + "/.gitconfig", atomically: true, encoding: .utf8) }
+            let remote = try box.makeRemote(nodes: ["a.txt": .text("hello\n"), "d/b.bin": .file(pseudoRandomBytes(5000, seed: 15))])
+            try box.gitOK(["config", "uploadpack.allowFilter", "false"], cwd: remote.path)
+            let url = transport.hasPrefix("git") ? try box.startDaemon(base: box.path).url("remote.git") : "file://" + remote.path
+            let replica = box.at("replica")
+            let refused = try box.fprep(["clone", url, replica])
+            expectOneLineError(refused, mentioning: ["does not allow partial clone", "every file", "--full", "install-hooks"])
+            #expect(!exists(replica), "nothing is fetched or left behind")
+
+            _ = try box.clone(url, replica, extra: ["--full"])
+            #expect(Self.size(replica + "/a.txt") == 6)
+            #expect(Self.size(replica + "/d/b.bin") == 5000)
+            #expect(try box.fprepJSON(["status"], cwd: replica).int("sizeUnknown") == 0)
+            try box.fprepOK(["materialize", "d/b.bin"], cwd: replica)
+            #expect(contents(replica + "/d/b.bin") == pseudoRandomBytes(5000, seed: 15))
+        }
+    }
 }
