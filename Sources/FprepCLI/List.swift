@@ -39,7 +39,7 @@ struct List: ParsableCommand {
         let result = try opened.enumerate(path, relativeTo: replica.baseDirectory, pageSize: pageSize, token: page)
         if json { return try JSONOutput.print(result) }
         for item in result.items {
-            let size = item.size.map { String($0) } ?? "-"
+            let size = item.size.map { String($0) } ?? (item.kind == "folder" ? "-" : "?")
             let name = item.kind == "folder" ? item.filename + "/" : item.filename
             let note = item.unsupported.map { "  (\($0), unsupported)" } ?? ""
             print("\(item.state.rawValue + String(repeating: " ", count: max(0, 12 - item.state.rawValue.count))) \(String(repeating: " ", count: max(0, 12 - size.count)))\(size)  \(item.modified)  \(name)\(note)")

@@ -26,7 +26,8 @@ struct Status: ParsableCommand {
         print("remote:       \(report.remote) (branch \(report.branch))")
         print("anchor:       \(report.anchor ?? "(empty remote)")")
         print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders")
-        print("logical size: \(humanSize(report.logicalSize))")
+        print("logical size: \(humanSize(report.logicalSize))\(report.sizeUnknown > 0 ? ", and \(count(report.sizeUnknown, "file")) of unknown size" : "")")
+        if report.sizeUnknown > 0 { print("sizes:        size unknown for \(count(report.sizeUnknown, "file")): \(UnknownSizes.hint(report.sizeUnknown))") }
         print("on disk:      \(humanSize(report.bytesOnDisk))")
         if let unfinished = opened.unfinished {
             print("unfinished:   an interrupted operation waits to be finished (\(unfinished)); the changes below may be its own")

@@ -51,6 +51,7 @@ struct Sync: ParsableCommand {
             print("the remote's history was rewritten: the replica's previous anchor is kept at \(backup) (see 'git log \(backup)' in the replica)")
         }
         if let pushed = report.pushed { print("pushed \(pushed.prefix(12))") }
+        if let sizes = report.sizesNotPublished { print("note: \(sizes)") }
         if let waiting = report.waitingToPush {
             // One line: why the push failed, and what waits.
             let why = report.keptLocal.first { $0.path.isEmpty }.map { "\($0.reason): " } ?? ""

@@ -44,7 +44,10 @@ public enum Cloner {
         }
     }
 
-    public static func clone(url given: String, into directory: String?, branch: String?,
+    /// `full` clones a remote that does not allow partial clone all the
+    /// same, bringing every blob; without it such a remote is refused
+    /// before anything is fetched.
+    public static func clone(url given: String, into directory: String?, branch: String?, full: Bool = false,
                              progress: any ProgressReporter, showGitProgress: Bool) throws -> Result {
         Trace.start()
         guard !given.isEmpty else { throw FprepError(.usage, "the remote URL is empty") }
@@ -57,7 +60,7 @@ public enum Cloner {
         if let resumed = try resumeLayout(root, url: url, progress: progress) { return resumed }
         let created = try prepareDestination(root, url: url)
         do {
-            return try cloneInto(root: root, url: url, branch: branch, progress: progress, showGitProgress: showGitProgress)
+            return try cloneInto(root: root, url: url, branch: branch, full: full, progress: progress, showGitProgress: showGitProgress)
         } catch {
             progress.finish()
             removeClone(root: root, created: created)
@@ -140,7 +143,7 @@ public enum Cloner {
         }
     }
 
-    private static func cloneInto(root: String, url: String, branch requestedBranch: String?,
+    private static func cloneInto(root: String, url: String, branch requestedBranch: String?, full: Bool,
                                   progress: any ProgressReporter, showGitProgress: Bool) throws -> Result {
         let stateFolder = root + "/" + Replica.stateFolderName
         try FileManager.default.createDirectory(atPath: stateFolder, withIntermediateDirectories: true)
@@ -154,6 +157,12 @@ public enum Cloner {
         //    a killed run may still be writing (or, failing, removing) its
         //    folders, never these.
         let token = ContentOperations.newToken()
+        // git ignores --filter where the server does not allow it and brings
+        // every blob: asked first, so nothing is fetched unless told --full.
+        if !full, Transport.allowsFilter(url: url, traceFile: stateFolder + "/clone-capabilities-" + token) == false {
+            throw FprepError("the remote '\(url)' does not allow partial clone (its uploadpack.allowFilter is off), so a clone would bring the content of every file; "
+                             + "run 'fprep install-hooks' on it (or 'git config uploadpack.allowFilter true' there), or clone with --full to fetch everything")
+        }
         let scratch = stateFolder + "/clone-scratch-" + token
         let fetched = stateFolder + "/clone-" + token + ".git"
         do {
@@ -213,7 +222,9 @@ public enum Cloner {
         if let anchor {
             let commit = try repository.commit(anchor)
             plan = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { sizes[$0] }
+            // A clone that brought blobs (--full) knows their sizes itself.
             let extra = try sizesFromLocalRemote(url: url, missingFrom: plan, time: commit.time)
+                + Cloner.sizes(in: repository, missingFrom: plan, time: commit.time)
             if !extra.isEmpty {
                 let known = Dictionary(extra, uniquingKeysWith: { first, _ in first })
                 for i in plan.entries.indices where plan.entries[i].size < 0 {
@@ -229,6 +240,7 @@ public enum Cloner {
             try store.setMeta("anchor", anchor?.hex ?? "")
             try store.setMeta(Replica.remoteTipKey, anchor?.hex ?? "")
             try store.setMeta("cloned_at", String(Int64(Date().timeIntervalSince1970)))
+            if plan.unknownSizes > 0 { try store.setMeta(UnknownSizes.pendingKey, "1") }
             try store.setMeta("phase", "layout")
         }
         // The sizes go into the store while the placeholders are made: the
@@ -273,7 +285,15 @@ public enum Cloner {
     static func sizesFromLocalRemote(url: String, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
         let missing = plan.entries.filter { $0.size < 0 && $0.kind != .submodule }
         guard !missing.isEmpty, let path = localPath(of: url), let remote = try? Repository(openingAt: path) else { return [] }
-        let odb = try remote.objectDatabase()
+        return try sizes(in: remote, missingFrom: plan, time: time)
+    }
+
+    /// The sizes the manifest lacks that `repository` holds the blobs of,
+    /// from their object headers.
+    static func sizes(in repository: Repository, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
+        let missing = plan.entries.filter { $0.size < 0 && $0.kind != .submodule }
+        guard !missing.isEmpty else { return [] }
+        let odb = try repository.objectDatabase()
         var result: [(ObjectID, BlobInfo)] = []
         for entry in missing {
             if let size = try odb.size(of: entry.id) { result.append((entry.id, BlobInfo(size: Int64(size), mtime: time))) }

@@ -385,8 +385,8 @@ struct ContentOperations {
                             shown: path.description, expectsDataless: true).settleTemporary()
             }
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
-            if entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size), Self.holdsNoData(replica.rootFolder, path, stat),
-               Self.isMarkedDataless(replica.rootFolder, path) {
+            if try entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size) || isLearnedSizePlaceholder(entry, path, stat),
+               Self.holdsNoData(replica.rootFolder, path, stat), Self.isMarkedDataless(replica.rootFolder, path) {
                 // Punched: finish it, with the item's date (the kill may have
                 // come before the date was put back).
                 guard let fd = try? replica.rootFolder.openRegular(path, flags: O_RDWR).fd else { continue }
@@ -435,6 +435,14 @@ struct ContentOperations {
             try replica.store.endOperation(record.id)
         }
         replica.removeFetchQuarantines()
+    }
+
+    /// Whether `path` holds the entry's placeholder laid out again at the
+    /// size the store learned for it (`layOutLearnedSizes`), while the index
+    /// still records the size it had before (a crash came in between).
+    private func isLearnedSizePlaceholder(_ entry: IndexEntry, _ path: RepoPath, _ stat: FileStat) throws -> Bool {
+        guard entry.skipWorktree, let info = try replica.store.blobInfoLookup()(entry.id), info.size == stat.size else { return false }
+        return Self.placeholderBlob(replica.rootFolder, path) == entry.id
     }
 
     /// The folders a materialize of `items` makes used: each named folder and

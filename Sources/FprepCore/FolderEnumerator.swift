@@ -20,6 +20,26 @@ public struct Item: Sendable, Encodable {
     public let executable: Bool?
     /// Set for a submodule, which fprep shows as an empty folder.
     public let unsupported: String?
+
+    private enum CodingKeys: String, CodingKey {
+        case identifier, parent, filename, kind, size, contentVersion, state, modified, executable, unsupported
+    }
+
+    /// A file's unknown size is `"size": null`, said rather than left out;
+    /// folders have no size and no key.
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(identifier, forKey: .identifier)
+        try container.encode(parent, forKey: .parent)
+        try container.encode(filename, forKey: .filename)
+        try container.encode(kind, forKey: .kind)
+        if kind == "folder" { try container.encodeIfPresent(size, forKey: .size) } else { try container.encode(size, forKey: .size) }
+        try container.encode(contentVersion, forKey: .contentVersion)
+        try container.encode(state, forKey: .state)
+        try container.encode(modified, forKey: .modified)
+        try container.encodeIfPresent(executable, forKey: .executable)
+        try container.encodeIfPresent(unsupported, forKey: .unsupported)
+    }
 }
 
 /// One page of a folder's items, and the token of the next page (nil on the last).
@@ -95,7 +115,11 @@ extension Replica {
         default:
             let info = try sizes(entry.id)
             let state = try itemState(entry, path: path, probe: probe, index: index)
-            let size = state == .modified ? stat?.size : info?.size
+            // Unknown (nil) only while nothing says it: not the store, not
+            // the content on disk, not a placeholder laid out at its size
+            // (one of unknown size is 0 bytes; see `UnknownSizes`).
+            var size = state == .modified ? stat?.size : info?.size
+            if size == nil, state != .modified, entry.id == UnknownSizes.emptyBlob || (stat?.size ?? 0) > 0 { size = stat?.size }
             let date = state == .modified ? stat?.mtime.0 : (info?.mtime ?? stat?.mtime.0)
             return Item(identifier: path.description, parent: parent, filename: filename,
                         kind: entry.mode == .symlink ? "symlink" : "file", size: size, contentVersion: entry.id.hex,

@@ -69,6 +69,7 @@ public struct JSONText {
     }
 
     public mutating func int(_ value: Int64) { bytes += Array(String(value).utf8) }
+    public mutating func null() { bytes += Array("null".utf8) }
     public mutating func bool(_ value: Bool) {
         let text: StaticString = value ? "true" : "false"
         bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
@@ -159,9 +160,13 @@ extension Item {
         out.string(modified)
         out.key("parent")
         out.string(parent)
+        // A file's unknown size is said (null); a folder has none (see `Item.encode`).
         if let size {
             out.key("size")
             out.int(size)
+        } else if kind != "folder" {
+            out.key("size")
+            out.null()
         }
         out.key("state")
         out.string(state.rawValue)

@@ -16,6 +16,8 @@ public enum Repair {
         public let sizes: Int
         /// The local commit recorded as waiting to be pushed, if any.
         public let unpushed: String?
+        /// Placeholders laid out before their size was known that got it.
+        public var sizesLaidOut = 0
     }
 
     public static func rebuildState(of path: String) throws -> Result {
@@ -88,6 +90,8 @@ public enum Repair {
             try store.setMeta("logical_size", String(logicalSize))
             try store.recordBlobInfo(sizes)
             try store.setMeta("unpushed", unpushed?.hex ?? "")
+            // Placeholders laid out before their size was known are looked for.
+            try store.setMeta(UnknownSizes.pendingKey, "1")
             let listed = Set(materialized.map(\.0))
             try store.forgetMaterialized(store.materializedRecords().map(\.path).filter { !listed.contains($0) })
             try store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))

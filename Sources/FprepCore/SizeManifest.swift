@@ -33,22 +33,13 @@ public enum SizeManifest {
             guard let entry = delta.new, entry.mode != .submodule, !seen.contains(entry.id) else { continue }
             seen.insert(entry.id)
             guard let size = try odb.size(of: entry.id) else { continue }
-            lines.append("\(entry.id.hex) \(size) \(times[entry.id] ?? time)\n")
+            lines.append(line(entry.id, size: Int64(size), time: times[entry.id] ?? time))
         }
         guard !seen.isEmpty else { return 0 }
-        let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)
         // Two pushes may extend the manifest at once: retry on a moved tip.
         for attempt in 1...5 {
             let tip = try repository.referenceTarget(reference)
-            // At most `linesPerCommit` blobs a commit: the first manifest
-            // of a large tree must not be one commit of megabytes.
-            var commit = tip
-            for start in stride(from: 0, to: max(lines.count, 1), by: linesPerCommit) {
-                let message = header + "\n\n" + lines[start..<min(start + linesPerCommit, lines.count)].joined()
-                commit = try repository.writeCommit(tree: ObjectID.emptyTree, parents: commit.map { [$0] } ?? [],
-                                                    message: message, author: signature, committer: signature)
-            }
-            guard let commit else { return seen.count }
+            guard let commit = try append(lines, to: tip, in: repository, time: time) else { return seen.count }
             do {
                 try repository.updateReference(reference, to: commit, expecting: tip, message: "fprep: size manifest")
                 return seen.count
@@ -57,6 +48,27 @@ public enum SizeManifest {
             }
         }
         return seen.count
+    }
+
+    /// One manifest line: `<id> <size> <time>`.
+    static func line(_ id: ObjectID, size: Int64, time: Int64) -> String {
+        "\(id.hex) \(size) \(time)\n"
+    }
+
+    /// Writes manifest commits listing `lines` on top of `parent` (nil: a
+    /// new chain) and returns the last one; nil when there is nothing to list.
+    /// At most `linesPerCommit` blobs a commit: the first manifest of a large
+    /// tree must not be one commit of megabytes.
+    static func append(_ lines: [String], to parent: ObjectID?, in repository: Repository, time: Int64) throws -> ObjectID? {
+        guard !lines.isEmpty else { return nil }
+        let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)
+        var commit = parent
+        for start in stride(from: 0, to: lines.count, by: linesPerCommit) {
+            let message = header + "\n\n" + lines[start..<min(start + linesPerCommit, lines.count)].joined()
+            commit = try repository.writeCommit(tree: ObjectID.emptyTree, parents: commit.map { [$0] } ?? [],
+                                                message: message, author: signature, committer: signature)
+        }
+        return commit
     }
 
     /// Brings the remote's commit-graph up to date after the manifest grew

@@ -31,6 +31,9 @@ public struct StatusReport: Sendable, Encodable {
     /// Where git's branch stands against the anchor (commits made with git
     /// that the next sync pushes, or a branch git moved elsewhere).
     public var git: Replica.GitHeadState? = nil
+    /// Placeholders whose size the remote did not say (0 bytes on disk,
+    /// not counted in `logicalSize`); see `UnknownSizes`.
+    public var sizeUnknown: Int = 0
 }
 
 extension Replica {
@@ -56,7 +59,7 @@ extension Replica {
                             bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
                             changes: scan.changes, waitingToPush: pending, unfinished: unfinished,
                             agent: InPlaceHydration.servingAgent(replicaRoot: root),
-                            git: head == GitHeadState() ? nil : head)
+                            git: head == GitHeadState() ? nil : head, sizeUnknown: try unknownSizeCount(index))
     }
 }
 

@@ -22,6 +22,9 @@ public struct SyncReport: Sendable, Encodable {
     public var conflicts: [Conflict] = []
     /// The commit pushed to the remote, if any.
     public var pushed: String?
+    /// Why the sizes of the pushed files are not in the remote's size
+    /// manifest, when the remote refused them (the push itself went through).
+    public var sizesNotPublished: String?
     /// A commit that could not be pushed (remote unreachable); the next sync pushes it.
     public var waitingToPush: String?
     /// The ref that keeps the replica's old anchor when the remote's
@@ -179,6 +182,8 @@ extension Replica {
                 throw FprepError("the remote kept moving while this replica pushed (\(reason)); your changes are committed locally, run 'fprep sync' again")
             }
         }
+        // Placeholders laid out before their size was known get it.
+        try layOutLearnedSizes()
         // Tags and favorites of every device, merged.
         try SharedMetadata(replica: self).synchronize()
         Trace.mark("shared metadata")
@@ -200,7 +205,7 @@ extension Replica {
     private func push(_ target: ObjectID, report: inout SyncReport) throws -> PushOutcome {
         try store.setMeta("unpushed", target.hex)
         do {
-            try Transport.push(target, branch: branch, gitDirectory: gitDirectory)
+            report.sizesNotPublished = try pushPublishingSizes(target)
         } catch Transport.PushRefusal.rejected(let reason) {
             return .rejected(reason)
         } catch Transport.PushRefusal.failed(let error) {
@@ -400,6 +405,7 @@ extension Replica {
         try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
         report.signals = try store.transaction {
             try store.setMeta("anchor", target.hex)
+            try noteUnknownSizes(changes)
             let delta = applier.sizeDelta - oldSizes.total()
             try store.setMeta("logical_size", String(max(0, (Int64(try store.meta("logical_size") ?? "0") ?? 0) + delta)))
             try store.recordTrash(applier.trashed)

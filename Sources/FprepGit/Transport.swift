@@ -28,6 +28,40 @@ public enum Transport {
                             "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
     }
 
+    /// Whether the remote at `url` serves filtered fetches (partial clone),
+    /// from the capabilities it advertises to `git ls-remote`, which fetches
+    /// nothing: protocol v2's `fetch=… filter`, or v0's `filter` after the
+    /// first ref. A server without it (`uploadpack.allowFilter` off) makes
+    /// git ignore `--filter` and send every blob. nil when the remote could
+    /// not be asked or its advertisement said neither way (the clone then
+    /// goes on and says what failed). `traceFile` is a scratch file for
+    /// git's packet trace, removed here.
+    public static func allowsFilter(url: String, traceFile: String) -> Bool? {
+        defer { unlink(traceFile) }
+        guard (try? GitCommand.run(["ls-remote", "--heads", "--", transportURL(url)],
+                                   environment: ["GIT_TRACE_PACKET": traceFile])) != nil,
+              let trace = FileManager.default.contents(atPath: traceFile) else { return nil }
+        return advertisesFilter(String(decoding: trace, as: UTF8.self))
+    }
+
+    /// Reads a packet trace's capability advertisement (see `allowsFilter`).
+    static func advertisesFilter(_ trace: String) -> Bool? {
+        var advertised: Bool?
+        for line in trace.split(separator: "\n") {
+            let capabilities: Substring
+            if let at = line.firstRange(of: "fetch=") {
+                capabilities = line[at.upperBound...]          // protocol v2
+            } else if let at = line.firstRange(of: "\\0") {
+                capabilities = line[at.upperBound...]          // v0: after the first ref's NUL, shown as \0
+            } else {
+                continue
+            }
+            if capabilities.split(separator: " ").contains("filter") { return true }
+            advertised = false
+        }
+        return advertised
+    }
+
     /// The followed branch is not on the remote (any more).
     public struct BranchNotFound: Error, Sendable {
         public let branch: String
@@ -64,16 +98,51 @@ public enum Transport {
         case failed(GitCommandError)
     }
 
+    /// A ref pushed beside the branch, with a lease on its old value
+    /// (`--force-with-lease=REF:OLD`): it lands only where the remote still
+    /// has `expected` (nil: no such ref yet), so no one's update is lost.
+    public struct LeasedUpdate: Sendable {
+        public let reference: String
+        public let target: ObjectID
+        public let expected: ObjectID?
+
+        public init(reference: String, target: ObjectID, expected: ObjectID?) {
+            self.reference = reference
+            self.target = target
+            self.expected = expected
+        }
+
+        var arguments: [String] {
+            ["--force-with-lease=\(reference):\(expected?.hex ?? "")", "\(target.hex):\(reference)"]
+        }
+    }
+
+    /// How a leased update pushed beside the branch ended.
+    public enum LeaseOutcome: Sendable, Equatable {
+        /// None was asked for.
+        case none
+        case landed
+        /// The remote refused it (its ref moved, or it takes no such ref);
+        /// the branch was pushed all the same.
+        case refused(String)
+    }
+
     /// Pushes `commit` to `refs/heads/BRANCH` of `origin` (fast-forward
     /// only). `--no-thin`: a thin pack would use the remote's blobs as delta
     /// bases, and a partial clone does not hold them.
+    ///
+    /// `update` goes in the same push (`--atomic` where the remote takes
+    /// it): a refusal of it alone never fails the branch's push, which is
+    /// then pushed by itself, and the outcome says so.
     ///
     /// A commit may name blobs this partial clone never fetched (a
     /// placeholder moved, or kept beside a file the remote changed since):
     /// those git would send are fetched first, in one request; a blob git
     /// still asks its promisor for while packing (a lazy fetch, which fprep
     /// forbids) is fetched the same way and the push tried again.
-    public static func push(_ commit: ObjectID, branch: String, gitDirectory: String) throws {
+    @discardableResult
+    public static func push(_ commit: ObjectID, branch: String, gitDirectory: String,
+                            alongside update: LeasedUpdate? = nil) throws -> LeaseOutcome {
         var fetched = Set<ObjectID>()
         do {
             let missing = try missingObjects(reachableFrom: commit, gitDirectory: gitDirectory)
@@ -82,14 +151,36 @@ public enum Transport {
         } catch let error as GitCommandError {
             throw PushRefusal.failed(error)
         }
+        var atomic = update != nil
         while true {
             do {
                 CrashPoint.reach()
                 try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                                    "push", "--no-thin", "origin", "\(commit.hex):refs/heads/\(branch)"])
-                return
+                                    "push", "--no-thin"] + (atomic ? ["--atomic"] : []) + ["origin", "\(commit.hex):refs/heads/\(branch)"]
+                                   + (update?.arguments ?? []))
+                return update == nil ? .none : .landed
             } catch let error as GitCommandError {
                 let text = error.standardError
+                if let update {
+                    if atomic, text.contains("does not support --atomic") {
+                        atomic = false
+                        continue
+                    }
+                    let refusals = refusedReferences(in: text)
+                    if let reason = refusals[update.reference] {
+                        // Someone pushed the branch first: the caller fetches
+                        // and merges. Refused for any other reason (the
+                        // atomic push failed for the update's sake, a hook
+                        // that declined the whole push), the branch goes
+                        // alone now and meets its own fate; else it landed.
+                        let branchReason = refusals[branch] ?? refusals["refs/heads/" + branch]
+                        if let branchReason, ["fetch first", "non-fast-forward", "stale info"].contains(branchReason) {
+                            throw PushRefusal.rejected(error.reason)
+                        }
+                        if branchReason != nil { try push(commit, branch: branch, gitDirectory: gitDirectory) }
+                        return .refused(reason)
+                    }
+                }
                 if text.contains("[rejected]") || text.contains("fetch first") || text.contains("non-fast-forward") {
                     throw PushRefusal.rejected(error.reason)
                 }
@@ -103,6 +194,43 @@ public enum Transport {
                 fetched.formUnion(wanted)
             }
         }
+    }
+
+    /// Pushes `update` alone; nil when it landed, else why the remote
+    /// refused it (its ref moved on: "stale info"). Other failures throw.
+    public static func push(_ update: LeasedUpdate, gitDirectory: String) throws -> String? {
+        do {
+            try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                                "push", "--no-thin", "origin"] + update.arguments)
+            return nil
+        } catch let error as GitCommandError {
+            guard let reason = refusedReferences(in: error.standardError)[update.reference] else { throw error }
+            return reason
+        }
+    }
+
+    /// Fetches fprep's refs alone (the size manifest, the remote's info).
+    public static func fetchFprepReferences(gitDirectory: String) throws {
+        try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                            "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
+    }
+
+    /// The refs a push's report says were refused, with why: its lines
+    /// ` ! [rejected]        SRC -> DST (REASON)` (or `[remote rejected]`).
+    static func refusedReferences(in text: String) -> [String: String] {
+        var result: [String: String] = [:]
+        for line in text.split(separator: "\n") where line.hasPrefix(" ! ") {
+            let words = line.split(separator: " ")
+            guard let arrow = words.firstIndex(of: "->"), arrow + 1 < words.count else { continue }
+            let destination = words[arrow + 1]
+            let rest = line[destination.endIndex...]
+            var reason = ""
+            if let open = rest.firstIndex(of: "("), let close = rest.lastIndex(of: ")"), open < close {
+                reason = String(rest[rest.index(after: open)..<close])
+            }
+            result[String(destination)] = reason
+        }
+        return result
     }
 
     /// The objects git said it could not lazily fetch ("could not fetch ID

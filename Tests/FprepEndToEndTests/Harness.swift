@@ -722,9 +722,13 @@ extension Sandbox {
     }
 
     /// A bare repository (not made by fprep) whose main branch is one commit of `tree`.
+    /// It allows partial clone, as every server fprep clones without `--full` must
+    /// (see `HostedSizeTests.serverWithoutPartialClone`).
     func makeBareRemote(_ name: String, tree: (String) throws -> String) throws -> String {
         let repo = at(name)
         try gitOK(["init", "-q", "--bare", "-b", "main", repo])
+        try gitOK(["config", "uploadpack.allowFilter", "true"], cwd: repo)
+        try gitOK(["config", "uploadpack.allowAnySHA1InWant", "true"], cwd: repo)
         let treeID = try tree(repo)
         let commit = try gitOK(["commit-tree", "-m", "hostile", treeID], cwd: repo)
         try gitOK(["update-ref", "refs/heads/main", commit], cwd: repo)

@@ -1,0 +1,133 @@
+import CFprepSys
+import FoundationEssentials
+import Glibc
+import FprepGit
+
+/// Placeholders whose size was unknown when they were laid out: the remote's
+/// size manifest did not list their blob (a remote without fprep's hook, a
+/// push by an older fprep). There is no honest size to give such a file on
+/// disk, so its placeholder is 0 bytes long and the index records 0, which
+/// keeps `StateClassifier` consistent; everything shown to the user says
+/// "size unknown" instead of 0 bytes (a missing `blob_info` row is unknown).
+///
+/// Once the size is known (a manifest that lists it arrives, `fprep
+/// repair`), `layOutLearnedSizes` gives the placeholder its real size.
+public enum UnknownSizes {
+    /// The store's key that says a placeholder was laid out without a known
+    /// size since the last pass found none: only then does a sync look.
+    static let pendingKey = "sizes_unknown"
+
+    /// The git blob id of empty content: the one blob whose size is 0.
+    static let emptyBlob = ObjectID(hex: "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391")
+
+    /// What the index holds of placeholders laid out at size 0 for content
+    /// that is not empty: those whose size is still unknown (counted), and
+    /// those whose size the store knows now (to lay out again).
+    struct Census {
+        var unknown = 0
+        var learned: [(entry: IndexEntry, info: BlobInfo)] = []
+    }
+
+    static func census(_ index: Index, sizes: (ObjectID) throws -> BlobInfo?) throws -> Census {
+        var census = Census()
+        for position in 0..<index.count {
+            guard let entry = index.entry(at: position), entry.skipWorktree, entry.stat.fileSize == 0,
+                  FileMode(raw: entry.mode).isFile, entry.id != emptyBlob else { continue }
+            if let info = try sizes(entry.id) {
+                if UInt32(truncatingIfNeeded: info.size) != 0 { census.learned.append((entry, info)) }
+            } else {
+                census.unknown += 1
+            }
+        }
+        return census
+    }
+
+    /// Whether a change lays out a file whose size the store does not know.
+    static func anyUnknown(_ changes: ChangeSet, sizes: (ObjectID) throws -> BlobInfo?) throws -> Bool {
+        try changes.updated.contains { update in
+            guard update.new.mode.isFile, update.new.id != emptyBlob else { return false }
+            return try sizes(update.new.id) == nil
+        }
+    }
+
+    /// What `status` and `clone` say after "size unknown for N files": why,
+    /// and how to fix it.
+    public static func hint(_ count: Int) -> String {
+        "the remote's size manifest does not list \(count == 1 ? "it" : "them") (0 bytes on disk until it does); "
+            + "run 'fprep install-hooks' on the remote, or let the devices that push use a current fprep, then 'fprep sync'"
+    }
+}
+
+extension Replica {
+    /// The number of placeholders whose size is unknown.
+    func unknownSizeCount(_ index: Index) throws -> Int {
+        try UnknownSizes.census(index, sizes: store.blobInfoLookup()).unknown
+    }
+
+    /// Notes that `changes` laid out placeholders of unknown size, so the
+    /// next syncs look for their sizes (`layOutLearnedSizes`).
+    func noteUnknownSizes(_ changes: ChangeSet) throws {
+        if try UnknownSizes.anyUnknown(changes, sizes: store.blobInfoLookup()) {
+            try store.setMeta(UnknownSizes.pendingKey, "1")
+        }
+    }
+
+    /// Gives the placeholders laid out without a known size their size, now
+    /// that the store knows it: each one still as it was laid out (dataless,
+    /// 0 bytes) is swapped for a placeholder of its real size and date
+    /// (`SafeReplace`: a program that writes into it meanwhile keeps its
+    /// bytes as a conflict copy). One a program wrote into is left to the
+    /// next sync, which keeps those bytes as a conflict copy and lays out the
+    /// placeholder again. Journaled: after a crash, the next command takes
+    /// each path as what its bytes on disk say. `always` looks even when no
+    /// layout noted unknown sizes (repair). Returns how many it laid out.
+    @discardableResult
+    public func layOutLearnedSizes(always: Bool = false) throws -> Int {
+        let pending = try store.meta(UnknownSizes.pendingKey) == "1"
+        guard always || pending else { return 0 }
+        let index = try repository.index()
+        let census = try UnknownSizes.census(index, sizes: store.blobInfoLookup())
+        guard !census.learned.isEmpty else {
+            if census.unknown == 0 { try store.setMeta(UnknownSizes.pendingKey, "") }
+            return 0
+        }
+        let classifier = StateClassifier(root: rootFolder, index: index)
+        let token = ContentOperations.newToken()
+        let journal = ContentJournal(token: token, paths: census.learned.map { Data($0.entry.path) })
+        let operation = try store.beginOperation("size-layout", payload: journal.encoded())
+        var laidOut = 0
+        var grown: Int64 = 0
+        for (entry, info) in census.learned {
+            let path = RepoPath(bytes: entry.path)
+            guard let stat = rootFolder.stat(path), classifier.state(of: entry, stat: stat) == .dataless,
+                  let folder = try? rootFolder.folder(path.parent) else { continue }
+            let temporary = ContentOperations.temporaryName(for: path.name, token: token)
+            let created = entry.id.bytes.withUnsafeBufferPointer { id in
+                fprep_create_placeholder(folder.fd, cPath(temporary), entry.mode == FileMode.executable.raw ? 0o777 : 0o666,
+                                         off_t(info.size), id.baseAddress, id.count, info.mtime, 0, nil)
+            }
+            guard created == 0 else { throw SystemError("create placeholder", path.description) }
+            let replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+                                          expectsDataless: true)
+            switch try replacement.run(isUnchanged: { classifier.state(of: entry, stat: $0) == .dataless }) {
+            case .replaced:
+                CrashPoint.reach()
+                var updated = entry
+                updated.stat = .placeholder(size: info.size, mtime: info.mtime)
+                try index.add(updated)
+                laidOut += 1
+                grown += info.size
+            case .refused:
+                unlinkat(folder.fd, cPath(temporary), 0)
+            }
+        }
+        try index.write()
+        try store.transaction {
+            let logical = Int64(try store.meta("logical_size") ?? "0") ?? 0
+            try store.setMeta("logical_size", String(logical + grown))
+            if census.unknown == 0 && laidOut == census.learned.count { try store.setMeta(UnknownSizes.pendingKey, "") }
+            try store.endOperation(operation)
+        }
+        return laidOut
+    }
+}
