@@ -820,7 +820,33 @@ struct SyncApplier {
     private mutating func moveItem(_ move: ChangeSet.Move) throws -> Skipped? {
         let root = replica.rootFolder
         let entry = index.entry(path: move.from.bytes)
-        if root.stat(move.to) != nil {
+        // Whether the file is as the index knows it before the move: only
+        // then may its entry take the stat the rename gives it. A file the
+        // user changed moves with its change, and its entry keeps saying so.
+        let unchanged = entry.map { $0.skipWorktree || classifier.state(of: $0) == .materialized } ?? false
+        var steppedOut: [UInt8]?
+        if move.from != move.to, move.from.isWithin(move.to), root.stat(move.to)?.isDirectory == true, root.stat(move.from) != nil {
+            // Moved up onto a folder it was in (`A/x` → `A`): the item steps
+            // out under a temporary name, the folder it leaves goes (empty;
+            // what else is in it is the user's and steps aside), then the
+            // item takes the name. Setting the folder aside with the item in
+            // it made a conflict copy nobody wrote.
+            let parent = try root.folder(move.to.parent), from = try root.folder(move.from.parent)
+            let temporary = ContentOperations.temporaryName(for: move.to.name, token: token)
+            CrashPoint.reach()
+            guard renameat(from.fd, cPath(move.from.name), parent.fd, cPath(temporary)) == 0 else {
+                throw SystemError("move", "\(move.from) → \(move.to)")
+            }
+            if unlinkat(parent.fd, cPath(move.to.name), AT_REMOVEDIR) != 0 {
+                guard let copy = try setAside(move.to) else {
+                    throw FprepError("cannot move '\(move.from)' to '\(move.to)': the folder there holds items of yours and no conflict name is free; move them and sync again")
+                }
+                steppedAside.append(Skipped(path: move.to.description,
+                                            reason: "moved here on the remote from '\(move.from)'; what else was in the folder is now '\(copy)'"))
+            }
+            steppedOut = temporary
+        }
+        if steppedOut == nil, root.stat(move.to) != nil {
             if case .alreadyNew(let skip) = local(move.to, new: move.entry) {
                 // Done by an earlier run of this sync.
                 try? index.remove(path: move.from.bytes)
@@ -834,18 +860,14 @@ struct SyncApplier {
             if let kept = try moveItem(move) { return kept }
             return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)'; your file that was here is now '\(copy)'")
         }
-        guard root.stat(move.from) != nil else {
+        guard steppedOut != nil || root.stat(move.from) != nil else {
             // Gone locally: lay out the moved item fresh at its new place.
             try? index.remove(path: move.from.bytes)
             return try applyUpdate(ChangeSet.Update(path: move.to, new: move.entry, old: nil), .absent)
         }
-        // Whether the file is as the index knows it before the move: only
-        // then may its entry take the stat the rename gives it. A file the
-        // user changed moves with its change, and its entry keeps saying so.
-        let unchanged = entry.map { $0.skipWorktree || classifier.state(of: $0) == .materialized } ?? false
-        let from = try root.folder(move.from.parent)
-        var sourceName = move.from.name
-        if move.to.isWithin(move.from) {
+        let from = try steppedOut == nil ? root.folder(move.from.parent) : root.folder(move.to.parent)
+        var sourceName = steppedOut ?? move.from.name
+        if steppedOut == nil, move.to.isWithin(move.from) {
             // Moved below its own name (`a` → `a/b`): it steps out of the
             // way under a temporary name while the folder `a` is made.
             let temporary = ContentOperations.temporaryName(for: move.from.name, token: token)

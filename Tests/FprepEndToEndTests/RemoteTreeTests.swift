@@ -292,6 +292,33 @@ struct RemoteTreeTests {
         }
     }
 
+    @Test("a remote move of an item onto the folder it was in (A/x → A): the item takes the name, no copy nobody wrote", arguments: [false, true])
+    func remoteMoveOntoOwnFolder(symlink: Bool) throws {
+        try withSandbox { box in
+            let nodes: [String: Node] = symlink ? ["A/x": .symlink("target"), "b.txt": .text("b\n")] : ["A/x": .text("x\n"), "b.txt": .text("b\n")]
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica"), work = box.at("work")
+            _ = try box.clone(remote.path, replica)
+            if !symlink { try box.fprepOK(["materialize", "A/x"], cwd: replica) }
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try box.sh("git mv A/x A-tmp && rmdir A && git mv A-tmp A && git commit -qm 'A/x becomes A'", cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+
+            let report = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(report.objects("keptLocal").isEmpty && report.objects("localChanges").isEmpty, "\(report)")
+            let names = try FileManager.default.contentsOfDirectory(atPath: replica).filter { !$0.hasPrefix(".") }.sorted()
+            #expect(names == ["A", "b.txt"], "\(names)")
+            #expect(try box.fprepJSON(["sync"], cwd: replica).objects("localChanges").isEmpty)
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "a sync pushed a change nobody made")
+            if symlink {
+                #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: replica + "/A")) == "target")
+            } else {
+                #expect(contents(replica + "/A") == Data("x\n".utf8))
+            }
+        }
+    }
+
     @Test("a force-push with no local work is followed: the dropped commits are not pushed back, a backup ref keeps them")
     func forcePushFollowed() throws {
         try withSandbox { box in
