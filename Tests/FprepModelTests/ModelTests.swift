@@ -61,7 +61,9 @@ struct ModelTests {
             }
         }
         if let pending = testCase.pending {
-            let timing = testCase.actions.contains { timingKinds.contains($0.kind) }
+            // A crash point falls where the durable steps fall: a change
+            // elsewhere may move it, so such a case may pass meanwhile.
+            let timing = testCase.actions.contains { timingKinds.contains($0.kind) || $0.kind == .crash }
             withKnownIssue("pending: \(pending)", isIntermittent: timing) { run() }
         } else {
             run()
