@@ -75,8 +75,7 @@ extension Replica {
         guard !index.lastWrittenByFprep() else { return 0 }
         guard let anchor else { return 0 }
         let tree = try repository.commit(anchor).treeID
-        var wanted: [[UInt8]: TreeEntry] = [:]
-        try forEachFile(in: tree) { path, entry in wanted[path] = entry }
+        let wanted = try TreeLookup.allEntries(of: tree, in: repository)
         var changed = 0
         var seen = Set<[UInt8]>()
         var removals: [[UInt8]] = []
@@ -119,17 +118,6 @@ extension Replica {
             return IndexEntry(path: path, id: target.id, mode: target.mode.raw, skipWorktree: true)
         }
         return IndexEntry(path: path, id: target.id, mode: target.mode.raw, stat: StatData(), skipWorktree: false)
-    }
-
-    /// Every non-folder entry below `tree`, with its full path.
-    private func forEachFile(in tree: ObjectID, _ body: ([UInt8], TreeEntry) throws -> Void) throws {
-        var pending: [([UInt8], ObjectID)] = [([], tree)]
-        while let (prefix, id) = pending.popLast() {
-            for entry in try repository.tree(id).entries {
-                let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
-                if entry.mode == .tree { pending.append((path, entry.id)) } else { try body(path, entry) }
-            }
-        }
     }
 
     /// How many commits `tip` has that `base` does not (first parents).

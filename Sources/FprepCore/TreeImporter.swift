@@ -91,8 +91,8 @@ public enum TreeImporter {
         result.previous = parent?.hex
         result.prefix = prefix?.description
         result.dryRun = placement.dryRun
-        let before = try oldTree.map { try items(of: $0, in: repository) } ?? [:]
-        let after = try items(of: tree, in: repository)
+        let before = try oldTree.map { try TreeLookup.allEntries(of: $0, in: repository) } ?? [:]
+        let after = try TreeLookup.allEntries(of: tree, in: repository)
         for (path, item) in after {
             if let old = before[path] { if old.id != item.id || old.mode != item.mode { result.changed += 1 } } else { result.added += 1 }
         }
@@ -127,19 +127,6 @@ public enum TreeImporter {
         var skipped: [String] = []
         /// Each file's modification time, by blob (placeholders show it).
         var times: [ObjectID: Int64] = [:]
-    }
-
-    /// Every file, symlink and submodule below `tree`, by path.
-    static func items(of tree: ObjectID, in repository: Repository) throws -> [[UInt8]: TreeEntry] {
-        var result: [[UInt8]: TreeEntry] = [:]
-        var pending: [([UInt8], ObjectID)] = [([], tree)]
-        while let (prefix, id) = pending.popLast() {
-            for entry in try repository.tree(id).entries {
-                let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
-                if entry.mode == .tree { pending.append((path, entry.id)) } else { result[path] = entry }
-            }
-        }
-        return result
     }
 
     /// A folder path inside the tree, checked as clone checks names.

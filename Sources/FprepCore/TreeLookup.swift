@@ -17,3 +17,19 @@ struct TreeLookup {
         return nil
     }
 }
+
+extension TreeLookup {
+    /// Every entry below `tree` that is not a folder, by full path (a walk
+    /// of the whole tree: for the rare commands that compare one).
+    static func allEntries(of tree: ObjectID, in repository: Repository) throws -> [[UInt8]: TreeEntry] {
+        var result: [[UInt8]: TreeEntry] = [:]
+        var pending: [([UInt8], ObjectID)] = [([], tree)]
+        while let (prefix, id) = pending.popLast() {
+            for entry in try repository.tree(id).entries {
+                let path = prefix.isEmpty ? entry.name : prefix + [0x2F] + entry.name
+                if entry.mode == .tree { pending.append((path, entry.id)) } else { result[path] = entry }
+            }
+        }
+        return result
+    }
+}
