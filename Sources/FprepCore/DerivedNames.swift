@@ -1,3 +1,4 @@
+import Glibc
 import FoundationEssentials
 
 /// Names fprep makes from an item's name (its temporary files, conflict
@@ -64,5 +65,32 @@ extension Replica {
             }
         }
         return tokens
+    }
+
+    /// Tokens of operations that began recently, ended or not: the
+    /// temporaries they name are fprep's wherever they are found.
+    func recentTemporaryTokens() -> Set<String> {
+        Set(((try? store.meta("recent_tokens")) ?? nil ?? "").split(separator: " ").map(String.init))
+    }
+
+    /// Temporaries of ended operations the scan met (a killed run's, moved
+    /// with their folder before recovery looked): a placeholder's zeros go,
+    /// anything else stays, as a conflict copy, since its bytes may be a
+    /// user's file the operation had swapped out.
+    func settleStrayTemporaries(_ paths: [RepoPath]) {
+        for path in paths {
+            guard let folder = try? rootFolder.folder(path.parent), let stat = folder.stat(name: path.name), stat.isRegular else { continue }
+            let marker = Array(".fprep-".utf8)
+            var original = Array(path.name.dropFirst())
+            if let cut = original.indices.reversed().first(where: { original[$0...].starts(with: marker) }) { original = Array(original[..<cut]) }
+            let placeholder = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: path.name))
+                && ContentOperations.holdsNoData(folder, RepoPath(bytes: path.name), stat)
+            if placeholder {
+                unlinkat(folder.fd, cPath(path.name), 0)
+            } else {
+                SafeReplace(folder: folder, name: original.isEmpty ? path.name : original, temporary: path.name,
+                            shown: path.description, expectsDataless: false).keepAside()
+            }
+        }
     }
 }

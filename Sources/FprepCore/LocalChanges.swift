@@ -119,6 +119,13 @@ extension FileStat {
 struct LocalScanner {
     let replica: Replica
     let index: Index
+    /// fprep's temporaries the scan met whose operation has ended (left by
+    /// a killed run where its recovery did not look): `sync` settles them.
+    let strays = StrayTemporaries()
+
+    final class StrayTemporaries {
+        var paths: [RepoPath] = []
+    }
 
     /// Parts of the index scanned at once: on a cold cache the scan waits
     /// on inode reads, which overlap across threads.
@@ -266,7 +273,7 @@ struct LocalScanner {
         var names: [UntrackedCache.Name] = []
         for name in try folder.entryNames() {
             if folderPath.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
-            if isTemporary(name) { continue }
+            if isTemporary(name, in: folderPath) { continue }
             let path = folderPath.isEmpty ? name : folderPath + [0x2F] + name
             if index.contains(path) { continue }
             let isDirectory = folder.stat(name: name)?.isDirectory == true
@@ -281,7 +288,7 @@ struct LocalScanner {
     private func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)]) throws -> Int64 {
         guard let folder = try? replica.rootFolder.folder(path) else { return 0 }
         var bytes: Int64 = 0
-        for name in try folder.entryNames() where !isTemporary(name) {
+        for name in try folder.entryNames() where !isTemporary(name, in: path.bytes) {
             guard let stat = folder.stat(name: name) else { continue }
             bytes += stat.blocks * 512
             let child = path.appending(name)
@@ -295,11 +302,15 @@ struct LocalScanner {
     }
 
     /// fprep's own temporary files are not the user's: a name of their
-    /// shape whose token is an open operation's. A user's file of that
-    /// shape (`.a.fprep-notes`) is synced like any other.
-    func isTemporary(_ name: [UInt8]) -> Bool {
+    /// shape whose token is an operation's that is open or began recently.
+    /// A user's file of that shape (`.a.fprep-notes`) is synced like any
+    /// other.
+    func isTemporary(_ name: [UInt8], in folder: [UInt8]) -> Bool {
         guard let token = ContentOperations.temporaryToken(in: name) else { return false }
-        return replica.pendingTemporaryTokens().contains(token)
+        if replica.pendingTemporaryTokens().contains(token) { return true }
+        guard replica.recentTemporaryTokens().contains(token) else { return false }
+        strays.paths.append(RepoPath(bytes: folder).appending(name))
+        return true
     }
 
     /// The scan by a walk of the tree, for an index with entries not yet
@@ -324,7 +335,7 @@ struct LocalScanner {
                 if prefix.isEmpty && Self.ignoredTopLevel.contains(name) { continue }
                 guard let stat = folder.stat(name: name) else { continue }
                 bytes += stat.blocks * 512
-                if isTemporary(name) { continue }
+                if isTemporary(name, in: prefix) { continue }
                 let path = prefix.isEmpty ? name : prefix + [0x2F] + name
                 if let (position, entry) = index.find(path) {
                     seen[position] = true

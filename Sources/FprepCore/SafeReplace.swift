@@ -154,6 +154,16 @@ struct SafeReplace {
         unlinkat(folder.fd, cPath(temporary), 0)
     }
 
+    /// Keeps the file at the temporary name as a conflict copy beside the
+    /// item, its placeholder marks cleared (its bytes are a file's now).
+    func keepAside() {
+        if let (fd, _) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) {
+            _ = fprep_clear_placeholder_marks(fd)
+            close(fd)
+        }
+        _ = try? keepAsConflictCopy()
+    }
+
     private static let changed = "it changed meanwhile; the change is kept"
 }
 

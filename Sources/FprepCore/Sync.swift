@@ -107,7 +107,9 @@ extension Replica {
             let scanned = try repository.index()
             try realignIndexGitWrote(scanned)
             index = scanned
-            let scan = try LocalScanner(replica: self, index: scanned).scan()
+            let scanner = LocalScanner(replica: self, index: scanned)
+            let scan = try scanner.scan()
+            settleStrayTemporaries(scanner.strays.paths)
             report.keptLocal += scan.skipped
             Trace.mark("scan")
             if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {
