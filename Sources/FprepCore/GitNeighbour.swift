@@ -70,9 +70,14 @@ extension Replica {
     /// comes back. Nothing on disk changes. A placeholder stays one: a
     /// file that carries placeholder marks for the entry's blob and holds
     /// no data is never read as content. Returns how many entries changed.
+    /// The store's flag for an index a local commit had not written yet
+    /// when its anchor moved (a crash between the two).
+    static let indexBehindKey = "index_behind_anchor"
+
     @discardableResult
     func realignIndexGitWrote(_ index: Index, write: Bool = true) throws -> Int {
-        guard !index.lastWrittenByFprep() else { return 0 }
+        let behind = try store.meta(Self.indexBehindKey) == "1"
+        guard behind || !index.lastWrittenByFprep() else { return 0 }
         guard let anchor else { return 0 }
         let tree = try repository.commit(anchor).treeID
         let wanted = try TreeLookup.allEntries(of: tree, in: repository)
@@ -99,7 +104,10 @@ extension Replica {
         // Written either way: the index is fprep's again, so the next
         // command need not compare. (`status` only reads: its copy is
         // realigned in memory.)
-        if write { try index.write() }
+        if write {
+            try index.write()
+            if behind { try store.setMeta(Self.indexBehindKey, "") }
+        }
         return changed
     }
 

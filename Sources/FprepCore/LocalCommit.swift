@@ -83,8 +83,10 @@ struct LocalCommitter {
                                                 author: signature, committer: signature)
         // The commit is the anchor from here on, recorded before the index
         // says the files are clean: a crash in between finds the changes
-        // again and commits nothing new (same tree), never loses them.
-        try repository.setReference("refs/heads/" + replica.branch, to: commit, message: "fprep: local changes")
+        // again and commits nothing new (same tree), never loses them. The
+        // store's anchor moves before the branch: a branch ahead of the
+        // anchor is commits made with git (see GitNeighbour), which this
+        // commit must never pass for.
         let deletedHere = scan.changes.filter { $0.kind == .deleted }.compactMap { change -> TrashRecord? in
             let path = RepoPath(identifier: change.path)
             guard let entry = index.entry(path: path.bytes) else { return nil }
@@ -93,6 +95,9 @@ struct LocalCommitter {
         try replica.store.transaction {
             try replica.store.setMeta("anchor", commit.hex)
             try replica.store.setMeta("unpushed", commit.hex)
+            // Until the index below is written it describes the old anchor:
+            // a crash meanwhile has the next sync realign it (GitNeighbour).
+            try replica.store.setMeta(Replica.indexBehindKey, "1")
             try replica.store.recordBlobInfo(sizes)
             try replica.store.recordTrash(deletedHere)
             // A moved item keeps its tags and favorites, here and, through
@@ -109,10 +114,12 @@ struct LocalCommitter {
             }
         }
         replica.anchor = commit
+        try repository.setReference("refs/heads/" + replica.branch, to: commit, message: "fprep: local changes")
         for path in scan.removed { try? index.remove(path: path.bytes) }
         for entry in entries { try index.add(entry) }
         let conflicts = try settle(copies, index: index)
         try index.write()
+        try replica.store.setMeta(Replica.indexBehindKey, "")
         return Committed(commit: commit, changes: scan.changes, conflicts: conflicts)
     }
 
