@@ -316,7 +316,7 @@ struct ContentOperations {
         // and whoever opens it from now on waits until it is given back, so
         // no write can land between the check below and the punch (it lands
         // in the placeholder afterwards: the user's bytes, kept by sync).
-        let leased = fprep_take_write_lease(fd) == 0
+        let leased = SafeReplace.takeWriteLease(fd)
         if !leased && errno == EAGAIN { return "it is open in another program; evict it once that program closes it" }
         defer { if leased { _ = fprep_release_lease(fd) } }
         var before = fprep_stat()

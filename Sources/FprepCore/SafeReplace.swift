@@ -57,7 +57,7 @@ struct SafeReplace {
         defer { close(fd) }
         // Checked before the lease: the check may open the file itself.
         guard isUnchanged(opened) else { return .refused(Self.changed) }
-        let leased = fprep_take_write_lease(fd) == 0
+        let leased = Self.takeWriteLease(fd)
         if !leased && errno == EAGAIN {
             return .refused("it is open in another program; run the command again once that program closes it")
         }
@@ -103,6 +103,28 @@ struct SafeReplace {
         }
         _ = fprep_clear_placeholder_marks(fd)
         return .replaced(keptAs: try keepAsConflictCopy())
+    }
+
+    /// Takes a write lease on `fd`, waiting a little while the kernel refuses
+    /// it (EAGAIN: the file is open elsewhere). An open that goes away at
+    /// once must not count as a program holding the file: a child another
+    /// thread forks inherits every descriptor until it execs, a brief open
+    /// of this process's own (an xattr read) among them, and the lease is
+    /// refused until then. A program that keeps the file open still
+    /// refuses it after the wait. errno is EAGAIN when refused.
+    static func takeWriteLease(_ fd: Int32, patience: Double = 0.5) -> Bool {
+        let deadline = Date().timeIntervalSince1970 + patience
+        var pause: useconds_t = 1_000
+        while fprep_take_write_lease(fd) != 0 {
+            let code = errno
+            guard code == EAGAIN, Date().timeIntervalSince1970 < deadline else {
+                errno = code
+                return false
+            }
+            usleep(pause)
+            pause = min(pause * 2, 50_000)
+        }
+        return true
     }
 
     /// Waits (up to `closeWait`) until no one else has the file open: the

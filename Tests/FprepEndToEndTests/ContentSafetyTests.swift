@@ -251,6 +251,24 @@ struct ConcurrentWriterTests {
 
     static let straceWorks = (try? Shell.run(["/usr/bin/strace", "-qq", "-o", "/dev/null", "/bin/true"]))?.status == 0
 
+    @Test("an open that goes away at once (a forked child not yet exec'd holds it) does not refuse materialize or evict")
+    func transientOpenIsWaitedOut() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            // A child inherits the shell's descriptor of the file and holds it
+            // a moment after the shell closed its own: the kernel refuses a
+            // write lease meanwhile, as while a forked child has not exec'd.
+            let script = "exec 3< a.txt; sleep 0.3 & exec 3<&-; fprep materialize a.txt && exec 3< a.txt; sleep 0.3 & exec 3<&-; fprep evict a.txt"
+            let result = try box.sh(script.replacingOccurrences(of: "fprep ", with: Binaries.fprep + " "), cwd: replica)
+            #expect(!result.stdout.contains("open in another program"), "\(result)")
+            #expect(lstatInfo(replica + "/a.txt")?.blocks == 0, "evict did not happen")
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            #expect(contents(replica + "/a.txt") == remote.files["a.txt"])
+        }
+    }
+
     @Test("a program that opens a placeholder while materialize swaps it keeps its bytes, as a conflict copy",
           .enabled(if: straceWorks, "needs strace to hold the swap"))
     func writerOpeningDuringMaterializeSwap() throws {
