@@ -215,20 +215,28 @@ struct AgentDaemonTests {
         }
     }
 
+    /// Two replicas of a `git daemon` remote served by one `agent run`, the
+    /// remote paused, and a reader of `bin.dat` waiting on the agent in each.
+    private func twoReplicasWithReadersWaiting(_ s: Sandbox) throws
+        -> (daemon: GitDaemon, agent: Spawned, first: String, second: String, readers: [Spawned]) {
+        _ = try s.makeRemote()
+        let daemon = try s.startDaemon(base: s.path)
+        let first = s.at("first"), second = s.at("second")
+        _ = try s.clone(daemon.url("remote.git"), first)
+        _ = try s.clone(daemon.url("remote.git"), second)
+        for replica in [first, second] { try s.agentCommand(["add", replica]) }
+        let agent = try s.startAgentDaemon()
+        #expect(waitUntil(30) { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
+        daemon.pause()
+        let readers = try [first, second].map { try s.spawnPython(readProgram, ["bin.dat"], cwd: $0) }
+        #expect(waitUntil(20) { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
+        return (daemon, agent, first, second, readers)
+    }
+
     @Test("kill -9 of the agent while readers of two replicas wait: each gets EIO, never zeros; started again, it serves both")
     func killedAndStartedAgain() throws {
         try withSandbox { s in
-            _ = try s.makeRemote()
-            let daemon = try s.startDaemon(base: s.path)
-            let first = s.at("first"), second = s.at("second")
-            _ = try s.clone(daemon.url("remote.git"), first)
-            _ = try s.clone(daemon.url("remote.git"), second)
-            for replica in [first, second] { try s.agentCommand(["add", replica]) }
-            let agent = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
-            daemon.pause()
-            let readers = try [first, second].map { try s.spawnPython(readProgram, ["bin.dat"], cwd: $0) }
-            #expect(waitUntil(20) { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
+            let (daemon, agent, first, second, readers) = try twoReplicasWithReadersWaiting(s)
             kill(agent.pid, SIGKILL)  // the agent only (not its keepers), as a user's kill -9
             _ = agent.wait(timeout: 30)
             for reader in readers {
@@ -253,17 +261,7 @@ struct AgentDaemonTests {
     @Test("the git a hydration runs holds no file the agent holds for a reader (of its replica or another): a hung fetch keeps nothing of anyone else's open")
     func fetchesInheritNothing() throws {
         try withSandbox { s in
-            _ = try s.makeRemote()
-            let daemon = try s.startDaemon(base: s.path)
-            let first = s.at("first"), second = s.at("second")
-            _ = try s.clone(daemon.url("remote.git"), first)
-            _ = try s.clone(daemon.url("remote.git"), second)
-            for replica in [first, second] { try s.agentCommand(["add", replica]) }
-            let agent = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
-            daemon.pause()
-            let readers = try [first, second].map { try s.spawnPython(readProgram, ["bin.dat"], cwd: $0) }
-            #expect(waitUntil(20) { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
+            let (daemon, agent, first, second, readers) = try twoReplicasWithReadersWaiting(s)
             // Both fetches under way (each runs git, which hangs on the paused remote).
             func gits() -> [pid_t] {
                 var found: [pid_t] = [], queue = Shell.childProcesses(of: agent.pid)
