@@ -18,7 +18,7 @@ struct List: ParsableCommand {
 
     @OptionGroup var replica: ReplicaOptions
 
-    @Argument(help: "The folder to list (default: the replica's root).")
+    @Argument(help: "The folder to list, relative to the current folder (default: the current folder; with -C DIR, DIR).")
     var path: String?
 
     @Option(help: "Items per page.")

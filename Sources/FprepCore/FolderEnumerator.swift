@@ -56,7 +56,8 @@ extension Replica {
     /// stays correct if the folder changes in between.
     public func enumerate(_ userPath: String?, relativeTo directory: String, pageSize: Int, token: String?) throws -> ItemPage {
         guard pageSize > 0 else { throw FprepError(.usage, "the page size must be at least 1") }
-        let folder = try userPath.map { try itemPath(for: $0, relativeTo: directory) } ?? .root
+        // No path: the current folder, as `ls` does (the root with -C ROOT).
+        let folder = try itemPath(for: userPath ?? ".", relativeTo: directory)
         let shown = userPath ?? "."
         let after = try token.map(Self.decodePageToken)
         guard let anchor else {

@@ -43,6 +43,11 @@ struct ListTests {
             #expect(page["nextPage"] == nil || page["nextPage"] is NSNull)
             let ids = page.objects("items").compactMap { $0.string("identifier") }
             #expect(ids == ["a.txt", "bin.dat", "docs", "empty.txt", "link", "run.sh"], "git order: \(ids)")
+            // Without a path, the current folder, as `ls` does; paths are relative to it.
+            let inDocs = try box.fprepJSON(["ls"], cwd: replica + "/docs").objects("items").compactMap { $0.string("identifier") }
+            #expect(inDocs == ["docs/deep", "docs/readme.md", "docs/up"], "\(inDocs)")
+            let deeper = try box.fprepJSON(["ls", "deep"], cwd: replica + "/docs").objects("items").compactMap { $0.string("identifier") }
+            #expect(deeper == ["docs/deep/nested.txt", "docs/deep/tool"], "\(deeper)")
             let items = itemsByName(page)
 
             let a = try #require(items["a.txt"])
