@@ -16,7 +16,7 @@ public struct Fprep: ParsableCommand {
 
             Exit status: 0 done; 1 failed; 2 done in part (some items refused, listed); 64 bad usage; 65 sync anchor expired; 75 replica busy (with --no-wait).
             """,
-        version: "fprep \(Fprep.version) (libgit2 \(LibGit2.version), \(Fprep.git))",
+        version: "fprep \(Fprep.version) (libgit2 \(LibGit2.version))",
         subcommands: [
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
             Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
@@ -28,10 +28,6 @@ public struct Fprep: ParsableCommand {
     public init() {}
 
     static let version = "0.1.0"
-    /// The git fprep runs for transport, as `git --version` names it.
-    static var git: String {
-        (try? String(decoding: GitCommand.run(["--version"]), as: UTF8.self).split(separator: "\n").first.map(String.init)) ?? nil ?? "git not found"
-    }
 
     /// Parses the command line, runs the command, and turns every failure
     /// into one line on standard error and the documented exit status.

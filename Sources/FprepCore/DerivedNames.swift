@@ -49,6 +49,11 @@ extension ContentOperations {
               token.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) }) else { return nil }
         return String(decoding: token, as: UTF8.self)
     }
+
+    /// The token an operation's journal record names its temporaries by.
+    static func temporaryToken(ofOperation operation: String, payload: [UInt8]) -> String? {
+        operation == "sync" ? SyncJournal.decode(payload)?.token : ContentJournal.decode(payload)?.token
+    }
 }
 
 extension Replica {
@@ -58,11 +63,7 @@ extension Replica {
     func pendingTemporaryTokens() -> Set<String> {
         var tokens = Set<String>()
         for record in (try? store.pendingOperations()) ?? [] {
-            if record.operation == "sync" {
-                if let token = SyncJournal.decode(record.payload)?.token { tokens.insert(token) }
-            } else if let journal = ContentJournal.decode(record.payload) {
-                tokens.insert(journal.token)
-            }
+            if let token = ContentOperations.temporaryToken(ofOperation: record.operation, payload: record.payload) { tokens.insert(token) }
         }
         return tokens
     }
@@ -80,9 +81,9 @@ extension Replica {
     func settleStrayTemporaries(_ paths: [RepoPath]) {
         for path in paths {
             guard let folder = try? rootFolder.folder(path.parent), let stat = folder.stat(name: path.name), stat.isRegular else { continue }
-            let marker = Array(".fprep-".utf8)
-            var original = Array(path.name.dropFirst())
-            if let cut = original.indices.reversed().first(where: { original[$0...].starts(with: marker) }) { original = Array(original[..<cut]) }
+            // `.NAME.fprep-TOKEN` is NAME's temporary: its conflict copy is named after NAME.
+            let suffix = ContentOperations.temporaryToken(in: path.name).map { ".fprep-\($0)".utf8.count } ?? 0
+            let original = Array(path.name.dropFirst().dropLast(suffix))
             let placeholder = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: path.name))
                 && ContentOperations.holdsNoData(folder, RepoPath(bytes: path.name), stat)
             if placeholder {

@@ -24,6 +24,9 @@ extension Replica {
         /// the next sync puts the branch back at the anchor, and the
         /// files git changed are local changes.
         public var elsewhere: String?
+        /// The branch HEAD is on, when it is not the followed one (sync
+        /// refuses then).
+        public var otherBranch: String?
     }
 
     /// Reads where git's HEAD is, for `status`; nothing is changed.
@@ -32,7 +35,9 @@ extension Replica {
         guard let anchor else { return state }
         let followed = "refs/heads/" + branch
         if let head = try repository.symbolicTarget("HEAD"), head != followed {
-            state.elsewhere = "HEAD is on '\(head.hasPrefix("refs/heads/") ? String(head.dropFirst(11)) : head)', not the followed branch '\(branch)'"
+            let other = head.hasPrefix("refs/heads/") ? String(head.dropFirst(11)) : head
+            state.otherBranch = other
+            state.elsewhere = "HEAD is on '\(other)', not the followed branch '\(branch)'"
             return state
         }
         guard let tip = try repository.referenceTarget(followed), tip != anchor else { return state }
@@ -44,23 +49,20 @@ extension Replica {
         return state
     }
 
-    /// Takes commits made with git on top of the anchor as local work: the
-    /// anchor moves to the branch's tip, which waits to be pushed. Returns
-    /// how many commits were taken.
-    func adoptGitCommits() throws -> Int {
-        guard let anchor, try repository.symbolicTarget("HEAD") == "refs/heads/" + branch,
-              let tip = try repository.referenceTarget("refs/heads/" + branch), tip != anchor,
-              try repository.isAncestor(anchor, of: tip) else { return 0 }
+    /// Takes the commits `head` found made with git on top of the anchor as
+    /// local work: the anchor moves to the branch's tip, which waits to be
+    /// pushed. Returns how many commits were taken.
+    func adoptGitCommits(_ head: GitHeadState) throws -> Int {
+        guard head.commitsAhead > 0, let anchor, let tip = try repository.referenceTarget("refs/heads/" + branch) else { return 0 }
         // Their trees obey the rules every tree fprep lays out obeys.
         try TreeEntryRules.check(ChangeSet.between(repository, from: repository.commit(anchor).treeID,
                                                    to: repository.commit(tip).treeID))
-        let count = try commitsBetween(anchor, tip)
         try store.transaction {
             try store.setMeta("anchor", tip.hex)
             try store.setMeta("unpushed", tip.hex)
         }
         self.anchor = tip
-        return count
+        return head.commitsAhead
     }
 
     /// Brings an index that another program (git) wrote back to the

@@ -130,14 +130,7 @@ struct SafeReplace {
     /// Waits (up to `closeWait`) until no one else has the file open: the
     /// lease is granted only then.
     private func waitUntilClosedElsewhere(_ fd: Int32) {
-        let deadline = Date().timeIntervalSince1970 + Self.closeWait
-        var pause: useconds_t = 500
-        while fprep_take_write_lease(fd) != 0 {
-            guard errno == EAGAIN, Date().timeIntervalSince1970 < deadline else { return }
-            usleep(pause)
-            pause = min(pause * 2, 50_000)
-        }
-        _ = fprep_release_lease(fd)
+        if Self.takeWriteLease(fd, patience: Self.closeWait) { _ = fprep_release_lease(fd) }
     }
 
     /// Renames the old file (now at the temporary name) to a free conflict

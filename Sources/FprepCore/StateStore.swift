@@ -190,8 +190,7 @@ final class StateStore {
         // the operation's end, so a temporary a killed run left where its
         // recovery does not look (the user moved its folder) is still
         // known as fprep's, never taken for a file of the user's.
-        let token = operation == "sync" ? SyncJournal.decode(payload)?.token : ContentJournal.decode(payload)?.token
-        if let token {
+        if let token = ContentOperations.temporaryToken(ofOperation: operation, payload: payload) {
             let kept = (try meta("recent_tokens") ?? "").split(separator: " ").suffix(31).map(String.init)
             try setMeta("recent_tokens", (kept + [token]).joined(separator: " "))
         }

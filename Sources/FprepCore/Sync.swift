@@ -90,7 +90,7 @@ extension Replica {
         //    is taken in; then the local changes become a commit on top
         //    of the anchor.
         let head = try gitHeadState()
-        if let elsewhere = head.elsewhere, try repository.symbolicTarget("HEAD") != "refs/heads/" + branch {
+        if head.otherBranch != nil, let elsewhere = head.elsewhere {
             throw FprepError(.usage, "\(elsewhere); run 'git switch \(branch)' in the replica, then 'fprep sync' (nothing was changed)")
         }
         if head.elsewhere != nil, let tip = try repository.referenceTarget("refs/heads/" + branch),
@@ -101,7 +101,7 @@ extension Replica {
             // disk are synced as local changes).
             report.gitBackup = try keepBackup(of: tip, reason: "fprep: commits made with git away from the anchor")
         }
-        report.gitCommitsTaken = try adoptGitCommits()
+        report.gitCommitsTaken = try adoptGitCommits(head)
         var index: Index?
         if !incoming {
             let scanned = try repository.index()
@@ -413,7 +413,7 @@ extension Replica {
             try store.recordTrash(applier.trashed)
             try store.forgetMaterialized(applier.dematerialized)
             try store.recordMaterialized(applier.rematerialized, at: now)
-            for move in changes.moved where move.isFolder || !changes.moved.contains(where: { $0.isFolder && move.from.isWithin($0.from) }) {
+            for move in SyncApplier.appliedMoves(changes.moved) {
                 // Tags and favorites are rebuilt from the shared log, so a move
                 // that carries some goes into it (nothing to push otherwise).
                 let carriesMetadata = try store.hasSharedMetadata(atOrUnder: move.from)
@@ -716,6 +716,13 @@ struct SyncApplier {
         }
     }
 
+    /// The moves a sync makes: every folder move, and the item moves that
+    /// are not inside a moved folder (those items go with it).
+    static func appliedMoves(_ moves: [ChangeSet.Move]) -> [ChangeSet.Move] {
+        let movedFolders = Set(moves.filter(\.isFolder).map(\.from))
+        return moves.filter { $0.isFolder || !$0.from.ancestors.contains(where: movedFolders.contains) }
+    }
+
     /// The moves to apply, in an order where a move whose item leaves a
     /// place (`dir`, or anything below `dir`) comes before a move that lands
     /// there or below it: a remote that renames `é` to `dir` while this
@@ -726,10 +733,7 @@ struct SyncApplier {
     /// items that swap names) keeps the order it has; the second move then
     /// finds its place taken and sets the item there aside.
     static func inDependencyOrder(_ moves: [ChangeSet.Move]) -> [ChangeSet.Move] {
-        let movedFolders = Set(moves.filter(\.isFolder).map(\.from))
-        let applied = moves.filter { move in
-            move.isFolder || !move.from.ancestors.contains(where: movedFolders.contains)
-        }
+        let applied = appliedMoves(moves)
         guard applied.count > 1 else { return applied }
         var bySource: [RepoPath: [Int]] = [:]
         for (i, move) in applied.enumerated() { bySource[move.from, default: []].append(i) }
