@@ -69,7 +69,8 @@ static int add_dir(struct fprep_scan_result *out, size_t entry, size_t length, i
 }
 
 static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, size_t first, size_t end,
-                      long long index_sec, long long index_nsec, unsigned char *states, struct fprep_scan_result *out) {
+                      struct fprep_scan_times times, unsigned char *states, struct fprep_scan_result *out) {
+    long long index_sec = times.index_sec, index_nsec = times.index_nsec;
     memset(out, 0, sizeof *out);
     struct frame stack[MAX_DEPTH + 1];
     int depth = 0;
@@ -147,12 +148,13 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
         int skip_worktree = (be16(entry + 60) & 0x4000) && (be16(entry + 62) & 0x4000);
         if (skip_worktree) {
             /* A placeholder: unchanged while it keeps its size and execute bit and holds no blocks. */
-            /* One whose inode changed after the index was written (a touch, a
-             * chmod, another placeholder moved over it) is checked, marks and
-             * all: the index keeps a placeholder's size and date only. */
+            /* One whose inode changed since the last scan that looked at
+             * every placeholder (a touch, a chmod, another placeholder moved
+             * or hard-linked over it) is checked, marks and all: the index
+             * keeps a placeholder's size and date only. */
             int mode_ok = ((st.st_mode & 0100) != 0) == (mode == 0100755);
-            int touched = (long long)st.st_ctim.tv_sec > index_sec
-                || ((long long)st.st_ctim.tv_sec == index_sec && (long long)st.st_ctim.tv_nsec >= index_nsec);
+            int touched = (long long)st.st_ctim.tv_sec > times.checked_sec
+                || ((long long)st.st_ctim.tv_sec == times.checked_sec && (long long)st.st_ctim.tv_nsec >= times.checked_nsec);
             int dataless = S_ISREG(st.st_mode) && mode_ok
                 && (same || (!touched && st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
             states[i] = dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK;
@@ -178,7 +180,7 @@ struct scan_part {
     const uint8_t *base;
     const int32_t *offsets;
     size_t first, end;
-    long long index_sec, index_nsec;
+    struct fprep_scan_times times;
     unsigned char *states;
     struct fprep_scan_result *out;
     int status;
@@ -187,11 +189,11 @@ struct scan_part {
 static void scan_part_run(void *context, size_t k) {
     struct scan_part *part = (struct scan_part *)context + k;
     part->status = scan_range(part->rootfd, part->base, part->offsets, part->first, part->end,
-                              part->index_sec, part->index_nsec, part->states, part->out);
+                              part->times, part->states, part->out);
 }
 
 int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, size_t count,
-                     long long index_sec, long long index_nsec, int parts,
+                     struct fprep_scan_times times, int parts,
                      unsigned char *states, struct fprep_scan_result *out) {
     if (parts < 1) parts = 1;
     if (parts > FPREP_SCAN_MAX_PARTS) parts = FPREP_SCAN_MAX_PARTS;
@@ -199,7 +201,7 @@ int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, si
     struct scan_part work[FPREP_SCAN_MAX_PARTS];
     for (int k = 0; k < parts; k++) {
         work[k] = (struct scan_part){ rootfd, base, offsets, count * (size_t)k / (size_t)parts,
-                                      count * (size_t)(k + 1) / (size_t)parts, index_sec, index_nsec, states, &out[k], 0 };
+                                      count * (size_t)(k + 1) / (size_t)parts, times, states, &out[k], 0 };
     }
     /* Every part on a thread of its own: on a cold cache their inode reads
      * overlap (git's preloaded index does the same). */

@@ -351,6 +351,8 @@ public enum Cloner {
                 return targets
             }
             Trace.mark("placeholders")
+            // Nobody else has had the replica yet: every placeholder is ours.
+            try PlaceholderCheck.record(PlaceholderCheck.now(), in: replica.store)
             try indexing.wait()
             for (entry, stat) in zip(plan.entries, stats) where entry.kind == .symlink {
                 try index.add(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode, stat: stat,

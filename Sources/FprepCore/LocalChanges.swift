@@ -122,6 +122,10 @@ struct LocalScanner {
     /// fprep's temporaries the scan met whose operation has ended (left by
     /// a killed run where its recovery did not look): `sync` settles them.
     let strays = StrayTemporaries()
+    /// When this scan began, on the clock the kernel dates inodes with: once
+    /// its changes are committed, every placeholder not changed since then
+    /// is known to be one (see `PlaceholderCheck`).
+    let started = PlaceholderCheck.now()
 
     final class StrayTemporaries {
         var paths: [RepoPath] = []
@@ -146,11 +150,14 @@ struct LocalScanner {
     /// cache). nil when the index cannot be read in place.
     private func scanInPlace() throws -> LocalChangeSet? {
         let time = index.fileTime
+        let checked = try PlaceholderCheck.lastCompleted(replica.store)
+        let times = fprep_scan_times(index_sec: time.seconds, index_nsec: time.nanoseconds,
+                                     checked_sec: checked.seconds, checked_nsec: checked.nanoseconds)
         let count = index.count
         var states = [UInt8](repeating: 0, count: max(count, 1))
         var parts = [fprep_scan_result](repeating: fprep_scan_result(), count: Int(FPREP_SCAN_MAX_PARTS))
         let status = index.withEntryLayout { base, offsets in
-            fprep_scan_index(replica.rootFolder.fd, base, offsets.baseAddress, offsets.count, time.seconds, time.nanoseconds,
+            fprep_scan_index(replica.rootFolder.fd, base, offsets.baseAddress, offsets.count, times,
                              Self.scanThreads, &states, &parts)
         }
         guard let status, status > 0 else {

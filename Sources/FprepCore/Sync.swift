@@ -116,6 +116,9 @@ extension Replica {
                 report.localChanges = committed.changes
                 report.conflicts += committed.conflicts
             }
+            // Every placeholder the scan passed was one when it began, and
+            // what it found changed is committed now.
+            try PlaceholderCheck.record(scanner.started, in: store)
             Trace.mark("local commit")
         }
 

@@ -333,6 +333,40 @@ struct ModeTests {
         }
     }
 
+    /// Ways a placeholder of the same size takes another's name, and
+    /// commands that write the index without looking at the other files.
+    static let replacements = ["ln -f b.txt a.txt", "mv b.txt a.txt"]
+    static let blindIndexWriters: [[String]] = [["sync", "--incoming"], ["materialize", "c.txt"], ["evict", "c.txt"]]
+
+    @Test("a placeholder hard-linked or moved over another of the same size is synced, whatever wrote the index since",
+          arguments: replacements, blindIndexWriters)
+    func sameSizePlaceholderOverAnother(replacement: String, writer: [String]) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: ["a.txt": .text("alpha 1\n"), "b.txt": .text("bravo 2\n"),
+                                                    "c.txt": .text("charlie\n")])
+            let one = box.at("one")
+            _ = try box.clone(remote.path, one)
+            if writer.first == "evict" { try box.fprepOK(["materialize", "c.txt"], cwd: one) }
+            if writer.first == "sync" {
+                // Something for the incoming sync to lay out.
+                let full = box.at("full")
+                try box.gitOK(["clone", "-q", remote.path, full])
+                try box.sh("echo delta > d.txt && git add d.txt && git commit -qm d && git push -q origin main", cwd: full)
+            }
+            try box.sh(replacement, cwd: one)
+            // The index is written after the change, by a command that
+            // does not scan: its date says nothing about a.txt.
+            try box.fprepOK(writer, cwd: one)
+            try box.fprepOK(["sync"], cwd: one)
+            let tree = try box.remoteTree(remote.path)
+            #expect(try box.remoteBlob(remote.path, "a.txt") == Data("bravo 2\n".utf8), "\(replacement) then \(writer): \(tree)")
+            #expect((tree["b.txt"] != nil) == replacement.hasPrefix("ln"), "\(tree)")
+            try box.fprepOK(["materialize", "a.txt"], cwd: one)
+            #expect(contents(one + "/a.txt") == Data("bravo 2\n".utf8))
+            #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").isEmpty)
+        }
+    }
+
     @Test("restore brings a deleted executable back executable, whole, as a change the next sync shares")
     func restoreKeepsMode() throws {
         try withSandbox { box in

@@ -119,8 +119,18 @@ struct fprep_scan_result {
  * split between them: the hashes add up). states has one byte per entry.
  * Returns the number of parts used; -1 out of memory; -2 a path too deep
  * or too long (scan otherwise). */
+/* The two moments a scan compares dates with: when the index file was
+ * written (git's racily-clean rule for files with content), and when the
+ * last scan that looked at every placeholder began (a placeholder's index
+ * entry keeps only its size and date, so a change of its inode after that
+ * moment is found by its ctime; an index written since, by a command that
+ * did not look, proves nothing about the placeholders). */
+struct fprep_scan_times {
+    long long index_sec, index_nsec;
+    long long checked_sec, checked_nsec;
+};
 int fprep_scan_index(int rootfd, const uint8_t *base, const int32_t *offsets, size_t count,
-                     long long index_sec, long long index_nsec, int parts,
+                     struct fprep_scan_times times, int parts,
                      unsigned char *states, struct fprep_scan_result *out);
 void fprep_scan_result_free(struct fprep_scan_result *result);
 
