@@ -38,7 +38,10 @@ struct Status: ParsableCommand {
             print("agent:        none (placeholders get content with 'fprep materialize', or on access under 'fprep agent')")
         }
         if let git = report.git {
-            if git.commitsAhead > 0 {
+            if git.commitsAhead > 0, !git.readPlaceholders.isEmpty {
+                let shown = git.readPlaceholders.prefix(3).map { "'\(Console.escaped($0))'" }.joined(separator: ", ")
+                print("git:          \(git.commitsAhead) commit\(git.commitsAhead == 1 ? "" : "s") made with git on '\(report.branch)' took placeholders (\(shown)) as content; 'fprep sync' will not push \(git.commitsAhead == 1 ? "it" : "them") (kept under a backup ref; run 'fprep materialize' before 'git add' of a dataless file)")
+            } else if git.commitsAhead > 0 {
                 print("git:          \(git.commitsAhead) commit\(git.commitsAhead == 1 ? "" : "s") made with git on '\(report.branch)'; 'fprep sync' pushes \(git.commitsAhead == 1 ? "it" : "them")")
             }
             if let elsewhere = git.elsewhere {

@@ -44,7 +44,11 @@ struct Sync: ParsableCommand {
         if report.gitCommitsTaken > 0 {
             print("took in \(report.gitCommitsTaken) commit\(report.gitCommitsTaken == 1 ? "" : "s") made with git on the branch")
         }
-        if let backup = report.gitBackup {
+        if let backup = report.gitBackup, !report.gitReadPlaceholders.isEmpty {
+            let shown = report.gitReadPlaceholders.prefix(3).map { "'\(Console.escaped($0))'" }.joined(separator: ", ")
+            let more = report.gitReadPlaceholders.count > 3 ? " and \(report.gitReadPlaceholders.count - 3) more" : ""
+            print("commits made with git read placeholders (\(shown)\(more)): git saw zeros, not their content, so they were not pushed; they are kept at \(backup), the branch is back at the anchor, and the files on disk are synced as they are (run 'fprep materialize' before 'git add' of a dataless file)")
+        } else if let backup = report.gitBackup {
             print("the branch was moved with git away from the anchor: it is back at the anchor, the files are synced as they are, and its commits are kept at \(backup)")
         }
         if let backup = report.backup {

@@ -27,6 +27,9 @@ extension Replica {
         /// The branch HEAD is on, when it is not the followed one (sync
         /// refuses then).
         public var otherBranch: String?
+        /// Files those commits took from placeholders (see
+        /// `placeholdersGitRead`): the next sync sets them aside instead.
+        public var readPlaceholders: [String] = []
     }
 
     /// Reads where git's HEAD is, for `status`; nothing is changed.
@@ -43,6 +46,7 @@ extension Replica {
         guard let tip = try repository.referenceTarget(followed), tip != anchor else { return state }
         if try repository.isAncestor(anchor, of: tip) {
             state.commitsAhead = try commitsBetween(anchor, tip)
+            state.readPlaceholders = try placeholdersGitRead(from: anchor, to: tip).map(\.description)
         } else {
             state.elsewhere = "the branch '\(branch)' is at \(tip.hex.prefix(12)), which does not contain fprep's anchor \(anchor.hex.prefix(12))"
         }
@@ -128,6 +132,45 @@ extension Replica {
             return IndexEntry(path: path, id: target.id, mode: target.mode.raw, skipWorktree: true)
         }
         return IndexEntry(path: path, id: target.id, mode: target.mode.raw, stat: StatData(), skipWorktree: false)
+    }
+
+    /// Paths where a commit made with git between `anchor` and `tip`
+    /// (first parents) gives a file content while the file on disk still
+    /// carries placeholder marks: git read what a placeholder reads as
+    /// (zeros, and whatever a program wrote over them), not the file's
+    /// content. That takes a deliberate step (`git update-index
+    /// --no-skip-worktree`: git leaves skip-worktree entries alone), but such a commit, pushed,
+    /// would put zeros nobody wrote over the file on every device.
+    func placeholdersGitRead(from anchor: ObjectID, to tip: ObjectID) throws -> [RepoPath] {
+        var found: [RepoPath] = []
+        var current = tip
+        var walked = 0
+        while current != anchor, walked < 10_000 {
+            walked += 1
+            let commit = try repository.commit(current)
+            guard let parent = commit.parentIDs.first else { break }
+            let changes = try ChangeSet.between(repository, from: repository.commit(parent).treeID, to: commit.treeID)
+            for update in changes.updated where update.new.mode.isFile && !found.contains(update.path) {
+                guard let stat = rootFolder.stat(update.path), stat.isRegular,
+                      ContentOperations.isMarkedDataless(rootFolder, update.path) else { continue }
+                found.append(update.path)
+            }
+            current = parent
+        }
+        return found
+    }
+
+    /// Commits made with git that read placeholders are not taken in: the
+    /// branch goes back to the anchor and they are kept under a backup ref
+    /// (as when the branch left the anchor), and what is on disk is synced
+    /// as local changes, with the rule for bytes written into a placeholder
+    /// (a conflict copy; the name keeps the remote's content). Returns the
+    /// backup ref, or nil when no such commit is waiting.
+    func setAsideCommitsReadingPlaceholders(_ head: GitHeadState) throws -> String? {
+        guard !head.readPlaceholders.isEmpty, let anchor, let tip = try repository.referenceTarget("refs/heads/" + branch) else { return nil }
+        let backup = try keepBackup(of: tip, reason: "fprep: commits made with git that read placeholders")
+        try repository.setReference("refs/heads/" + branch, to: anchor, message: "fprep: back to the anchor (commits made with git read placeholders)")
+        return backup
     }
 
     /// How many commits `tip` has that `base` does not (first parents).

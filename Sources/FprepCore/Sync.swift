@@ -37,6 +37,9 @@ public struct SyncReport: Sendable, Encodable {
     /// The ref that keeps commits made with git on a branch git moved away
     /// from the anchor.
     public var gitBackup: String?
+    /// Files that commits made with git took from placeholders (their
+    /// zeros, not their content): those commits were set aside (`gitBackup`).
+    public var gitReadPlaceholders: [String] = []
 }
 
 /// The journal payload of a sync: the two anchors it moves between.
@@ -101,7 +104,12 @@ extension Replica {
             // disk are synced as local changes).
             report.gitBackup = try keepBackup(of: tip, reason: "fprep: commits made with git away from the anchor")
         }
-        report.gitCommitsTaken = try adoptGitCommits(head)
+        if let backup = try setAsideCommitsReadingPlaceholders(head) {
+            report.gitBackup = backup
+            report.gitReadPlaceholders = head.readPlaceholders
+        } else {
+            report.gitCommitsTaken = try adoptGitCommits(head)
+        }
         var index: Index?
         if !incoming {
             let scanned = try repository.index()
@@ -287,7 +295,7 @@ extension Replica {
     /// Keeps `commit` reachable under `refs/fprep/backup/DATE-ID` of the
     /// replica's git directory (never pushed: fprep pushes only its branch);
     /// returns the ref's name.
-    private func keepBackup(of commit: ObjectID, reason: String = "fprep: the remote dropped this history") throws -> String {
+    func keepBackup(of commit: ObjectID, reason: String = "fprep: the remote dropped this history") throws -> String {
         let stamp = Self.isoDate(Int64(Date().timeIntervalSince1970)).replacingAll(":", with: "-")
         let name = "refs/fprep/backup/\(stamp)-\(commit.hex.prefix(12))"
         try repository.setReference(name, to: commit, message: reason)

@@ -34,6 +34,54 @@ struct GitNeighbourTests {
         }
     }
 
+    /// Ways git can be made to read a placeholder and commit what it read.
+    static let placeholderCommits: [(name: String, script: String, written: Bool)] = [
+        ("no-skip-worktree, then commit -a", "git update-index --no-skip-worktree a.txt && git commit -qam 'read a placeholder'", false),
+        ("an append, then no-skip-worktree and commit -a",
+         "printf 'dev line\\n' >> a.txt && git update-index --no-skip-worktree a.txt && git commit -qam 'read a placeholder'", true),
+    ]
+
+    @Test("a git commit of what a placeholder reads as is never pushed: kept aside, the name keeps its content, written bytes become a conflict copy",
+          arguments: 0..<placeholderCommits.count)
+    func gitCommitOfPlaceholderIsNotPushed(_ which: Int) throws {
+        let way = Self.placeholderCommits[which]
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            try box.sh("echo 'edited too' > docs/readme.md && git add docs/readme.md && \(way.script)", cwd: replica)
+            let made = try box.gitOK(["rev-parse", "main"], cwd: replica)
+            let status = try box.fprep(["status"], cwd: replica)
+            #expect(status.stdout.contains("took placeholders ('a.txt') as content"), "\(status.stdout)")
+            let result = try box.fprepOK(["sync"], cwd: replica)
+            #expect(result.stdout.contains("read placeholders ('a.txt')"), "\(result.stdout)")
+            // Not in the remote's history, and a.txt keeps its content there.
+            let log = try box.gitOK(["log", "--format=%s", "main"], cwd: remote.path)
+            #expect(!log.contains("read a placeholder"), "\(log)")
+            #expect(try box.remoteBlob(remote.path, "a.txt") == remote.files["a.txt"])
+            // The other change git committed is on disk, so it is synced.
+            #expect(try box.gitOK(["show", "main:docs/readme.md"], cwd: remote.path) == "edited too")
+            // The commit is kept.
+            let backups = try box.gitOK(["for-each-ref", "--format=%(objectname)", "refs/fprep/backup/"], cwd: replica)
+            #expect(backups.contains(made), "\(backups)")
+            let copies = conflictCopies(try box.remoteTree(remote.path), of: "a.txt")
+            if way.written {
+                #expect(copies.count == 1, "\(copies)")
+                if let copy = copies.first {
+                    let size = remote.files["a.txt"]?.count ?? 0
+                    #expect(try box.remoteBlob(remote.path, copy) == Data(count: size) + Data("dev line\n".utf8))
+                }
+            } else {
+                #expect(copies.isEmpty, "zeros nobody wrote became a copy: \(copies)")
+            }
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            #expect(contents(replica + "/a.txt") == remote.files["a.txt"])
+            #expect(try box.fprepJSON(["status"], cwd: replica).objects("changes").isEmpty)
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: replica) == box.gitOK(["rev-parse", "main"], cwd: remote.path))
+        }
+    }
+
     @Test("what git stages or removes (git add, git rm) is a local change that status lists and sync pushes")
     func stagedChangesAreChanges() throws {
         try withSandbox { box in
