@@ -328,3 +328,10 @@ static void create_one_placeholder(void *context, size_t i) {
 void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads) {
     fprep_parallel_for(count, threads, create_one_placeholder, (void *)jobs);
 }
+
+long long fprep_copy_range(int from, long long *offset, int to, long long length) {
+    off_t position = (off_t)*offset;
+    ssize_t count = copy_file_range(from, &position, to, NULL, (size_t)length, 0);
+    if (count > 0) *offset = (long long)position;
+    return (long long)count;
+}

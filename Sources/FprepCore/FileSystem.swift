@@ -235,6 +235,32 @@ func readContent(_ fd: Int32, size: Int64, shown: String) throws -> [UInt8] {
     }
 }
 
+/// Copies exactly `size` bytes of `from` into `to` in the kernel
+/// (copy_file_range: no user-space buffer, so a file of any size costs no
+/// memory), with `readContent`'s rules: never more than the size, and a
+/// file that is shorter or longer than it was changed while read.
+func copyContent(from: Int32, to: Int32, size: Int64, shown: String) throws {
+    var offset: Int64 = 0
+    while offset < size {
+        var source = offset
+        let count = fprep_copy_range(from, &source, to, min(size - offset, 1 << 30))
+        if count < 0 {
+            if errno == EINTR { continue }
+            throw SystemError("copy", shown)
+        }
+        if count == 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
+        offset += count
+    }
+    var extra: UInt8 = 0
+    while true {
+        let count = pread(from, &extra, 1, off_t(offset))
+        if count < 0 && errno == EINTR { continue }
+        if count < 0 { throw SystemError("read", shown) }
+        if count > 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
+        return
+    }
+}
+
 func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, shown: String) throws {
     var offset = 0
     while offset < bytes.count {

@@ -1194,12 +1194,11 @@ struct SyncApplier {
             }
             guard created == 0 else { throw SystemError("create placeholder", path.description) }
         } else {
-            let bytes = try readContent(fd, size: opened.size, shown: path.description)
             let out = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
             guard out >= 0 else { throw SystemError("create", path.description) }
             defer { close(out) }
             _ = fchmod(out, mode)  // exactly, whatever the umask
-            try bytes.withUnsafeBytes { try writeAll(out, $0, shown: path.description) }
+            try copyContent(from: fd, to: out, size: opened.size, shown: path.description)
             _ = fprep_set_mtime(out, opened.mtime.0, Int(opened.mtime.1))
         }
         return opened

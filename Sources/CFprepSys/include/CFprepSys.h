@@ -172,6 +172,11 @@ void fprep_probe_paths(int dirfd, const char *const *paths, size_t count, int th
 /* Sets the mtime (and atime to the same) of an open fd. */
 int fprep_set_mtime(int fd, long long sec, long nsec);
 
+/* Copies up to `length` bytes of `from` at *offset to `to`'s position, in
+ * the kernel (copy_file_range); advances *offset. Returns the count, 0 at
+ * the end of `from`, -1 with errno set. */
+long long fprep_copy_range(int from, long long *offset, int to, long long length);
+
 /* fanotify pre-content events (fanotify.c). */
 enum {
     FPREP_FANOTIFY_SUPPORTED = 0,
