@@ -385,8 +385,12 @@ struct ContentOperations {
                             shown: path.description, expectsDataless: true).settleTemporary()
             }
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
+            // Only this entry's own placeholder: one whose marks name
+            // another blob was moved or linked here by a program (the scan
+            // syncs that as the move it is).
             if try entry.stat.fileSize == UInt32(truncatingIfNeeded: stat.size) || isLearnedSizePlaceholder(entry, path, stat),
-               Self.holdsNoData(replica.rootFolder, path, stat), Self.isMarkedDataless(replica.rootFolder, path) {
+               Self.holdsNoData(replica.rootFolder, path, stat), Self.isMarkedDataless(replica.rootFolder, path),
+               Self.placeholderBlob(replica.rootFolder, path) == entry.id {
                 // Punched: finish it, with the item's date (the kill may have
                 // come before the date was put back).
                 guard let fd = try? replica.rootFolder.openRegular(path, flags: O_RDWR).fd else { continue }

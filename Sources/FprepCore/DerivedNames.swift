@@ -1,5 +1,6 @@
 import Glibc
 import FoundationEssentials
+import FprepGit
 
 /// Names fprep makes from an item's name (its temporary files, conflict
 /// copies). They must fit in NAME_MAX like any name, so a long name's stem
@@ -76,9 +77,12 @@ extension Replica {
 
     /// Temporaries of ended operations the scan met (a killed run's, moved
     /// with their folder before recovery looked): a placeholder's zeros go,
-    /// anything else stays, as a conflict copy, since its bytes may be a
-    /// user's file the operation had swapped out.
+    /// and so does content fprep fetched (the bytes of the blob the file
+    /// beside it stands for, or of one in the object store); anything else
+    /// stays, as a conflict copy, since its bytes may be a user's file the
+    /// operation had swapped out.
     func settleStrayTemporaries(_ paths: [RepoPath]) {
+        let odb = try? repository.objectDatabase()
         for path in paths {
             guard let folder = try? rootFolder.folder(path.parent), let stat = folder.stat(name: path.name), stat.isRegular else { continue }
             // `.NAME.fprep-TOKEN` is NAME's temporary: its conflict copy is named after NAME.
@@ -86,7 +90,12 @@ extension Replica {
             let original = Array(path.name.dropFirst().dropLast(suffix))
             let placeholder = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: path.name))
                 && ContentOperations.holdsNoData(folder, RepoPath(bytes: path.name), stat)
-            if placeholder {
+            let fetched = !placeholder && (try? folder.readFile(RepoPath(bytes: path.name))).flatMap { bytes in
+                try? bytes.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }
+            }.map { id in
+                ContentOperations.placeholderBlob(folder, RepoPath(bytes: original)) == id || odb?.contains(id) == true
+            } == true
+            if placeholder || fetched {
                 unlinkat(folder.fd, cPath(path.name), 0)
             } else {
                 SafeReplace(folder: folder, name: original.isEmpty ? path.name : original, temporary: path.name,

@@ -178,6 +178,9 @@ final class FolderHandle: @unchecked Sendable {
         let copy = dup(fd)
         guard copy >= 0, let dir = fdopendir(copy) else { throw SystemError("opendir", shownPath) }
         defer { closedir(dir) }
+        // A dup shares the folder's read position: a second listing of the
+        // same handle would start where the first ended, and find nothing.
+        rewinddir(dir)
         var names: [[UInt8]] = []
         while let entry = readdir(dir) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }

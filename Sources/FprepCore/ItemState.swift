@@ -92,6 +92,14 @@ struct StateClassifier {
     /// bytes.
     func placeholderChange(of entry: IndexEntry, stat: FileStat) -> PlaceholderChange? {
         guard entry.skipWorktree, stat.isRegular else { return nil }
+        // Another placeholder moved or linked over this one (its marks name
+        // another blob) is the user's move, not this item with a new mode:
+        // the scan commits it as that blob (`recordMarked`) before asking
+        // here, and nothing else may take it for this item's placeholder
+        // (materialize would fill it with this item's content).
+        if let marked = ContentOperations.placeholderBlob(root, RepoPath(bytes: entry.path)), marked != entry.id {
+            return .written
+        }
         if UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize,
            ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) {
             return .mode(stat.gitMode)

@@ -116,8 +116,13 @@ extension Replica {
             try realignIndexGitWrote(scanned)
             index = scanned
             let scanner = LocalScanner(replica: self, index: scanned)
-            let scan = try scanner.scan()
-            settleStrayTemporaries(scanner.strays.paths)
+            var scan = try scanner.scan()
+            if !scanner.strays.paths.isEmpty {
+                settleStrayTemporaries(scanner.strays.paths)
+                // What they became (conflict copies of bytes a program
+                // wrote) is committed by this sync, not the next one.
+                scan = try LocalScanner(replica: self, index: scanned).scan()
+            }
             report.keptLocal += scan.skipped
             Trace.mark("scan")
             if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {

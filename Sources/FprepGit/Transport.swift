@@ -129,7 +129,13 @@ public enum Transport {
 
     /// Pushes `commit` to `refs/heads/BRANCH` of `origin` (fast-forward
     /// only). `--no-thin`: a thin pack would use the remote's blobs as delta
-    /// bases, and a partial clone does not hold them.
+    /// bases, and a partial clone does not hold them. `pack.useSparse=false`:
+    /// the sparse walk marks the remote's objects as present only along
+    /// paths the new commit still has, so a placeholder moved out of a
+    /// folder that went with it looked like a blob to send, one this clone
+    /// never fetched (the push then died, or fetched the content of a move).
+    static let pushOptions = ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "pack.useSparse=false",
+                              "push", "--no-thin"]
     ///
     /// `update` goes in the same push (`--atomic` where the remote takes
     /// it): a refusal of it alone never fails the branch's push, which is
@@ -155,8 +161,7 @@ public enum Transport {
         while true {
             do {
                 CrashPoint.reach()
-                try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                                    "push", "--no-thin"] + (atomic ? ["--atomic"] : []) + ["origin", "\(commit.hex):refs/heads/\(branch)"]
+                try GitCommand.run(["--git-dir=\(gitDirectory)"] + pushOptions + (atomic ? ["--atomic"] : []) + ["origin", "\(commit.hex):refs/heads/\(branch)"]
                                    + (update?.arguments ?? []))
                 return update == nil ? .none : .landed
             } catch let error as GitCommandError {
@@ -200,8 +205,7 @@ public enum Transport {
     /// refused it (its ref moved on: "stale info"). Other failures throw.
     public static func push(_ update: LeasedUpdate, gitDirectory: String) throws -> String? {
         do {
-            try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                                "push", "--no-thin", "origin"] + update.arguments)
+            try GitCommand.run(["--git-dir=\(gitDirectory)"] + pushOptions + ["origin"] + update.arguments)
             return nil
         } catch let error as GitCommandError {
             guard let reason = refusedReferences(in: error.standardError)[update.reference] else { throw error }

@@ -35,6 +35,23 @@ struct HostedSizeTests {
 
     static func size(_ path: String) -> Int64? { lstatInfo(path).map { Int64($0.size) } }
 
+    @Test("a placeholder moved out of a folder that goes with it is pushed without fetching its content, its size published")
+    func movedPlaceholderPushesWithoutContent() throws {
+        try withSandbox { box in
+            let (remote, _, b) = try Self.hooklessRemote(box, nodes: standardTree)
+            let before = packFiles(b)
+            // The folder goes with them: the files' old paths are in no
+            // tree the new commit has.
+            try box.sh("mv docs/deep/nested.txt top.bin && mv docs/deep/tool tool && rmdir docs/deep", cwd: b)
+            let synced = try box.fprepOK(["sync"], cwd: b)
+            #expect(!synced.stdout.contains("note:"), "\(synced.stdout)")
+            #expect(packFiles(b) == before, "a move fetched content: \(packFiles(b).subtracting(before))")
+            let tree = try box.remoteTree(remote)
+            #expect(tree["top.bin"] != nil && tree["tool"] != nil && tree["docs/deep/nested.txt"] == nil, "\(tree)")
+            #expect(try Self.manifestLines(box, remote).contains { $0.hasPrefix(tree["top.bin"]?.id ?? "-") }, "size not published")
+        }
+    }
+
     @Test("a push lists the sizes of what it adds in the remote's size manifest; the other device's placeholders have them")
     func pushPublishesSizes() throws {
         try withSandbox { box in

@@ -336,7 +336,8 @@ struct ModeTests {
     /// Ways a placeholder of the same size takes another's name, and
     /// commands that write the index without looking at the other files.
     static let replacements = ["ln -f b.txt a.txt", "mv b.txt a.txt"]
-    static let blindIndexWriters: [[String]] = [["sync", "--incoming"], ["materialize", "c.txt"], ["evict", "c.txt"]]
+    static let blindIndexWriters: [[String]] = [["sync", "--incoming"], ["materialize", "c.txt"], ["evict", "c.txt"],
+                                                 ["materialize", "."]]
 
     @Test("a placeholder hard-linked or moved over another of the same size is synced, whatever wrote the index since",
           arguments: replacements, blindIndexWriters)
@@ -364,6 +365,23 @@ struct ModeTests {
             try box.fprepOK(["materialize", "a.txt"], cwd: one)
             #expect(contents(one + "/a.txt") == Data("bravo 2\n".utf8))
             #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").isEmpty)
+        }
+    }
+
+    @Test("a materialize killed at any durable step never takes a placeholder moved over another for that one (model seed 8159)",
+          arguments: 1...6)
+    func movedPlaceholderSurvivesKilledMaterialize(crashAt: Int) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: ["a.txt": .text("alpha 1\n"), "b.txt": .text("bravo 2\n")])
+            let one = box.at("one")
+            _ = try box.clone(remote.path, one)
+            try box.sh("mv b.txt a.txt", cwd: one)
+            _ = try box.fprep(["materialize", "."], cwd: one, env: ["FPREP_CRASH_AT": "\(crashAt)"])
+            try box.fprepOK(["sync"], cwd: one)
+            #expect(try box.remoteTree(remote.path).keys.sorted() == ["a.txt"])
+            #expect(try box.remoteBlob(remote.path, "a.txt") == Data("bravo 2\n".utf8))
+            try box.fprepOK(["materialize", "a.txt"], cwd: one)
+            #expect(contents(one + "/a.txt") == Data("bravo 2\n".utf8))
         }
     }
 
