@@ -23,9 +23,10 @@ final class AgentStatusFile {
         }
     }
 
-    /// Says the agent serves: its process id, once every placeholder is watched.
-    func ready() throws {
-        let note = "\(getpid())\n"
+    /// Says the agent serves: its process id (`pid`: the agent's, written
+    /// by its worker), once every placeholder is watched.
+    func ready(pid: Int32 = getpid()) throws {
+        let note = "\(pid)\n"
         _ = ftruncate(fd, 0)
         _ = note.withCString { pwrite(fd, $0, strlen($0), 0) }
     }

@@ -13,7 +13,7 @@ struct AgentCommand: ParsableCommand {
 
             Examples: sudo fprep agent -C ~/work; sudo fprep agent add ~/work; sudo fprep agent status
             """,
-        subcommands: [AgentRun.self, AgentAdd.self, AgentRemove.self, AgentList.self, AgentStatusCommand.self]
+        subcommands: [AgentRun.self, AgentAdd.self, AgentRemove.self, AgentList.self, AgentStatusCommand.self, AgentWorkerCommand.self]
     )
 
     @OptionGroup var replica: ReplicaOptions
@@ -199,5 +199,25 @@ struct AgentStatusCommand: ParsableCommand {
                 print("  last error\(replica.lastErrorAt.map { " at \($0)" } ?? ""): \(error)")
             }
         }
+    }
+}
+
+/// The agent's worker for one replica, started by the agent as the
+/// replica's owner (see `WorkerClient`); not for people to run.
+struct AgentWorkerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "The agent's worker for one replica, run as its owner (started by the agent).",
+        shouldDisplay: false
+    )
+
+    @Argument(help: ArgumentHelp("The replica's root.", valueName: "ROOT"))
+    var root: String
+
+    @Option(name: .customLong("agent-pid"), help: ArgumentHelp("The agent's process id, published in .fprep/agent.pid.", valueName: "PID"))
+    var agentPID: Int32
+
+    func run() throws {
+        try AgentWorker.serve(root: root, agentPID: agentPID)
     }
 }
