@@ -70,6 +70,9 @@ pid_t fprep_spawn_worker(int exe, char *const argv[], char *const envp[], uid_t 
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
         signal(SIGINT, SIG_IGN);
+        /* A service's stop signals the whole group: the worker ends when
+         * the agent closes its socket, after the hydrations under way. */
+        signal(SIGTERM, SIG_IGN);
         /* The program opened by the agent: the owner need not reach its path. */
         syscall(SYS_execveat, 4, "", argv, envp, AT_EMPTY_PATH);
         fail_child(5, FPREP_WORKER_STEP_EXEC);
@@ -160,4 +163,24 @@ int fprep_wait_child(pid_t pid, int timeout_ms, int *status) {
         if (waited >= timeout_ms) return 0;
         usleep(10000);
     }
+}
+
+int fprep_reclaim_file(int dirfd, const char *name, uid_t uid, gid_t gid) {
+    int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    struct stat st;
+    int result = 0;
+    /* Root's own file, in no other folder (one link): nothing but what a
+     * root process wrote there; the inode is the one looked at. */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 && st.st_nlink == 1) {
+        result = fchownat(fd, "", uid, gid, AT_EMPTY_PATH) == 0 ? 1 : -1;
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return result;
+}
+
+int fprep_open_folder_nofollow(int dirfd, const char *name) {
+    return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }

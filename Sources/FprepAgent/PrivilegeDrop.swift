@@ -49,21 +49,46 @@ struct ReplicaOwner: Sendable, Equatable {
         return "uid \(uid)" + (name.map { " (\($0))" } ?? "")
     }
 
-    /// The environment the worker starts with: the agent's, with the
-    /// owner's home and name when it is another user (git reads its
-    /// global configuration from HOME, and an unreadable one is fatal).
+    /// The environment the worker starts with: the agent's when the owner
+    /// is the agent's user; for another user, only what says how programs
+    /// behave (PATH, locale, git's and fprep's settings), never what
+    /// reaches root's things (an ssh agent's socket, credentials), with the
+    /// owner's home and name (git reads its global configuration from
+    /// HOME, and one it cannot read is fatal).
     func environment(from agent: [String: String]) -> [String: String] {
         guard uid != getuid() else { return agent }
-        var environment = agent.filter { !$0.key.hasPrefix("XDG_") && !$0.key.hasPrefix("SUDO_") }
+        let kept = ["PATH", "LANG", "LANGUAGE", "TZ"]
+        var environment = agent.filter {
+            kept.contains($0.key) || $0.key.hasPrefix("LC_") || $0.key.hasPrefix("GIT_") || $0.key.hasPrefix("FPREP_")
+        }
         environment["HOME"] = home ?? "/"
         if let name {
             environment["USER"] = name
             environment["LOGNAME"] = name
-        } else {
-            environment["USER"] = nil
-            environment["LOGNAME"] = nil
         }
         return environment
+    }
+
+    /// Files of the replica's that an agent running as root left root's
+    /// (its `.fprep/agent.pid`, the state's WAL and shared memory, the
+    /// index it wrote): given to the owner, whose worker and commands could
+    /// not open them otherwise. Only those names, directly in `.fprep` and
+    /// `.git` (never through a symlink), and only a root-owned file with a
+    /// single link. Returns how many were given.
+    func reclaim(rootFD: Int32) -> Int {
+        guard uid != 0 else { return 0 }
+        let names = [".fprep": ["agent.pid", "state.db", "state.db-wal", "state.db-shm", "state.db-journal", "lock", "reserve"],
+                     ".git": ["index"]]
+        var given = 0
+        for (folder, files) in names {
+            let fd = fprep_open_folder_nofollow(rootFD, folder)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            // The folder itself is the owner's (checked by `of`): only then are its files theirs to have.
+            guard owns(fd) else { continue }
+            for name in files where fprep_reclaim_file(fd, name, uid, gid) == 1 { given += 1 }
+        }
+        return given
     }
 
     /// Whether the open file `fd` belongs to this owner (the agent marks

@@ -46,11 +46,18 @@ final class ReplicaServer: @unchecked Sendable {
         // worker's, which runs as the replica's owner (and settles what a
         // killed agent journaled before listing the placeholders).
         let owner = try ReplicaOwner.of(root: root)
-        let (worker, placeholders) = try WorkerClient.start(root: root, owner: owner)
-        self.worker = worker
-        let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        // Not through a symlink, and the owner's still: the folder every
+        // mark is made under.
+        let fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw FprepError("cannot open the replica '\(root)': \(String(cString: strerror(errno)))") }
         rootFD = OwnedFD(fd)
+        guard owner.owns(fd) else { throw FprepError("the replica '\(root)' changed owner while the agent started; try again") }
+        let reclaimed = owner.reclaim(rootFD: fd)
+        if reclaimed > 0 {
+            log.write(.info, "gave \(reclaimed) file\(reclaimed == 1 ? "" : "s") of \(root) that an agent running as root had left root's back to its owner (\(ReplicaOwner.userName(Int64(owner.uid))))")
+        }
+        let (worker, placeholders) = try WorkerClient.start(root: root, owner: owner)
+        self.worker = worker
 
         group = try FanotifyGroup()
         // Killed with -9, the agent could not fail the accesses it holds;

@@ -107,12 +107,16 @@ struct AgentPrivilegeTests {
         #expect(recordedUIDs(uids).allSatisfy { $0 == "\(user.uid)" }, "\(recordedUIDs(uids))")
     }
 
-    @Test("fprep agent -C: a replica's git config that runs a command runs it as the replica's owner, never as root; what the agent writes in .fprep and .git is the owner's; the owner's status and sync work alongside")
+    @Test("fprep agent -C: a replica's git config that runs a command runs it as the replica's owner, never as root; what the agent writes in .fprep and .git is the owner's (what an agent running as root left root's is given back); the owner's status and sync work alongside")
     func foregroundAgentActsAsOwner() throws {
         let user = try TestUser.find()
         try withSandbox { s in
             let (replica, _, uids) = try s.replicaOwned(by: user)
+            // As an agent that ran as root left them: its agent.pid, the index it wrote.
+            #expect(FileManager.default.createFile(atPath: replica + "/.fprep/agent.pid", contents: Data()))
+            chown(replica + "/.git/index", 0, 0)
             let agent = try s.startAgent(replica)
+            #expect(agent.stderrSoFar.contains("gave 2 files of \(replica) that an agent running as root had left root's back to its owner"), "\(agent.stderrSoFar)")
             try expectOwnerOnly(s, user, replica: replica, uids: uids, agent: agent)
             let stopped = stopAgent(agent)
             #expect(stopped.status == 0, "\(stopped)")

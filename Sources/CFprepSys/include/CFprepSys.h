@@ -239,6 +239,12 @@ ssize_t fprep_channel_send(int channel, const void *bytes, size_t count, int fd)
  * came with it (close-on-exec; any beyond `fd_capacity` are closed); 0 at
  * the end, -1 with errno. */
 ssize_t fprep_channel_receive(int channel, void *bytes, size_t capacity, int *fds, size_t fd_capacity, size_t *fd_count);
+/* Gives the regular file `name` in `dirfd` to `uid`:`gid` when it is root's
+ * and has one link (never following a symlink): 1 given, 0 nothing to do,
+ * -1 with errno. */
+int fprep_reclaim_file(int dirfd, const char *name, uid_t uid, gid_t gid);
+/* Opens the folder `name` in `dirfd`, not through a symlink; -1 with errno. */
+int fprep_open_folder_nofollow(int dirfd, const char *name);
 /* Waits up to timeout_ms for the child `pid` to end: 1 ended (`status`
  * set), 0 still running, -1 error. */
 int fprep_wait_child(pid_t pid, int timeout_ms, int *status);
