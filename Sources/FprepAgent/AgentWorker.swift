@@ -23,19 +23,20 @@ final class WorkerClient: @unchecked Sendable {
 
     /// Starts the worker of the replica at `root` as `owner` and waits
     /// until it holds the replica; returns it with the placeholders to
-    /// watch, or throws why the replica cannot be served (one line).
-    static func start(root: String, owner: ReplicaOwner) throws -> (WorkerClient, [WatchedPlaceholder]) {
+    /// watch and `.fprep/agent.pid` locked, or throws why the replica
+    /// cannot be served (one line).
+    static func start(root: String, owner: ReplicaOwner) throws -> (WorkerClient, [WatchedPlaceholder], AgentStatusFile) {
         var pair: [Int32] = [-1, -1]
         guard fprep_channel_pair(&pair) == 0 else {
             throw FprepError("cannot start the agent: socketpair: \(String(cString: strerror(errno)))")
         }
         defer { close(pair[1]) }
-        let channel = WorkerChannel(fd: pair[0], acceptsDescriptors: false)
+        let channel = WorkerChannel(fd: pair[0], acceptsDescriptors: true)
         let exe = fprep_open_own_program()
         guard exe >= 0 else { throw FprepError("cannot start the agent: open /proc/self/exe: \(String(cString: strerror(errno)))") }
         defer { close(exe) }
 
-        let arguments = ["fprep", "agent", "worker", root, "--agent-pid", "\(getpid())"]
+        let arguments = ["fprep", "agent", "worker", root]
         let environment = owner.environment(from: ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         let argv = arguments.map { strdup($0) } + [nil]
         let envp = environment.map { strdup($0) } + [nil]
@@ -50,8 +51,8 @@ final class WorkerClient: @unchecked Sendable {
             throw FprepError("cannot start its worker as \(ReplicaOwner.userName(Int64(owner.uid))): \(what): \(String(cString: strerror(errno)))")
         }
         let client = WorkerClient(pid: pid, channel: channel)
-        let placeholders = try client.handshake()
-        return (client, placeholders)
+        let (placeholders, status) = try client.handshake()
+        return (client, placeholders, status)
     }
 
     private init(pid: pid_t, channel: WorkerChannel) {
@@ -61,18 +62,24 @@ final class WorkerClient: @unchecked Sendable {
 
     deinit { stop() }
 
-    /// The worker's first word: it holds the replica (placeholders), or why not.
-    private func handshake() throws -> [WatchedPlaceholder] {
-        guard let (message, _) = channel.receive() else {
+    /// The worker's first word: it holds the replica (placeholders, the
+    /// agent's lock file), or why not.
+    private func handshake() throws -> ([WatchedPlaceholder], AgentStatusFile) {
+        guard let (message, descriptor) = channel.receive() else {
             throw FprepError("its worker process (pid \(pid)) ended before it started (\(stop()))")
         }
+        channel.acceptsDescriptors = false
+        // Closed unless it is what it should be: a regular file.
+        let status = descriptor.map { AgentStatusFile(locked: $0) }
         var body = WorkerMessageReader(message.body)
         switch message.kind {
         case .started:
-            guard let placeholders = body.placeholders() else { break }
+            var lockFile = fprep_stat()
+            guard let status, let descriptor, fprep_fstat(descriptor, &lockFile) == 0, lockFile.mode & 0o170000 == 0o100000,
+                  let placeholders = body.placeholders() else { break }
             let (channel, replies) = (self.channel, self.replies)
             reader = try BlockingThread { Self.readReplies(channel, into: replies) }
-            return placeholders
+            return (placeholders, status)
         case .startFailed:
             throw FprepError(body.text() ?? "its worker could not start")
         default:
@@ -127,9 +134,6 @@ final class WorkerClient: @unchecked Sendable {
         var body = WorkerMessageReader(reply.body)
         return body.placeholders()
     }
-
-    /// Every placeholder is watched: the worker publishes the agent's pid.
-    func serving() { channel.send(WorkerMessage(kind: .serving)) }
 
     /// Ends the worker (its socket closes; it finishes the hydrations under
     /// way, or is killed after 5 s) and returns how it ended.
@@ -214,7 +218,7 @@ public enum AgentWorker {
 
     /// Serves the agent's requests for the replica at `root` until the
     /// agent closes the socket (or dies: the kernel kills the worker then).
-    public static func serve(root: String, agentPID: Int32) throws -> Never {
+    public static func serve(root: String) throws -> Never {
         var socket = fprep_stat()
         guard fprep_fstat(channelFD, &socket) == 0, socket.mode & 0o170000 == 0o140000 else {
             throw FprepError(.usage, "'fprep agent worker' is started by the agent only")
@@ -226,17 +230,18 @@ public enum AgentWorker {
             channel.send(WorkerMessage(kind: .killAgent))
             while true { pause() }
         }
-        var status: AgentStatusFile?
         do {
             // First, so a second agent touches nothing of the first one's.
-            status = try AgentStatusFile(root: root)
+            // Sent to the agent, which holds the lock from then on (as long as it lives).
+            let lock = try AgentStatusFile.lockReplica(root: root)
+            defer { close(lock) }
             // Whatever a killed agent (or command) journaled is settled
             // here, before anything is watched: its quarantines are no longer needed.
             let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
             InPlaceHydration.removeAllQuarantines(replicaRoot: root)
             var started = WorkerMessageWriter()
             started.placeholders(try replica.watchablePlaceholders())
-            channel.send(WorkerMessage(kind: .started, body: started.bytes))
+            channel.send(WorkerMessage(kind: .started, body: started.bytes), descriptor: lock)
         } catch {
             var why = WorkerMessageWriter()
             why.text((error as? FprepError)?.message ?? "\(error)")
@@ -277,16 +282,12 @@ public enum AgentWorker {
                     }
                     channel.send(reply)
                 }
-            case .serving:
-                if let descriptor { close(descriptor) }
-                try? status?.ready(pid: agentPID)
             default:
                 if let descriptor { close(descriptor) }
             }
         }
         // The agent stopped: what is under way ends first (it waits a while).
         underWay.wait()
-        status = nil
         exit(0)
     }
 

@@ -13,6 +13,7 @@ final class ReplicaServer: @unchecked Sendable {
     let root: String
     private let log: AgentLog
     private let namesRoot: Bool
+    private let status: AgentStatusFile
     private let worker: WorkerClient
     private let rootFD: OwnedFD
     private let group: FanotifyGroup
@@ -56,8 +57,9 @@ final class ReplicaServer: @unchecked Sendable {
         if reclaimed > 0 {
             log.write(.info, "gave \(reclaimed) file\(reclaimed == 1 ? "" : "s") of \(root) that an agent running as root had left root's back to its owner (\(ReplicaOwner.userName(Int64(owner.uid))))")
         }
-        let (worker, placeholders) = try WorkerClient.start(root: root, owner: owner)
+        let (worker, placeholders, status) = try WorkerClient.start(root: root, owner: owner)
         self.worker = worker
+        self.status = status
 
         group = try FanotifyGroup()
         // Killed with -9, the agent could not fail the accesses it holds;
@@ -83,7 +85,7 @@ final class ReplicaServer: @unchecked Sendable {
         watchlist.watch(placeholders, complete: true)
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
         log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
-        worker.serving()
+        try status.ready()
     }
 
     /// Serves until `stop` or a signal; throws when the replica went away meanwhile.
@@ -102,7 +104,9 @@ final class ReplicaServer: @unchecked Sendable {
         // The replica's lock and agent.pid go with the worker, before the
         // daemon may serve it again.
         let ended = worker.stop()
-        if gone == Self.workerEnded { gone = "its worker process (pid \(worker.pid)) ended (\(ended)); serving it stopped" }
+        if gone == Self.workerEnded {
+            gone = "the replica's worker process (pid \(worker.pid)) ended (\(ended)); serving it stopped, start the agent again"
+        }
         if let gone { throw FprepError(gone) }
         log.write(.info, "stopped serving \(root)")
     }

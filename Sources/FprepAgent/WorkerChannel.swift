@@ -16,10 +16,9 @@ struct WorkerMessage: Sendable {
         case hydrate = 1
         /// List the watchable placeholders again (the index changed).
         case list = 2
-        /// Every placeholder is watched: publish the agent's pid in `.fprep/agent.pid`.
-        case serving = 3
         // Worker → agent.
-        /// Started: the replica's lock is held, recovery done; the placeholders.
+        /// Started: recovery done; the placeholders, and `.fprep/agent.pid`
+        /// open and locked attached (the agent holds it from then on).
         case started = 10
         /// Cannot serve the replica: why (one line).
         case startFailed = 11
@@ -143,9 +142,16 @@ final class WorkerChannel: @unchecked Sendable {
     private static let largest = 1 << 30
 
     /// Whether descriptors that come are kept for their messages (the
-    /// worker's side); the agent closes any at once (a worker sends none,
-    /// and must not fill the agent's descriptor table).
-    private let acceptsDescriptors: Bool
+    /// worker's side; the agent's for the first message only); otherwise
+    /// they are closed at once (a worker must not fill the agent's
+    /// descriptor table). Changed on the receiving thread only.
+    var acceptsDescriptors: Bool {
+        didSet {
+            guard !acceptsDescriptors else { return }
+            for descriptor in descriptors { close(descriptor) }
+            descriptors = []
+        }
+    }
 
     init(fd: Int32, acceptsDescriptors: Bool) {
         self.fd = fd

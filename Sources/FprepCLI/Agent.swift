@@ -214,10 +214,7 @@ struct AgentWorkerCommand: ParsableCommand {
     @Argument(help: ArgumentHelp("The replica's root.", valueName: "ROOT"))
     var root: String
 
-    @Option(name: .customLong("agent-pid"), help: ArgumentHelp("The agent's process id, published in .fprep/agent.pid.", valueName: "PID"))
-    var agentPID: Int32
-
     func run() throws {
-        try AgentWorker.serve(root: root, agentPID: agentPID)
+        try AgentWorker.serve(root: root)
     }
 }

@@ -72,6 +72,14 @@ extension Sandbox {
     }
 }
 
+/// The agent's worker processes (`fprep agent worker`), by their command line.
+func agentWorkers(of agent: pid_t) -> [pid_t] {
+    Shell.childProcesses(of: agent).filter { pid in
+        (contents("/proc/\(pid)/cmdline").map { Array($0) } ?? []).split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            .starts(with: ["fprep", "agent", "worker"])
+    }
+}
+
 /// The uids the probe recorded, one per run.
 func recordedUIDs(_ path: String) -> [String] {
     (contents(path).map { String(decoding: $0, as: UTF8.self) } ?? "").split(separator: "\n").map(String.init)
@@ -152,6 +160,40 @@ struct AgentPrivilegeTests {
             let refused = try s.fprep(["agent", "-C", replica], timeout: 30)
             expectOneLineError(refused, mentioning: [".git", "belongs to uid 0", "uid \(user.uid)"])
             #expect(!FileManager.default.fileExists(atPath: replica + "/.fprep/agent.pid"), "nothing was touched")
+        }
+    }
+
+    @Test("the owner kills the agent's worker: agent -C stops in one line, and agent run serves the replica again with a new worker")
+    func workerKilled() throws {
+        let user = try TestUser.find()
+        try withSandbox { s in
+            let (replica, _, _) = try s.replicaOwned(by: user)
+            let agent = try s.startAgent(replica)
+            let workers = agentWorkers(of: agent.pid)
+            #expect(workers.count == 1, "one worker per replica: \(workers)")
+            var owner = stat()
+            #expect(workers.first.map { stat("/proc/\($0)", &owner) == 0 && owner.st_uid == user.uid } == true, "the worker runs as the owner")
+            for worker in workers { kill(worker, SIGKILL) }
+            let ended = agent.wait(timeout: 30)
+            // Its log, then the one line of the error.
+            let last = ended.stderr.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(ended.status == 1 && last.hasPrefix("fprep: the replica's worker process") && last.contains("killed by signal 9"),
+                    "\(ended)")
+
+            let added = try s.agentCommand(["add", replica])
+            #expect(added.status == 0, "\(added)")
+            let daemon = try s.startAgentDaemon(env: ["FPREP_TEST_AGENT_RETRY_SECONDS": "1"])
+            #expect(waitUntil(30) { served(replica, by: daemon.pid) && agentWorkers(of: daemon.pid).count == 1 }, "\(daemon.stderrSoFar)")
+            let first = agentWorkers(of: daemon.pid)
+            for worker in first { kill(worker, SIGKILL) }
+            #expect(waitUntil(30) { daemon.stderrSoFar.contains("cannot serve \(replica): the replica's worker process") }, "\(daemon.stderrSoFar)")
+            #expect(waitUntil(30) {
+                let now = agentWorkers(of: daemon.pid)
+                return now.count == 1 && now != first && (try? s.agentReplicaStatus(replica))?["state"] as? String == "serving"
+            }, "served again: \(daemon.stderrSoFar)")
+            let read = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(read.status == 0 && read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(read.status) \(daemon.stderrSoFar)")
+            _ = stopAgent(daemon)
         }
     }
 }
