@@ -70,7 +70,9 @@ public enum InPlaceHydration {
 
     /// The process id of the agent serving the replica, or nil when none runs.
     public static func servingAgent(replicaRoot: String) -> Int32? {
-        let fd = open(agentFile(replicaRoot: replicaRoot), O_RDONLY | O_CLOEXEC)
+        // Never through a symlink, and a FIFO a user put there never waits
+        // (root's `fprep agent status` reads every registered replica's).
+        let fd = open(agentFile(replicaRoot: replicaRoot), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         if flock(fd, LOCK_SH | LOCK_NB) == 0 { return nil }  // nobody holds it

@@ -196,4 +196,22 @@ struct AgentPrivilegeTests {
             _ = stopAgent(daemon)
         }
     }
+
+    @Test("a placeholder in a user's replica that belongs to someone else (root) is never watched, so the agent never writes where the owner could not")
+    func othersFileNotWatched() throws {
+        let user = try TestUser.find()
+        try withSandbox { s in
+            let (replica, _, _) = try s.replicaOwned(by: user)
+            // As a hard link to root's file would be (were hard links to others' files allowed).
+            chown(replica + "/docs/readme.md", 0, 0)
+            let agent = try s.startAgent(replica)
+            #expect(agent.stderrSoFar.contains("not watching docs/readme.md: it does not belong to the replica's owner (uid \(user.uid)"), "\(agent.stderrSoFar)")
+            let read = try s.python(readProgram, ["docs/readme.md"], cwd: replica)
+            #expect(read.stdoutData == Data(count: 22), "not hydrated: its placeholder's zeros, as without an agent")
+            #expect(lstatInfo(replica + "/docs/readme.md")?.blocks == 0, "nothing was written into root's file")
+            let other = try s.python(readProgram, ["a.txt"], cwd: replica)
+            #expect(other.stdout == "hello\n", "the owner's files are served: \(agent.stderrSoFar)")
+            _ = stopAgent(agent)
+        }
+    }
 }
