@@ -101,8 +101,8 @@ final class ReplicaServer: @unchecked Sendable {
             checkPresence()
             checkWorker()
         }, shouldStop: { [self] in SignalPipe.stopRequested || stopping.load(ordering: .acquiring) })
-        // The replica's lock and agent.pid go with the worker, before the
-        // daemon may serve it again.
+        // The worker (and the replica's lock it may hold) ends before the
+        // daemon may serve the replica again; agent.pid goes with this server.
         let ended = worker.stop()
         if gone == Self.workerEnded {
             gone = "the replica's worker process (pid \(worker.pid)) ended (\(ended)); serving it stopped, start the agent again"

@@ -7,7 +7,7 @@ struct AgentCommand: ParsableCommand {
         commandName: "agent",
         abstract: "Hydrate dataless files when a program first opens them.",
         discussion: """
-            Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
+            Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Root is needed for fanotify only: git, the replica's state and every file written run in a worker process as the replica's owner. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
 
             With -C DIR it serves that replica in the foreground. Without it ('fprep agent run'), it serves every replica registered with 'fprep agent add' and follows the registry while it runs (see the systemd unit in contrib/systemd). Without a running agent a placeholder reads as zeros, and 'fprep materialize' brings content explicitly.
 
