@@ -7,8 +7,9 @@ import Synchronization
 
 /// The agent's side of a replica's worker: a process (`fprep agent worker`)
 /// that runs as the replica's owner (`ReplicaOwner`) and does everything
-/// the agent does in the replica: takes its lock and `.fprep/agent.pid`,
-/// settles its journal, lists the placeholders, fetches content with git
+/// the agent does in the replica: opens and locks `.fprep/agent.pid` (and
+/// hands it to the agent, which holds it while it serves), takes the
+/// replica's lock, settles its journal, lists the placeholders, fetches content with git
 /// and writes it through the descriptor of each event, which the agent
 /// passes over a unix socket. The agent keeps the fanotify group, its
 /// marks, the keeper and every answer to the kernel: it fails an access
