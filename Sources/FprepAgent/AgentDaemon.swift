@@ -220,7 +220,7 @@ private final class ReplicaSlot: @unchecked Sendable {
 
 /// A thread of its own, for a loop that blocks (never a dispatch worker,
 /// which the hydrations need).
-private final class BlockingThread {
+final class BlockingThread {
     private final class Body {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }

@@ -8,19 +8,29 @@ import Glibc
 final class AgentStatusFile {
     private let fd: Int32
 
-    /// The replica's: refuses when another agent serves it.
-    convenience init(root: String) throws {
+    /// The replica's `.fprep/agent.pid` locked (by the replica's worker,
+    /// as its owner); refuses when another agent serves it. The lock goes
+    /// with the open file, so the agent holds it once it has the descriptor.
+    static func lockReplica(root: String) throws -> Int32 {
         let path = InPlaceHydration.agentFile(replicaRoot: root)
-        try self.init(path: path, busy: "an agent already serves '\(root)'; stop it first (its process id is in '\(path)')")
+        return try lock(path: path, busy: "an agent already serves '\(root)'; stop it first (its process id is in '\(path)')")
     }
 
     init(path: String, busy: String) throws {
-        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        fd = try Self.lock(path: path, busy: busy)
+    }
+
+    /// Takes over a descriptor locked elsewhere (`lockReplica` in the worker).
+    init(locked fd: Int32) { self.fd = fd }
+
+    private static func lock(path: String, busy: String) throws -> Int32 {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw FprepError("cannot start the agent: open '\(path)': \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
             throw FprepError(busy)
         }
+        return fd
     }
 
     /// Says the agent serves: its process id, once every placeholder is watched.

@@ -11,6 +11,9 @@ struct Hydrator: Sendable {
     /// before and after, the replica's lock held), so a hydration does not
     /// look like a sync that brought placeholders.
     var indexWritten: @Sendable (_ before: fprep_stat, _ after: fprep_stat) -> Void = { _, _ in }
+    /// The replica's worker, which does the work as the replica's owner
+    /// (the agent's side); nil in the worker itself.
+    var worker: WorkerClient? = nil
 
     enum Outcome: Sendable {
         /// Content in place: allow the access.
@@ -22,6 +25,7 @@ struct Hydrator: Sendable {
     }
 
     func hydrate(_ placeholder: WatchedPlaceholder, through fd: Int32) -> Outcome {
+        if let worker { return worker.hydrate(placeholder, through: fd, indexWritten: indexWritten) }
         let token: String
         do {
             token = try InPlaceHydration.fetch([placeholder.blob], replicaRoot: root)

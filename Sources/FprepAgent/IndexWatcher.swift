@@ -13,9 +13,12 @@ final class IndexWatcher: @unchecked Sendable {
     private let seen: Mutex<fprep_stat>
     private let busy = Mutex(false)
     private let queue = DispatchQueue(label: "fprep.agent.rescan")
+    /// Lists the placeholders (through the replica's worker); nil when busy.
+    private let list: @Sendable () -> [WatchedPlaceholder]?
 
-    init(root: String) {
+    init(root: String, list: @escaping @Sendable () -> [WatchedPlaceholder]?) {
         self.root = root
+        self.list = list
         seen = Mutex(Self.stat(root))
     }
 
@@ -32,11 +35,9 @@ final class IndexWatcher: @unchecked Sendable {
         let changed = seen.withLock { !Self.same($0, now) }
         guard changed else { return }
         guard busy.withLock({ value -> Bool in defer { value = true }; return !value }) else { return }
-        let root = self.root
         queue.async { [self] in
             defer { busy.withLock { $0 = false } }
-            guard let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)),
-                  let placeholders = try? replica.watchablePlaceholders() else { return }
+            guard let placeholders = list() else { return }
             seen.withLock { $0 = now }
             deliver(placeholders)
         }

@@ -5,7 +5,8 @@ import Synchronization
 
 /// One replica served: its fanotify group with a mark on every
 /// placeholder, the keeper that fails the accesses held if the agent is
-/// killed, and the event loop. `init` returns once every placeholder is
+/// killed, the event loop, and the worker that does everything in the
+/// replica as its owner (`WorkerClient`). `init` returns once every placeholder is
 /// watched, or throws the one line that says why the replica cannot be
 /// served; `run` serves until `stop` (or a signal).
 final class ReplicaServer: @unchecked Sendable {
@@ -13,6 +14,7 @@ final class ReplicaServer: @unchecked Sendable {
     private let log: AgentLog
     private let namesRoot: Bool
     private let status: AgentStatusFile
+    private let worker: WorkerClient
     private let rootFD: OwnedFD
     private let group: FanotifyGroup
     private let keeper: OwnedFD
@@ -40,19 +42,24 @@ final class ReplicaServer: @unchecked Sendable {
         self.namesRoot = namesRoot
         try FanotifyGroup.probe(root + "/.fprep/state.db", replica: root)
 
-        // First, so a second agent touches nothing of the first one's.
-        status = try AgentStatusFile(root: root)
-        // Whatever a killed agent (or command) journaled is settled here,
-        // before anything is watched: its quarantines are no longer needed.
-        let placeholders: [WatchedPlaceholder]
-        do {
-            let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
-            InPlaceHydration.removeAllQuarantines(replicaRoot: root)
-            placeholders = try replica.watchablePlaceholders()
-        }
-        let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        // From here on, nothing of the replica's is touched as root but
+        // through the marks: its lock, journal, state and git are the
+        // worker's, which runs as the replica's owner (and settles what a
+        // killed agent journaled before listing the placeholders).
+        let owner = try ReplicaOwner.of(root: root)
+        // Not through a symlink, and the owner's still: the folder every
+        // mark is made under.
+        let fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw FprepError("cannot open the replica '\(root)': \(String(cString: strerror(errno)))") }
         rootFD = OwnedFD(fd)
+        guard owner.owns(fd) else { throw FprepError("the replica '\(root)' changed owner while the agent started; try again") }
+        let reclaimed = owner.reclaim(rootFD: fd)
+        if reclaimed > 0 {
+            log.write(.info, "gave \(reclaimed) file\(reclaimed == 1 ? "" : "s") of \(root) that an agent running as root had left root's back to its owner (\(ReplicaOwner.userName(Int64(owner.uid))))")
+        }
+        let (worker, placeholders, status) = try WorkerClient.start(root: root, owner: owner)
+        self.worker = worker
+        self.status = status
 
         group = try FanotifyGroup()
         // Killed with -9, the agent could not fail the accesses it holds;
@@ -69,10 +76,10 @@ final class ReplicaServer: @unchecked Sendable {
             ownedWake = [OwnedFD(made.read), OwnedFD(made.write)]
         }
         let prefix = namesRoot ? root + "/" : ""
-        watchlist = Watchlist(group: group, rootFD: rootFD.fd, log: log, prefix: prefix)
-        let rescans = IndexWatcher(root: root)
+        watchlist = Watchlist(group: group, rootFD: rootFD.fd, log: log, prefix: prefix, owner: owner)
+        let rescans = IndexWatcher(root: root, list: { worker.list() })
         self.rescans = rescans
-        let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) })
+        let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) }, worker: worker)
         loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log,
                          wake: self.wake, counters: counters, prefix: prefix)
         watchlist.watch(placeholders, complete: true)
@@ -92,7 +99,14 @@ final class ReplicaServer: @unchecked Sendable {
                 if marked > 0 { log.write(.info, "watching \(marked) new placeholder\(marked == 1 ? "" : "s")\(suffix) (\(watchlist.count) in all)") }
             }
             checkPresence()
+            checkWorker()
         }, shouldStop: { [self] in SignalPipe.stopRequested || stopping.load(ordering: .acquiring) })
+        // The worker (and the replica's lock it may hold) ends before the
+        // daemon may serve the replica again; agent.pid goes with this server.
+        let ended = worker.stop()
+        if gone == Self.workerEnded {
+            gone = "the replica's worker process (pid \(worker.pid)) ended (\(ended)); serving it stopped, start the agent again"
+        }
         if let gone { throw FprepError(gone) }
         log.write(.info, "stopped serving \(root)")
     }
@@ -102,6 +116,16 @@ final class ReplicaServer: @unchecked Sendable {
         stopping.store(true, ordering: .releasing)
         var byte: UInt8 = 1
         _ = Glibc.write(wake.write, &byte, 1)
+    }
+
+    private static let workerEnded = "worker ended"
+
+    /// Stops serving when the worker is gone (killed by its owner, say):
+    /// nothing could fill a file any more.
+    private func checkWorker() {
+        guard gone == nil, !worker.isRunning else { return }
+        gone = Self.workerEnded
+        stopping.store(true, ordering: .releasing)
     }
 
     /// Stops serving when the replica is no longer at its path (moved or

@@ -13,9 +13,12 @@ final class Watchlist: @unchecked Sendable {
     /// Put before a path in the log (see `EventLoop`).
     private let prefix: String
     private let files = Mutex<[FileKey: WatchedPlaceholder]>([:])
+    /// Only the replica owner's files are marked (nil: anyone's).
+    private let owner: ReplicaOwner?
 
-    init(group: FanotifyGroup, rootFD: Int32, log: AgentLog, prefix: String = "") {
+    init(group: FanotifyGroup, rootFD: Int32, log: AgentLog, prefix: String = "", owner: ReplicaOwner? = nil) {
         self.group = group
+        self.owner = owner
         self.prefix = prefix
         self.rootFD = rootFD
         self.log = log
@@ -42,6 +45,14 @@ final class Watchlist: @unchecked Sendable {
             // swapped for a symlink must not make the agent watch a file elsewhere.
             let fd = fprep_open_for_mark(rootFD, bytes)
             guard fd >= 0 else { continue }
+            // The worker listed it, and the worker is the owner's: a file
+            // of someone else's (a hard link) is never written through
+            // the descriptor the kernel opens for the agent.
+            if let owner, !owner.owns(fd) {
+                log.write(.warning, "not watching \(prefix)\(placeholder.path): it does not belong to the replica's owner (\(ReplicaOwner.userName(Int64(owner.uid))))")
+                close(fd)
+                continue
+            }
             guard let key = FileKey(fd: fd) else { close(fd); continue }
             found.append((key, placeholder, fd))
         }

@@ -7,13 +7,13 @@ struct AgentCommand: ParsableCommand {
         commandName: "agent",
         abstract: "Hydrate dataless files when a program first opens them.",
         discussion: """
-            Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
+            Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Root is needed for fanotify only: git, the replica's state and every file written run in a worker process as the replica's owner. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
 
             With -C DIR it serves that replica in the foreground. Without it ('fprep agent run'), it serves every replica registered with 'fprep agent add' and follows the registry while it runs (see the systemd unit in contrib/systemd). Without a running agent a placeholder reads as zeros, and 'fprep materialize' brings content explicitly.
 
             Examples: sudo fprep agent -C ~/work; sudo fprep agent add ~/work; sudo fprep agent status
             """,
-        subcommands: [AgentRun.self, AgentAdd.self, AgentRemove.self, AgentList.self, AgentStatusCommand.self]
+        subcommands: [AgentRun.self, AgentAdd.self, AgentRemove.self, AgentList.self, AgentStatusCommand.self, AgentWorkerCommand.self]
     )
 
     @OptionGroup var replica: ReplicaOptions
@@ -199,5 +199,22 @@ struct AgentStatusCommand: ParsableCommand {
                 print("  last error\(replica.lastErrorAt.map { " at \($0)" } ?? ""): \(error)")
             }
         }
+    }
+}
+
+/// The agent's worker for one replica, started by the agent as the
+/// replica's owner (see `WorkerClient`); not for people to run.
+struct AgentWorkerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "The agent's worker for one replica, run as its owner (started by the agent).",
+        shouldDisplay: false
+    )
+
+    @Argument(help: ArgumentHelp("The replica's root.", valueName: "ROOT"))
+    var root: String
+
+    func run() throws {
+        try AgentWorker.serve(root: root)
     }
 }

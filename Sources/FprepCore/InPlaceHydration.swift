@@ -7,6 +7,11 @@ import FprepGit
 public struct WatchedPlaceholder: Sendable {
     public let path: RepoPath
     public let blob: ObjectID
+
+    public init(path: RepoPath, blob: ObjectID) {
+        self.path = path
+        self.blob = blob
+    }
 }
 
 /// What became of a file the agent was asked to fill.
@@ -30,6 +35,9 @@ public enum InPlaceHydration {
     /// Tests only (`FPREP_TEST_KILL_AGENT_AFTER_BYTES`): the agent kills
     /// itself (-9) after writing this many bytes of a file's content.
     static let testKillAfterBytes: Int? = getenv("FPREP_TEST_KILL_AGENT_AFTER_BYTES").flatMap { Int(String(cString: $0)) }
+    /// How that kill is done: the agent's worker, which writes, has the
+    /// agent killed instead (set once, before any hydration).
+    nonisolated(unsafe) public static var killForTest: @Sendable () -> Void = { _ = raise(SIGKILL) }
 
     /// Fetches `blobs` from the replica's remote into a new quarantine and
     /// returns its token (see `hydrate`). Takes no lock: it only adds a
@@ -62,7 +70,9 @@ public enum InPlaceHydration {
 
     /// The process id of the agent serving the replica, or nil when none runs.
     public static func servingAgent(replicaRoot: String) -> Int32? {
-        let fd = open(agentFile(replicaRoot: replicaRoot), O_RDONLY | O_CLOEXEC)
+        // Never through a symlink, and a FIFO a user put there never waits
+        // (root's `fprep agent status` reads every registered replica's).
+        let fd = open(agentFile(replicaRoot: replicaRoot), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         if flock(fd, LOCK_SH | LOCK_NB) == 0 { return nil }  // nobody holds it
@@ -196,7 +206,7 @@ extension Replica {
                 // Tests: a kill -9 in the middle of the write.
                 _ = fprep_pwrite_all(fd, base, limit, 0)
                 _ = fsync(fd)
-                raise(SIGKILL)
+                InPlaceHydration.killForTest()
             }
             guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
         }

@@ -227,4 +227,41 @@ int fprep_fanotify_start_keeper(int group);
  * never through a symlink or out of `dirfd`; -1 with errno otherwise. */
 int fprep_open_for_mark(int dirfd, const char *path);
 
+/* The agent's worker processes (privsep.c). */
+enum {
+    FPREP_WORKER_STEP_DESCRIPTORS = 1,
+    FPREP_WORKER_STEP_GROUPS = 2,
+    FPREP_WORKER_STEP_GID = 3,
+    FPREP_WORKER_STEP_UID = 4,
+    FPREP_WORKER_STEP_EXEC = 5,
+};
+/* Starts the program open as `exe` (O_PATH will do) with `argv` and `envp`
+ * in a child that runs as `uid`, `gid` and `groups` only, in a session of
+ * its own, from "/", with `channel` as its descriptor 3 and no other of the
+ * caller's but standard error, and that is killed when the calling thread
+ * ends. Returns its pid; -1 with errno and `failed_step` (a
+ * FPREP_WORKER_STEP_*) when it could not get as far as the program. */
+pid_t fprep_spawn_worker(int exe, char *const argv[], char *const envp[], uid_t uid, gid_t gid,
+                         const gid_t *groups, size_t group_count, int channel, int *failed_step);
+/* The running program, opened O_PATH (for fprep_spawn_worker); -1 with errno. */
+int fprep_open_own_program(void);
+/* A connected pair of unix stream sockets (close-on-exec). */
+int fprep_channel_pair(int fds[2]);
+/* Sends all of `bytes`, with the descriptor `fd` (-1: none) attached to the
+ * first; -1 with errno. */
+ssize_t fprep_channel_send(int channel, const void *bytes, size_t count, int fd);
+/* Receives what is there (up to `capacity` bytes) and the descriptors that
+ * came with it (close-on-exec; any beyond `fd_capacity` are closed); 0 at
+ * the end, -1 with errno. */
+ssize_t fprep_channel_receive(int channel, void *bytes, size_t capacity, int *fds, size_t fd_capacity, size_t *fd_count);
+/* Gives the regular file `name` in `dirfd` to `uid`:`gid` when it is root's
+ * and has one link (never following a symlink): 1 given, 0 nothing to do,
+ * -1 with errno. */
+int fprep_reclaim_file(int dirfd, const char *name, uid_t uid, gid_t gid);
+/* Opens the folder `name` in `dirfd`, not through a symlink; -1 with errno. */
+int fprep_open_folder_nofollow(int dirfd, const char *name);
+/* Waits up to timeout_ms for the child `pid` to end: 1 ended (`status`
+ * set), 0 still running, -1 error. */
+int fprep_wait_child(pid_t pid, int timeout_ms, int *status);
+
 #endif

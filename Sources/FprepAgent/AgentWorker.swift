@@ -1,0 +1,322 @@
+import CFprepSys
+import Dispatch
+import FoundationEssentials
+import FprepCore
+import Glibc
+import Synchronization
+
+/// The agent's side of a replica's worker: a process (`fprep agent worker`)
+/// that runs as the replica's owner (`ReplicaOwner`) and does everything
+/// the agent does in the replica: opens and locks `.fprep/agent.pid` (and
+/// hands it to the agent, which holds it while it serves), takes the
+/// replica's lock, settles its journal, lists the placeholders, fetches content with git
+/// and writes it through the descriptor of each event, which the agent
+/// passes over a unix socket. The agent keeps the fanotify group, its
+/// marks, the keeper and every answer to the kernel: it fails an access
+/// with EIO itself when the worker dies or takes too long. The worker dies
+/// with the agent (a kill -9 of it included).
+final class WorkerClient: @unchecked Sendable {
+    let pid: pid_t
+    private let channel: WorkerChannel
+    private let replies = Replies()
+    private var reader: BlockingThread?
+    private let ending = Mutex<String?>(nil)
+
+    /// Starts the worker of the replica at `root` as `owner` and waits
+    /// until it holds the replica; returns it with the placeholders to
+    /// watch and `.fprep/agent.pid` locked, or throws why the replica
+    /// cannot be served (one line).
+    static func start(root: String, owner: ReplicaOwner) throws -> (WorkerClient, [WatchedPlaceholder], AgentStatusFile) {
+        var pair: [Int32] = [-1, -1]
+        guard fprep_channel_pair(&pair) == 0 else {
+            throw FprepError("cannot start the agent: socketpair: \(String(cString: strerror(errno)))")
+        }
+        defer { close(pair[1]) }
+        let channel = WorkerChannel(fd: pair[0], acceptsDescriptors: true)
+        let exe = fprep_open_own_program()
+        guard exe >= 0 else { throw FprepError("cannot start the agent: open /proc/self/exe: \(String(cString: strerror(errno)))") }
+        defer { close(exe) }
+
+        let arguments = ["fprep", "agent", "worker", root]
+        let environment = owner.environment(from: ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        let argv = arguments.map { strdup($0) } + [nil]
+        let envp = environment.map { strdup($0) } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var step: Int32 = 0
+        let pid = owner.groups.withUnsafeBufferPointer { groups in
+            fprep_spawn_worker(exe, argv, envp, owner.uid, owner.gid, groups.baseAddress, groups.count, pair[1], &step)
+        }
+        guard pid > 0 else {
+            let what = [Int32(FPREP_WORKER_STEP_GROUPS): "setgroups", Int32(FPREP_WORKER_STEP_GID): "setresgid",
+                        Int32(FPREP_WORKER_STEP_UID): "setresuid", Int32(FPREP_WORKER_STEP_EXEC): "exec"][step] ?? "fork"
+            throw FprepError("cannot start its worker as \(ReplicaOwner.userName(Int64(owner.uid))): \(what): \(String(cString: strerror(errno)))")
+        }
+        let client = WorkerClient(pid: pid, channel: channel)
+        let (placeholders, status) = try client.handshake()
+        return (client, placeholders, status)
+    }
+
+    private init(pid: pid_t, channel: WorkerChannel) {
+        self.pid = pid
+        self.channel = channel
+    }
+
+    deinit { stop() }
+
+    /// The worker's first word: it holds the replica (placeholders, the
+    /// agent's lock file), or why not.
+    private func handshake() throws -> ([WatchedPlaceholder], AgentStatusFile) {
+        guard let (message, descriptor) = channel.receive() else {
+            throw FprepError("its worker process (pid \(pid)) ended before it started (\(stop()))")
+        }
+        channel.acceptsDescriptors = false
+        // Closed unless it is what it should be: a regular file.
+        let status = descriptor.map { AgentStatusFile(locked: $0) }
+        var body = WorkerMessageReader(message.body)
+        switch message.kind {
+        case .started:
+            var lockFile = fprep_stat()
+            guard let status, let descriptor, fprep_fstat(descriptor, &lockFile) == 0, lockFile.mode & 0o170000 == 0o100000,
+                  let placeholders = body.placeholders() else { break }
+            let (channel, replies) = (self.channel, self.replies)
+            reader = try BlockingThread { Self.readReplies(channel, into: replies) }
+            return (placeholders, status)
+        case .startFailed:
+            throw FprepError(body.text() ?? "its worker could not start")
+        default:
+            break
+        }
+        throw FprepError("its worker process (pid \(pid)) said something out of turn")
+    }
+
+    /// Delivers every answer to the request waiting for it, until the worker ends.
+    private static func readReplies(_ channel: WorkerChannel, into replies: Replies) {
+        // Only a test run asks for it: a worker (its owner) cannot stop the agent.
+        let killAllowed = getenv("FPREP_TEST_KILL_AGENT_AFTER_BYTES") != nil
+        while let (message, _) = channel.receive() {
+            if message.kind == .killAgent, killAllowed { raise(SIGKILL) }
+            replies.deliver(message)
+        }
+        replies.end()
+    }
+
+    /// Whether the worker still serves (false once its socket closed).
+    var isRunning: Bool { !replies.ended }
+
+    /// Has the worker fill `placeholder` through `fd` (a descriptor of the
+    /// event's file); `indexWritten` is told of its index write.
+    func hydrate(_ placeholder: WatchedPlaceholder, through fd: Int32,
+                 indexWritten: (fprep_stat, fprep_stat) -> Void) -> Hydrator.Outcome {
+        var request = WorkerMessageWriter()
+        request.raw(placeholder.blob.bytes)
+        request.data(placeholder.path.bytes)
+        guard let reply = self.request(.hydrate, request.bytes, descriptor: fd) else {
+            return .failed("the replica's worker process (pid \(pid)) ended")
+        }
+        var body = WorkerMessageReader(reply.body)
+        switch reply.kind {
+        case .hydrated:
+            guard let bytes = body.i64(), let before = body.stat(), let after = body.stat() else { break }
+            indexWritten(before, after)
+            return .hydrated(bytes: bytes)
+        case .notAPlaceholder:
+            return .notAPlaceholder(body.text() ?? "")
+        case .failed:
+            return .failed(body.text() ?? "")
+        default:
+            break
+        }
+        return .failed("the replica's worker process (pid \(pid)) answered out of turn")
+    }
+
+    /// The placeholders now; nil when the replica was busy or the worker ended.
+    func list() -> [WatchedPlaceholder]? {
+        guard let reply = request(.list, []), reply.kind == .listed else { return nil }
+        var body = WorkerMessageReader(reply.body)
+        return body.placeholders()
+    }
+
+    /// Ends the worker (its socket closes; it finishes the hydrations under
+    /// way, or is killed after 5 s) and returns how it ended.
+    @discardableResult
+    func stop() -> String {
+        if let ended = ending.withLock({ $0 }) { return ended }
+        _ = shutdown(channel.fd, Int32(SHUT_RDWR))
+        var status: Int32 = 0
+        if fprep_wait_child(pid, 5000, &status) == 0 {
+            kill(pid, SIGKILL)
+            _ = fprep_wait_child(pid, 60_000, &status)
+        }
+        reader?.join()
+        reader = nil
+        let how = (status & 0x7f) != 0 ? "killed by signal \(status & 0x7f)" : "exit status \((status >> 8) & 0xff)"
+        ending.withLock { $0 = how }
+        return how
+    }
+
+    private func request(_ kind: WorkerMessage.Kind, _ body: [UInt8], descriptor: Int32 = -1) -> WorkerMessage? {
+        guard let (id, pending) = replies.open() else { return nil }
+        guard channel.send(WorkerMessage(kind: kind, id: id, body: body), descriptor: descriptor) else {
+            replies.cancel(id)
+            return nil
+        }
+        pending.done.wait()
+        return pending.reply
+    }
+}
+
+/// Requests waiting for the worker's answer, by id.
+private final class Replies: Sendable {
+    final class Pending: @unchecked Sendable {
+        let done = DispatchSemaphore(value: 0)
+        /// Set before `done` is signalled; nil: the worker ended first.
+        var reply: WorkerMessage?
+    }
+
+    private struct State {
+        var next: UInt32 = 1
+        var waiting: [UInt32: Pending] = [:]
+        var ended = false
+    }
+
+    private let state = Mutex(State())
+
+    var ended: Bool { state.withLock { $0.ended } }
+
+    func open() -> (UInt32, Pending)? {
+        state.withLock { state in
+            guard !state.ended else { return nil }
+            let id = state.next
+            state.next &+= 1
+            let pending = Pending()
+            state.waiting[id] = pending
+            return (id, pending)
+        }
+    }
+
+    func cancel(_ id: UInt32) { _ = state.withLock { $0.waiting.removeValue(forKey: id) } }
+
+    func deliver(_ message: WorkerMessage) {
+        guard let pending = state.withLock({ $0.waiting.removeValue(forKey: message.id) }) else { return }
+        pending.reply = message
+        pending.done.signal()
+    }
+
+    func end() {
+        let left = state.withLock { state -> [Pending] in
+            state.ended = true
+            defer { state.waiting = [:] }
+            return Array(state.waiting.values)
+        }
+        for pending in left { pending.done.signal() }
+    }
+}
+
+/// `fprep agent worker ROOT`: the worker process itself, started by the
+/// agent as the replica's owner with its socket as descriptor 3.
+public enum AgentWorker {
+    static let channelFD: Int32 = 3
+
+    /// Serves the agent's requests for the replica at `root` until the
+    /// agent closes the socket (or dies: the kernel kills the worker then).
+    public static func serve(root: String) throws -> Never {
+        var socket = fprep_stat()
+        guard fprep_fstat(channelFD, &socket) == 0, socket.mode & 0o170000 == 0o140000 else {
+            throw FprepError(.usage, "'fprep agent worker' is started by the agent only")
+        }
+        let channel = WorkerChannel(fd: channelFD, acceptsDescriptors: true)
+        // A test's kill "of the agent" in the middle of a write: the agent
+        // dies, and the worker with it.
+        InPlaceHydration.killForTest = {
+            channel.send(WorkerMessage(kind: .killAgent))
+            while true { pause() }
+        }
+        do {
+            // First, so a second agent touches nothing of the first one's.
+            // Sent to the agent, which holds the lock from then on (as long as it lives).
+            let lock = try AgentStatusFile.lockReplica(root: root)
+            defer { close(lock) }
+            // Whatever a killed agent (or command) journaled is settled
+            // here, before anything is watched: its quarantines are no longer needed.
+            let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
+            InPlaceHydration.removeAllQuarantines(replicaRoot: root)
+            var started = WorkerMessageWriter()
+            started.placeholders(try replica.watchablePlaceholders())
+            channel.send(WorkerMessage(kind: .started, body: started.bytes), descriptor: lock)
+        } catch {
+            var why = WorkerMessageWriter()
+            why.text((error as? FprepError)?.message ?? "\(error)")
+            channel.send(WorkerMessage(kind: .startFailed, body: why.bytes))
+            exit(1)
+        }
+
+        let hydrations = DispatchQueue(label: "fprep.agent.worker.hydrate", attributes: .concurrent)
+        let listings = DispatchQueue(label: "fprep.agent.worker.list")
+        let underWay = DispatchGroup()
+        while let (message, descriptor) = channel.receive() {
+            switch message.kind {
+            case .hydrate:
+                var body = WorkerMessageReader(message.body)
+                guard let placeholder = body.placeholder(), let descriptor else {
+                    if let descriptor { close(descriptor) }
+                    var why = WorkerMessageWriter()
+                    why.text("the agent's request does not parse")
+                    channel.send(WorkerMessage(kind: .failed, id: message.id, body: why.bytes))
+                    continue
+                }
+                let id = message.id
+                hydrations.async(group: underWay) {
+                    let reply = hydrate(placeholder, through: descriptor, root: root)
+                    close(descriptor)
+                    channel.send(WorkerMessage(kind: reply.kind, id: id, body: reply.body))
+                }
+            case .list:
+                if let descriptor { close(descriptor) }
+                let id = message.id
+                listings.async(group: underWay) {
+                    var reply = WorkerMessage(kind: .listBusy, id: id)
+                    if let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)),
+                       let placeholders = try? replica.watchablePlaceholders() {
+                        var body = WorkerMessageWriter()
+                        body.placeholders(placeholders)
+                        reply = WorkerMessage(kind: .listed, id: id, body: body.bytes)
+                    }
+                    channel.send(reply)
+                }
+            default:
+                if let descriptor { close(descriptor) }
+            }
+        }
+        // The agent stopped: what is under way ends first (it waits a while).
+        underWay.wait()
+        exit(0)
+    }
+
+    /// Fills one placeholder and says how it went, as the answer's kind and body.
+    private static func hydrate(_ placeholder: WatchedPlaceholder, through fd: Int32, root: String) -> WorkerMessage {
+        let written = IndexWrite()
+        let hydrator = Hydrator(root: root, indexWritten: { written.set($0, $1) })
+        var body = WorkerMessageWriter()
+        switch hydrator.hydrate(placeholder, through: fd) {
+        case .hydrated(let bytes):
+            body.i64(bytes)
+            let (before, after) = written.value ?? (fprep_stat(), fprep_stat())
+            body.stat(before)
+            body.stat(after)
+            return WorkerMessage(kind: .hydrated, body: body.bytes)
+        case .notAPlaceholder(let why):
+            body.text(why)
+            return WorkerMessage(kind: .notAPlaceholder, body: body.bytes)
+        case .failed(let why):
+            body.text(why)
+            return WorkerMessage(kind: .failed, body: body.bytes)
+        }
+    }
+}
+
+/// The index's stat before and after a hydration's write.
+private final class IndexWrite: Sendable {
+    private let state = Mutex<(fprep_stat, fprep_stat)?>(nil)
+    var value: (fprep_stat, fprep_stat)? { state.withLock { $0 } }
+    func set(_ before: fprep_stat, _ after: fprep_stat) { state.withLock { $0 = (before, after) } }
+}
