@@ -59,30 +59,90 @@ extension Replica {
                                         deleted: Self.isoDate(commit.time), commit: id.hex, mode: old.mode.raw)
             }
         }
-        // Not what exists again at the anchor.
+        // Not what exists again: at the anchor, or on disk (restored, not
+        // synced yet).
         let atAnchor = TreeLookup(repository: repository, tree: current)
         return try found.values.filter { item in
-            try item.commit == nil || atAnchor.entry(at: RepoPath(identifier: item.identifier)) == nil
+            let path = RepoPath(identifier: item.identifier)
+            return try item.commit == nil || (atAnchor.entry(at: path) == nil && rootFolder.stat(path) == nil)
         }.sorted { $0.identifier < $1.identifier }
     }
 
-    /// Brings a deleted item back as a file (content from the object store,
-    /// or fetched); the next sync commits it like any new file.
-    public func restore(_ userPath: String, relativeTo directory: String) throws -> String {
+    /// Brings deleted items back as files (content from the object store,
+    /// or fetched); the next sync commits them like any new file. A folder
+    /// brings back every deleted item the trash lists under it.
+    public func restore(_ userPath: String, relativeTo directory: String) throws -> [String] {
         let path = try itemPath(for: userPath, relativeTo: directory)
-        guard let item = try trash().first(where: { $0.identifier == path.description }), let id = ObjectID(hex: item.contentVersion) else {
-            throw FprepError(.usage, "'\(userPath)' is not in the trash (see 'fprep trash')")
+        let items = try trash().filter { item in
+            let itemPath = RepoPath(identifier: item.identifier)
+            return itemPath == path || itemPath.isWithin(path) || path.isRoot
         }
-        guard rootFolder.stat(path) == nil else {
-            throw FprepError(.usage, "'\(userPath)' exists; move it away first to restore the deleted version")
+        guard !items.isEmpty else { throw FprepError(.usage, "'\(userPath)' is not in the trash (see 'fprep trash')") }
+        var restored: [String] = []
+        for item in items {
+            let itemPath = RepoPath(identifier: item.identifier)
+            guard let id = ObjectID(hex: item.contentVersion) else { continue }
+            guard rootFolder.stat(itemPath) == nil else {
+                throw FprepError(.usage, "'\(itemPath)' exists; move it away first to restore the deleted version")
+            }
+            try bringBack(itemPath, id: id, mode: FileMode(raw: item.mode), over: nil)
+            restored.append(root + "/" + itemPath.description)
         }
+        return restored
+    }
+
+    /// Brings the version of `userPath` that `commit` (a commit id or a
+    /// unique prefix of one) has back to its name, as a local change the
+    /// next sync commits. What stands there now is replaced only when its
+    /// content is stored elsewhere (a placeholder, or the anchor's version):
+    /// local changes are never overwritten.
+    public func restore(_ userPath: String, relativeTo directory: String, version: String) throws -> String {
+        let path = try itemPath(for: userPath, relativeTo: directory)
+        let commitID: ObjectID?
+        do {
+            commitID = try repository.commitID(prefix: version)
+        } catch let error as GitError where error.code == .ambiguous {
+            throw FprepError(.usage, "'\(version)' names more than one commit; give more of its digits (see 'fprep versions \(userPath)')")
+        }
+        guard let commitID else {
+            throw FprepError(.usage, "no commit '\(version)' in this replica's history (see 'fprep versions \(userPath)')")
+        }
+        guard let entry = try TreeLookup(repository: repository, tree: repository.commit(commitID).treeID).entry(at: path),
+              entry.mode.isFile || entry.mode == .symlink else {
+            throw FprepError(.usage, "'\(userPath)' is not a file in commit \(commitID.hex.prefix(12)) (see 'fprep versions \(userPath)')")
+        }
+        let index = try repository.index()
+        let current = index.entry(path: path.bytes)
+        if let stat = rootFolder.stat(path) {
+            // Only over what nothing of the user's is in.
+            let classifier = StateClassifier(root: rootFolder, index: index)
+            guard let current, [.dataless, .materialized].contains(classifier.state(of: current, stat: stat)) else {
+                throw FprepError(.usage, "'\(userPath)' has local changes; run 'fprep sync' to keep them or 'fprep revert' to discard them, then restore")
+            }
+            if current.id == entry.id && current.mode == entry.mode.raw {
+                throw FprepError(.usage, "'\(userPath)' is already that version")
+            }
+            try bringBack(path, id: entry.id, mode: entry.mode, over: (stat, current, classifier))
+        } else {
+            try bringBack(path, id: entry.id, mode: entry.mode, over: nil)
+        }
+        return root + "/" + path.description
+    }
+
+    /// Writes the blob `id` at `path`: under a temporary name first (a crash
+    /// never leaves a part of it at its name, which the next sync would take
+    /// for the user's content), then into place. `over`: what stands at the
+    /// name now, which is replaced only while unchanged (`SafeReplace`); a
+    /// placeholder's entry then says the file has content to read.
+    private func bringBack(_ path: RepoPath, id: ObjectID, mode: FileMode,
+                           over existing: (stat: FileStat, entry: IndexEntry, classifier: StateClassifier)?) throws {
         let odb = try repository.objectDatabase()
         if !odb.contains(id) {
             let quarantine = stateFolder + "/fetch-restore"
             do {
                 try Transport.fetchObjects([id], gitDirectory: gitDirectory, quarantine: quarantine)
             } catch let error as GitCommandError {
-                throw FprepError("cannot fetch the content of '\(userPath)' from '\(remoteURL)': \(error.reason) (try again when the remote is reachable)")
+                throw FprepError("cannot fetch the content of '\(path)' from '\(remoteURL)': \(error.reason) (try again when the remote is reachable)")
             }
             try odb.addAlternate(quarantine)
         }
@@ -95,16 +155,12 @@ extension Replica {
             if mkdirat(parent.fd, cPath(name), 0o777) != 0 && errno != EEXIST { throw SystemError("mkdir", current.description) }
         }
         let folder = try rootFolder.folder(path.parent)
-        // Written whole under a temporary name first: a crash never leaves a
-        // part of the file at its name (which the next sync would take for
-        // the user's content), and a file that appeared there meanwhile is
-        // never replaced.
         let temporary = ContentOperations.temporaryName(for: path.name, token: ContentOperations.newToken())
-        if item.kind == "symlink" {
+        if mode == .symlink {
             guard symlinkat(cPath(bytes), folder.fd, cPath(temporary)) == 0 else { throw SystemError("symlink", path.description) }
         } else {
             let fd = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                            FileMode(raw: item.mode) == .executable ? 0o777 : 0o666)
+                            mode == .executable ? 0o777 : 0o666)
             guard fd >= 0 else { throw SystemError("create", path.description) }
             do {
                 defer { close(fd) }
@@ -115,14 +171,35 @@ extension Replica {
                 throw error
             }
         }
+        if let existing {
+            let replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+                                          expectsDataless: existing.entry.skipWorktree)
+            switch try replacement.run(isUnchanged: { existing.classifier.state(of: existing.entry, stat: $0) != .modified }) {
+            case .replaced:
+                if existing.entry.skipWorktree {
+                    // The entry stops being a placeholder's: the file has
+                    // content now, which the scan reads and commits.
+                    var updated = existing.entry
+                    updated.skipWorktree = false
+                    updated.stat = StatData()
+                    let index = try repository.index()
+                    try index.add(updated)
+                    try index.write()
+                }
+                _ = fsync(folder.fd)
+                return
+            case .refused(let why):
+                unlinkat(folder.fd, cPath(temporary), 0)
+                throw FprepError("cannot restore '\(path)': \(why)")
+            }
+        }
         guard fprep_rename_noreplace(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
             let code = errno
             unlinkat(folder.fd, cPath(temporary), 0)
-            if code == EEXIST { throw FprepError(.usage, "'\(userPath)' exists; move it away first to restore the deleted version") }
+            if code == EEXIST { throw FprepError(.usage, "'\(path)' exists; move it away first to restore the deleted version") }
             throw SystemError("restore", path.description, code)
         }
         _ = fsync(folder.fd)
-        return root + "/" + path.description
     }
 }
 

@@ -122,6 +122,17 @@ public final class Commit {
     /// Committer time, seconds since the epoch.
     public var time: Int64 { Int64(git_commit_time(pointer)) }
 
+    /// The author's name and email ("Name <email>"), as recorded.
+    public var author: String {
+        guard let signature = git_commit_author(pointer)?.pointee else { return "" }
+        let name = signature.name.map { String(cString: $0) } ?? ""
+        let email = signature.email.map { String(cString: $0) } ?? ""
+        return email.isEmpty ? name : "\(name) <\(email)>"
+    }
+
+    /// When the author made it, seconds since the epoch.
+    public var authorTime: Int64 { git_commit_author(pointer).map { Int64($0.pointee.when.time) } ?? time }
+
     /// The full message, as written.
     public var message: String {
         guard let raw = git_commit_message_raw(pointer) else { return "" }

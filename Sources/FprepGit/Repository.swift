@@ -52,6 +52,26 @@ public final class Repository {
     }
 
     /// Looks up a commit; wraps `git_commit_lookup`.
+    /// What a commit id, full or a unique prefix of 4 or more hex digits,
+    /// names: the commit's id, or nil when no commit has that prefix.
+    /// Throws `.ambiguous` when several do. (Ids only: no ref names or
+    /// revision syntax, which a user's file name could spell.)
+    public func commitID(prefix text: String) throws -> ObjectID? {
+        let hex = text.lowercased()
+        guard (4...40).contains(hex.count), hex.allSatisfy({ $0.isHexDigit }) else { return nil }
+        var raw = git_oid()
+        guard git_oid_fromstrn(&raw, hex, hex.utf8.count) == 0 else { return nil }
+        var object: OpaquePointer?
+        do {
+            try check(git_object_lookup_prefix(&object, pointer, &raw, hex.utf8.count, GIT_OBJECT_COMMIT), "git_object_lookup_prefix")
+        } catch GitError.notFound {
+            return nil
+        }
+        guard let object else { return nil }
+        defer { git_object_free(object) }
+        return git_object_id(object).map { ObjectID($0.pointee) }
+    }
+
     public func commit(_ id: ObjectID) throws -> Commit {
         var raw = id.raw
         var commit: OpaquePointer?
