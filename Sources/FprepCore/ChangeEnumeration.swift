@@ -30,15 +30,26 @@ extension Replica {
         return anchor.hex
     }
 
+    /// The commit an anchor given by a user names: a full id (known or
+    /// not: an unknown one has expired), or a unique prefix of a known one.
+    func anchorID(_ text: String) throws -> ObjectID? {
+        if let id = ObjectID(hex: text) { return id }
+        do {
+            return try repository.commitID(prefix: text)
+        } catch let error as GitError where error.code == .ambiguous {
+            throw FprepError(.usage, "'\(text)' names more than one commit; give more of its digits")
+        }
+    }
+
     /// The changes from anchor `from` to `to` (default: the current anchor),
     /// for one container (a folder's identifier, the root or the working
     /// set) or all of them, at most `limit` per batch.
     public func changes(from: String, to: String?, container: String?, limit: Int?) throws -> ChangeBatch {
         if let limit, limit < 1 { throw FprepError(.usage, "the limit must be at least 1") }
-        var start = try AnchorToken.parse(from)
+        var start = try AnchorToken.parse(from, resolve: anchorID)
         if let to {
-            guard let target = ObjectID(hex: to) else {
-                throw FprepError(.usage, "'\(to)' is not an anchor (a 40-digit commit id)")
+            guard let target = try anchorID(to) else {
+                throw FprepError(.usage, "'\(to)' is not an anchor (a commit id, or a unique prefix of one)")
             }
             if start.to != nil && start.to != target {
                 throw FprepError(.usage, "the continuation token '\(from)' belongs to a batch that ends at another anchor")
@@ -141,12 +152,12 @@ struct AnchorToken {
         self.offset = offset
     }
 
-    static func parse(_ text: String) throws -> AnchorToken {
-        if let id = ObjectID(hex: text) { return AnchorToken(from: id, to: nil, offset: 0) }
+    static func parse(_ text: String, resolve: (String) throws -> ObjectID? = { ObjectID(hex: $0) }) throws -> AnchorToken {
+        if let id = try resolve(text) { return AnchorToken(from: id, to: nil, offset: 0) }
         let parts = text.split(separator: ".")
         guard parts.count == 4, parts[0] == "c1", let from = ObjectID(hex: String(parts[1])),
               let to = ObjectID(hex: String(parts[2])), let offset = Int(parts[3]), offset >= 0 else {
-            throw FprepError(.usage, "'\(text)' is not a sync anchor (a 40-digit commit id, or the token a previous batch printed)")
+            throw FprepError(.usage, "'\(text)' is not a sync anchor (a commit id or a unique prefix of one, or the token a previous batch printed)")
         }
         return AnchorToken(from: from, to: to, offset: offset)
     }

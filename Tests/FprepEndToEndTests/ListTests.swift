@@ -292,6 +292,9 @@ struct StatusTests {
             }
             let batch = try box.fprep(["changes", "-C", replica, "--from", base, "--json"], cwd: box.path)
             #expect(batch.status == 0 && batch.stdout.contains("\"new.txt\"") && batch.stdout.contains("\"materialized\""), "\(batch)")
+            // A unique prefix of the anchor answers the same.
+            let short = try box.fprep(["changes", "-C", replica, "--from", String(base.prefix(9)), "--json"], cwd: box.path)
+            #expect(short.stdout == batch.stdout && short.status == 0, "\(short)")
 
             // What the quick reading does not take still gets ArgumentParser's answers.
             let help = try box.fprep(["changes", "--help"], cwd: replica)
