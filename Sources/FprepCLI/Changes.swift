@@ -161,7 +161,12 @@ struct Anchor: ParsableCommand {
 
     @OptionGroup var replica: ReplicaOptions
 
+    @Flag(help: "Print the result as JSON.")
+    var json = false
+
     func run() throws {
-        print(try replica.open("anchor", exclusive: false).currentAnchor())
+        let anchor = try replica.open("anchor", exclusive: false).currentAnchor()
+        if json { return try JSONOutput.print(["anchor": anchor]) }
+        print(anchor)
     }
 }

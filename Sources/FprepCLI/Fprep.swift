@@ -53,16 +53,34 @@ public struct Fprep: ParsableCommand {
             Glibc.exit(error.rawValue)
         } catch {
             if let message = ErrorRendering.unexpected(error) {
-                printError("fprep: \(message)")
-                Glibc.exit(1)
+                fail("fprep: \(message)", status: 1)
             }
             // --help and --version print and exit 0; a usage mistake is one line.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
             let message = self.message(for: error).split(separator: "\n").first.map(String.init) ?? "bad usage"
-            printError("fprep: \(message.replacingAll("Error: ", with: "")) (see 'fprep --help')")
-            Glibc.exit(code.rawValue)
+            fail("fprep: \(message.replacingAll("Error: ", with: "")) (see 'fprep --help')", status: code.rawValue)
         }
+    }
+
+    /// Whether the command line asks for JSON: errors are then one JSON
+    /// object on standard error too, `{"error": MESSAGE, "status": CODE}`.
+    static var wantsJSON: Bool { CommandLine.arguments.dropFirst().contains("--json") }
+
+    /// Says why the command failed, in the form asked for, and exits.
+    static func fail(_ line: String, status: Int32) -> Never {
+        if wantsJSON {
+            struct Failure: Encodable { let error: String; let status: Int32 }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            let message = line.hasPrefix("fprep: ") ? String(line.dropFirst(7)) : line
+            if let data = try? encoder.encode(Failure(error: message, status: status)) {
+                Console.error(String(decoding: data, as: UTF8.self) + "\n")
+                Glibc.exit(status)
+            }
+        }
+        printError(line)
+        Glibc.exit(status)
     }
 
     /// `fprep -C DIR --no-wait COMMAND …` as git takes it: options of every
@@ -87,6 +105,7 @@ public struct Fprep: ParsableCommand {
     }
 
     static func report(_ error: FprepError) {
+        if wantsJSON { fail("fprep: \(error.message)", status: error.exitCode) }
         printError("fprep: \(error.message)")
         if Verbosity.verbose, let detail = error.detail, !detail.isEmpty {
             Console.error((detail.hasSuffix("\n") ? detail : detail + "\n"))

@@ -25,7 +25,7 @@ struct TrashCommand: ParsableCommand {
 
     func run() throws {
         let items = try replica.open("trash", exclusive: false).trash(days: days)
-        if json { return try JSONOutput.print(items) }
+        if json { return try JSONOutput.print(["items": items]) }
         for item in items {
             print("\(item.deleted)  \(item.size.map(String.init) ?? "-")  \(item.identifier)\(item.commit == nil ? "  (deleted here, not synced)" : "")")
         }

@@ -19,7 +19,7 @@ struct WorkingSetCommand: ParsableCommand {
 
     func run() throws {
         let items = try replica.open("working-set", exclusive: false).workingSetItems()
-        if json { return try JSONOutput.print(items) }
+        if json { return try JSONOutput.print(["items": items]) }
         for item in items {
             let tags = item.tags.isEmpty ? "" : "  [\(item.tags.joined(separator: ", "))]"
             print("\(item.identifier)  (\(item.reasons.map(\.rawValue).joined(separator: ", ")))\(tags)")
@@ -32,9 +32,11 @@ struct Tag: ParsableCommand {
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
     @Argument(help: "The tag.") var name: String
+    @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
         try replica.open("tag", exclusive: true).setTag(path, relativeTo: replica.baseDirectory, name: name, present: true)
+        if json { try JSONOutput.print(TagChange(item: path, tag: name, tagged: true)) }
     }
 }
 
@@ -43,9 +45,11 @@ struct Untag: ParsableCommand {
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
     @Argument(help: "The tag.") var name: String
+    @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
         try replica.open("untag", exclusive: true).setTag(path, relativeTo: replica.baseDirectory, name: name, present: false)
+        if json { try JSONOutput.print(TagChange(item: path, tag: name, tagged: false)) }
     }
 }
 
@@ -53,9 +57,11 @@ struct Favorite: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "favorite", abstract: "Mark an item as a favorite; favorites are in the working set.")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
+    @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
         try replica.open("favorite", exclusive: true).setFavorite(path, relativeTo: replica.baseDirectory, present: true)
+        if json { try JSONOutput.print(FavoriteChange(item: path, favorite: true)) }
     }
 }
 
@@ -63,9 +69,11 @@ struct Unfavorite: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "unfavorite", abstract: "Unmark a favorite.")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
+    @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
         try replica.open("unfavorite", exclusive: true).setFavorite(path, relativeTo: replica.baseDirectory, present: false)
+        if json { try JSONOutput.print(FavoriteChange(item: path, favorite: false)) }
     }
 }
 
@@ -76,10 +84,26 @@ struct Open: ParsableCommand {
         discussion: "For scripts: cat \"$(fprep open docs/report.txt)\"")
     @OptionGroup var replica: ReplicaOptions
     @Argument(help: "The item.") var path: String
+    @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        print(try replica.open("open", exclusive: true).open(path, relativeTo: replica.baseDirectory).path)
+        let opened = try replica.open("open", exclusive: true).open(path, relativeTo: replica.baseDirectory)
+        if json { return try JSONOutput.print(["path": opened.path]) }
+        print(opened.path)
     }
+}
+
+/// What `tag --json` / `untag --json` print.
+struct TagChange: Encodable {
+    let item: String
+    let tag: String
+    let tagged: Bool
+}
+
+/// What `favorite --json` / `unfavorite --json` print.
+struct FavoriteChange: Encodable {
+    let item: String
+    let favorite: Bool
 }
 
 struct Signals: ParsableCommand {

@@ -301,7 +301,7 @@ struct AgentDaemonTests {
             _ = stopAgent(agent)
             try s.fprepOK(["evict", "-C", replica, "docs/readme.md"])
             let listing = try s.fprepOK(["working-set", "-C", replica, "--json"])
-            let items = try JSONSerialization.jsonObject(with: listing.stdoutData) as? [[String: Any]] ?? []
+            let items = (try JSONSerialization.jsonObject(with: listing.stdoutData) as? [String: Any])?["items"] as? [[String: Any]] ?? []
             let reasons = Dictionary(items.compactMap { item in (item["identifier"] as? String).map { ($0, item["reasons"] as? [String] ?? []) } },
                                      uniquingKeysWith: { a, _ in a })
             #expect(reasons["docs/readme.md"] == ["recent"], "opened, then evicted: still used recently: \(listing.stdout)")
