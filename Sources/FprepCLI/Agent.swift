@@ -70,6 +70,8 @@ struct AgentRun: ParsableCommand {
         discussion: "Registered replicas are served each with its own fanotify group; 'fprep agent add' and 'remove' take effect while it runs. A replica that cannot be served is logged and tried again every 30 s."
     )
 
+    @OptionGroup var output: OutputOptions
+
     @OptionGroup var serving: AgentServingOptions
 
     func validate() throws { try serving.validate() }
@@ -86,6 +88,8 @@ struct AgentAdd: ParsableCommand {
         commandName: "add",
         abstract: "Register a replica with the agent (a running agent starts serving it at once)."
     )
+
+    @OptionGroup var output: OutputOptions
 
     @Argument(help: ArgumentHelp("The replica (its folder, or any folder inside it).", valueName: "DIR"))
     var folder: String
@@ -108,6 +112,8 @@ struct AgentRemove: ParsableCommand {
         abstract: "Unregister a replica (a running agent stops serving it at once)."
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Argument(help: ArgumentHelp("The replica as registered (it may be gone), or any folder inside it.", valueName: "DIR"))
     var folder: String
 
@@ -128,6 +134,8 @@ struct AgentList: ParsableCommand {
         abstract: "List the replicas registered with the agent."
     )
 
+    @OptionGroup var output: OutputOptions
+
     @OptionGroup var state: AgentStateOptions
 
     @Flag(help: "Print the list as JSON.")
@@ -147,6 +155,8 @@ struct AgentStatusCommand: ParsableCommand {
         commandName: "status",
         abstract: "Show whether the agent runs, and per replica: placeholders watched, hydrations served and failed, last error."
     )
+
+    @OptionGroup var output: OutputOptions
 
     @OptionGroup var state: AgentStateOptions
 

@@ -16,6 +16,8 @@ struct Clone: ParsableCommand {
             """
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Argument(help: "The remote's URL or path.")
     var url: String
 
@@ -34,7 +36,7 @@ struct Clone: ParsableCommand {
     func run() throws {
         let progress = TerminalProgress.make()
         let result = try Cloner.clone(url: url, into: directory, branch: branch, full: full, progress: progress,
-                                      showGitProgress: !json && isatty(STDERR_FILENO) == 1)
+                                      showGitProgress: !json && !Verbosity.quiet && isatty(STDERR_FILENO) == 1)
         if json { return try JSONOutput.print(result) }
         if result.resumed == "existing" {
             print("\(result.root) already is a replica of \(result.url); nothing to do (anchor \(result.anchor ?? "none"))")

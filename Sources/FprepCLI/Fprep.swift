@@ -44,6 +44,7 @@ public struct Fprep: ParsableCommand {
                 Glibc.exit(0)
             }
             var command = try parseAsRoot(arguments)
+            Verbosity.apply(arguments)
             try command.run()
             Glibc.exit(0)
         } catch let error as FprepError {

@@ -19,6 +19,8 @@ struct PostReceiveHook: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "post-receive",
                                                     abstract: "Extend the size manifest and record push signals for pushed branches.")
 
+    @OptionGroup var output: OutputOptions
+
     @Option(name: .customLong("git-dir"), help: "The repository (default: $GIT_DIR, else the current folder).")
     var gitDirectory: String?
 

@@ -20,6 +20,8 @@ struct ImportTree: ParsableCommand {
             """
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Argument(help: "The folder to import.")
     var folder: String
 

@@ -17,6 +17,8 @@ struct InitRemote: ParsableCommand {
             """
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Argument(help: "Folder for the new bare repository (created if missing).")
     var path: String
 

@@ -15,6 +15,8 @@ struct InstallHooks: ParsableCommand {
             """
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Argument(help: "The bare repository.")
     var path: String
 

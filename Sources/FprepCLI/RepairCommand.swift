@@ -12,6 +12,8 @@ struct RepairCommand: ParsableCommand {
             """
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Argument(help: "The replica's folder (default: the current folder).")
     var directory = "."
 

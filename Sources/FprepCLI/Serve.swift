@@ -19,6 +19,8 @@ struct Serve: ParsableCommand {
             """
     )
 
+    @OptionGroup var output: OutputOptions
+
     @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks).", valueName: "PATH"))
     var remote: String
 
@@ -61,9 +63,6 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("apns-key"), help: ArgumentHelp("The APNs signing key (.p8, PEM).", valueName: "FILE"))
     var apnsKey: String?
 
-    @Flag(help: "Log every registration and enumerator change.")
-    var verbose = false
-
     func run() throws {
         guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
               (0...65535).contains(port), colon > listen.startIndex else {
@@ -89,7 +88,7 @@ struct Serve: ParsableCommand {
         options.rateLimit = rateLimit
         options.rateBurst = burst
         options.pollInterval = .milliseconds(Int64(pollSeconds * 1000))
-        let (coalesce, throttle, heartbeat, lifetime, verbose) = (coalesceMilliseconds, throttleMilliseconds, heartbeatSeconds, tokenLifetime, self.verbose)
+        let (coalesce, throttle, heartbeat, lifetime, verbose) = (coalesceMilliseconds, throttleMilliseconds, heartbeatSeconds, tokenLifetime, output.verbose)
         options.configure = { configuration in
             configuration.coalesceWindow = .milliseconds(coalesce)
             configuration.minimumInterval = .milliseconds(throttle)

@@ -13,8 +13,11 @@ struct ReplicaOptions: ParsableArguments {
     @Flag(name: .customLong("no-wait"), help: "Fail at once (exit 75) if another fprep command holds the replica, instead of waiting.")
     var noWait = false
 
-    @Flag(name: .long, help: "Show the detail behind an error.")
+    @Flag(name: .shortAndLong, help: "Show the detail behind an error.")
     var verbose = false
+
+    @Flag(name: .shortAndLong, help: "Print nothing but errors (and what --json asks for).")
+    var quiet = false
 
     var location: ReplicaLocation { ReplicaLocation(replica: replica, noWait: noWait, verbose: verbose) }
     var baseDirectory: String { location.baseDirectory }
@@ -39,7 +42,7 @@ struct ReplicaLocation: Equatable {
     }
 
     func open(_ command: String, exclusive: Bool) throws -> Replica {
-        Verbosity.verbose = verbose
+        Verbosity.verbose = Verbosity.verbose || verbose
         Trace.start()
         return try Replica.open(containing: baseDirectory, access: Replica.Access(
             command: command, exclusive: exclusive, wait: !noWait, progress: TerminalProgress.make(),
@@ -66,8 +69,55 @@ func printError(_ line: String) {
 }
 
 /// Whether errors show their detail; set once from `--verbose` before work starts.
+/// `-q` and `-v` for the commands that do not work on a replica (the
+/// replica commands have them in `ReplicaOptions`).
+struct OutputOptions: ParsableArguments {
+    @Flag(name: .shortAndLong, help: "Show the detail behind an error.")
+    var verbose = false
+
+    @Flag(name: .shortAndLong, help: "Print nothing but errors (and what --json asks for).")
+    var quiet = false
+}
+
 enum Verbosity {
     nonisolated(unsafe) static var verbose = false
+    nonisolated(unsafe) static var quiet = false
+
+    /// Reads -q/--quiet and -v/--verbose from a command line ArgumentParser
+    /// accepted (so the flags are the command's own), before the command
+    /// runs: quiet sends standard output to /dev/null unless --json asks
+    /// for it, and turns progress off.
+    static func apply(_ arguments: [String]) {
+        var quietAsked = false, verboseAsked = false, json = false
+        var skipValue = false
+        for argument in arguments {
+            if skipValue { skipValue = false; continue }
+            if argument == "--" { break }
+            switch argument {
+            case "-C", "--replica": skipValue = true
+            case "--quiet": quietAsked = true
+            case "--verbose": verboseAsked = true
+            case "--json": json = true
+            default:
+                // Short flags, alone or together (-q, -qv).
+                if argument.count >= 2, argument.hasPrefix("-"), !argument.hasPrefix("--"),
+                   argument.dropFirst().allSatisfy({ $0 == "q" || $0 == "v" }) {
+                    quietAsked = quietAsked || argument.contains("q")
+                    verboseAsked = verboseAsked || argument.contains("v")
+                }
+            }
+        }
+        verbose = verbose || verboseAsked
+        guard quietAsked else { return }
+        quiet = true
+        if !json {
+            let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+            if null >= 0 {
+                dup2(null, STDOUT_FILENO)
+                close(null)
+            }
+        }
+    }
 }
 
 /// Turns errors that are not fprep's own into one line.
@@ -154,7 +204,7 @@ final class TerminalProgress: ProgressReporter, @unchecked Sendable {
     private var drawn = false
 
     static func make() -> any ProgressReporter {
-        isatty(STDERR_FILENO) == 1 ? TerminalProgress() : SilentProgress()
+        isatty(STDERR_FILENO) == 1 && !Verbosity.quiet ? TerminalProgress() : SilentProgress()
     }
 
     func report(_ phase: String, done: Int, total: Int) {
