@@ -638,7 +638,8 @@ func looksLikeCrash(_ text: String) -> Bool {
 }
 
 /// The contract for every bad input: a non-zero exit, exactly one line on
-/// stderr starting `fprep: `, and no crash trace.
+/// stderr starting `fprep: ` (with --json: one JSON object `{"error",
+/// "status"}` whose status is the exit status), and no crash trace.
 func expectOneLineError(_ result: RunResult, status expected: Int32? = nil, mentioning: [String] = [],
                         sourceLocation: SourceLocation = #_sourceLocation) {
     #expect(result.status != 0, "expected a failure: \(result)", sourceLocation: sourceLocation)
@@ -648,8 +649,14 @@ func expectOneLineError(_ result: RunResult, status expected: Int32? = nil, ment
     }
     let lines = result.stderrLines
     #expect(lines.count == 1, "expected exactly one stderr line: \(result)", sourceLocation: sourceLocation)
-    #expect(lines.first?.hasPrefix("fprep: ") == true, "stderr must start with 'fprep: ': \(result)",
-            sourceLocation: sourceLocation)
+    if let line = lines.first, line.hasPrefix("{") {
+        let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+        #expect(object?["error"] is String && (object?["status"] as? Int).map(Int32.init) == result.status,
+                "a JSON error must say the error and the exit status: \(result)", sourceLocation: sourceLocation)
+    } else {
+        #expect(lines.first?.hasPrefix("fprep: ") == true, "stderr must start with 'fprep: ': \(result)",
+                sourceLocation: sourceLocation)
+    }
     #expect(!looksLikeCrash(result.stderr + result.stdout), "crash trace: \(result)", sourceLocation: sourceLocation)
     for word in mentioning {
         #expect(result.stderr.contains(word), "stderr should mention '\(word)': \(result)", sourceLocation: sourceLocation)
