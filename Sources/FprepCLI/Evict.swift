@@ -22,15 +22,21 @@ struct Evict: ParsableCommand {
     @Option(help: ArgumentHelp("Read more paths from FILE, one a line ('-' for standard input).", valueName: "FILE"))
     var pathsFrom: String?
 
+    @Flag(help: "Say what would be evicted and the space it would free; change nothing.")
+    var dryRun = false
+
     @Flag(help: "Print the result as JSON.")
     var json = false
 
     func run() throws {
         let all = try collectPaths(paths, from: pathsFrom)
-        let opened = try replica.open("evict", exclusive: true)
-        let result = try opened.evict(all, relativeTo: replica.baseDirectory)
+        let opened = try replica.open("evict", exclusive: !dryRun)
+        let result = try opened.evict(all, relativeTo: replica.baseDirectory, dryRun: dryRun)
         if json {
             try JSONOutput.print(result)
+        } else if dryRun {
+            print("would evict \(count(result.evicted.count, "file")) (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
+            for path in result.evicted { print("  \(Console.escaped(path))") }
         } else {
             print("evicted \(count(result.evicted.count, "file")) (\(humanSize(result.bytesFreed)) freed); \(result.alreadyDataless) already dataless")
             for refused in result.refused {

@@ -19,11 +19,16 @@ struct Sync: ParsableCommand {
         discussion: "Each path the remote changes is still checked: a file you changed there is kept as a conflict copy, never overwritten. Your other changes wait for the next full sync (a commit already waiting to be pushed is pushed)."))
     var incoming = false
 
+    @Flag(help: ArgumentHelp("Say what a sync would do: the local changes it would commit and the remote's changes it would bring in; change nothing.",
+                             discussion: "It fetches (commits and trees only) to see the remote's changes; conflicts are worked out by the sync itself."))
+    var dryRun = false
+
     @Flag(help: "Print the result as JSON.")
     var json = false
 
     func run() throws {
         Trace.start()
+        if dryRun { return try preview() }
         let opened = try replica.open("sync", exclusive: true)
         let report = try opened.sync(incoming: incoming)
         if json {
@@ -69,5 +74,31 @@ struct Sync: ParsableCommand {
         print("synced \(report.from.map { String($0.prefix(12)) } ?? "(empty)") → \(report.to.map { String($0.prefix(12)) } ?? "?"): \(report.added) added, \(report.changed) changed, \(report.deleted) deleted, \(report.moved) moved, \(humanSize(report.bytesFetched)) fetched")
         for kept in report.keptLocal where !kept.path.isEmpty { print("  kept: \(kept.path): \(kept.reason)") }
         for signal in report.signals { print("  signal \(signal.seq): \(signal.container) (\(signal.reason))") }
+    }
+
+    private func preview() throws {
+        let preview = try replica.open("sync", exclusive: true).syncPreview()
+        if json { return try JSONOutput.print(preview) }
+        if preview.localChanges.isEmpty && preview.gitCommitsWaiting == 0 {
+            print("no local changes to commit")
+        } else if !incoming {
+            if !preview.localChanges.isEmpty { print("would commit \(count(preview.localChanges.count, "local change"))") }
+            for change in preview.localChanges.prefix(50) {
+                print("  \(change.kind.rawValue): \(change.from.map { "\(Console.escaped($0)) → " } ?? "")\(Console.escaped(change.path))")
+            }
+            if preview.localChanges.count > 50 { print("  … and \(preview.localChanges.count - 50) more") }
+            if preview.gitCommitsWaiting > 0 { print("would push \(count(preview.gitCommitsWaiting, "commit")) made with git") }
+        }
+        if preview.remoteRewritten { print("the remote's history was rewritten: the sync keeps a backup ref of the anchor") }
+        if preview.incoming.isEmpty {
+            print("nothing new on the remote")
+        } else {
+            print("would bring in \(count(preview.incoming.count, "remote change"))")
+            for change in preview.incoming.prefix(50) {
+                print("  \(change.kind): \(change.from.map { "\(Console.escaped($0)) → " } ?? "")\(Console.escaped(change.path))")
+            }
+            if preview.incoming.count > 50 { print("  … and \(preview.incoming.count - 50) more") }
+        }
+        print("(dry run: nothing was changed)")
     }
 }

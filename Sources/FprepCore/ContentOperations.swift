@@ -259,7 +259,7 @@ struct ContentOperations {
 
     // MARK: evict
 
-    func evict(_ items: [(RepoPath, String)]) throws -> EvictResult {
+    func evict(_ items: [(RepoPath, String)], dryRun: Bool = false) throws -> EvictResult {
         let index = try replica.repository.index()
         var result = EvictResult()
         var candidates: [IndexEntry] = []
@@ -275,6 +275,19 @@ struct ContentOperations {
             }
         }
         guard !candidates.isEmpty else { return result }
+        if dryRun {
+            for entry in candidates {
+                let path = RepoPath(bytes: entry.path)
+                guard let stat = replica.rootFolder.stat(path) else { continue }
+                if stat.links > 1 {
+                    result.refused.append(Skipped(path: path.description, reason: Self.hardLinked(stat.links)))
+                } else {
+                    result.evicted.append(path.description)
+                    result.bytesFreed += stat.blocks * 512
+                }
+            }
+            return result
+        }
         let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
         // Evict is what frees space: on a full disk its journal record takes the reserve's.
         let operation = try SpaceReserve.using(in: replica.stateFolder) {
@@ -300,6 +313,11 @@ struct ContentOperations {
         return result
     }
 
+    /// Why a file with other names is not evicted.
+    static func hardLinked(_ links: Int64) -> String {
+        "it has \(links) hard links, and evicting would empty the other names too; remove the other links (or copy the file) first"
+    }
+
     /// Frees the blocks of one unmodified materialized file in place; returns
     /// why it was refused instead, if it was.
     private func punch(_ entry: IndexEntry, path: RepoPath, index: Index, freed: inout Int64) throws -> String? {
@@ -323,9 +341,7 @@ struct ContentOperations {
         guard fprep_fstat(fd, &before) == 0 else { throw SystemError("stat", path.description) }
         // Another name shares these blocks (a hard link, maybe outside the
         // replica): freeing them would empty that file too.
-        if before.nlink > 1 {
-            return "it has \(before.nlink) hard links, and evicting would empty the other names too; remove the other links (or copy the file) first"
-        }
+        if before.nlink > 1 { return Self.hardLinked(Int64(before.nlink)) }
         // Checked again on the open file: nothing written since the scan may be lost.
         if StatData(FileStat(before)) != entry.stat {
             let bytes: [UInt8]
@@ -528,8 +544,10 @@ extension Replica {
 
     /// Turns the named materialized files back into placeholders; files with
     /// local changes are refused and listed.
-    public func evict(_ paths: [String], relativeTo directory: String) throws -> EvictResult {
+    /// `dryRun`: what would be evicted and refused, and the space freed;
+    /// nothing changes (a file a program holds open is only found then).
+    public func evict(_ paths: [String], relativeTo directory: String, dryRun: Bool = false) throws -> EvictResult {
         let items = try paths.map { (try itemPath(for: $0, relativeTo: directory), $0) }
-        return try ContentOperations(self).evict(items)
+        return try ContentOperations(self).evict(items, dryRun: dryRun)
     }
 }
