@@ -1,0 +1,4 @@
+// What changed on this device: the stat scan of the index (LocalChanges, with the untracked
+// cache), the commit of those changes (LocalCommit), and what git itself did in the replica
+// (GitNeighbour).
+// May use: Placeholders, Content's placeholder checks, State, Support, FprepGit.

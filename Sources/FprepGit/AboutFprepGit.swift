@@ -1,0 +1,3 @@
+// FprepGit: the only module that imports libgit2 — repositories, objects, trees and their diff,
+// merges, git's index file read in place, and the git command as transport (fetch, push).
+// May use: CLibGit2, CLibGit2Support, CLibCrypto, CFprepSys. Knows nothing of replicas.
