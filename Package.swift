@@ -79,8 +79,13 @@ let package = Package(
             dependencies: [
                 "FprepCore", "FprepServer", "FprepAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            plugins: ["BuildInfo"]
         ),
+        // `fprep --version` names the commit it was built from: the plugin
+        // runs this tool, which reads the checkout's HEAD (no git process).
+        .executableTarget(name: "fprep-build-info"),
+        .plugin(name: "BuildInfo", capability: .buildTool(), dependencies: ["fprep-build-info"]),
         .executableTarget(
             name: "fprep",
             dependencies: ["FprepCLI"],

@@ -16,7 +16,7 @@ public struct Fprep: ParsableCommand {
 
             Exit status: 0 done; 1 failed; 2 done in part (some items refused, listed); 64 bad usage; 65 sync anchor expired; 75 replica busy (with --no-wait).
             """,
-        version: "fprep \(Fprep.version) (libgit2 \(LibGit2.version))",
+        version: "fprep \(Fprep.version) (\(buildCommit.map { "commit \($0.prefix(12)), " } ?? "")libgit2 \(LibGit2.version))",
         subcommands: [
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
             Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
@@ -38,6 +38,12 @@ public struct Fprep: ParsableCommand {
             if arguments.isEmpty {
                 Console.error(helpMessage() + "\n")
                 Glibc.exit(64)
+            }
+            // An unknown command is a usage mistake, with --help too
+            // (ArgumentParser would print the root's help and exit 0).
+            if let first = arguments.first, !first.hasPrefix("-"),
+               !configuration.subcommands.contains(where: { $0.configuration.commandName == first }), first != "help" {
+                fail("fprep: unknown command '\(first)' (see 'fprep --help')", status: 64)
             }
             if let request = ChangesRequest.quickParse(arguments) {
                 try request.run()

@@ -198,6 +198,13 @@ struct HelpTests {
             }
             let version = try box.fprep(["--version"])
             #expect(version.status == 0 && version.stdout.hasPrefix("fprep ") && version.stdout.contains("libgit2 "), "\(version)")
+            // The commit it was built from (this checkout's HEAD, read by the BuildInfo plugin).
+            let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            let head = try box.gitOK(["rev-parse", "--short=12", "HEAD"], cwd: packageRoot.path)
+            #expect(version.stdout.contains("commit \(head)"), "\(version.stdout) (HEAD \(head))")
+            // An unknown command is a mistake, --help or not.
+            let unknown = try box.fprep(["bogus", "--help"])
+            #expect(unknown.status == 64 && unknown.stderr.contains("unknown command 'bogus'"), "\(unknown)")
             // Bare `fprep` is a usage mistake: the usage on standard error, 64.
             let bare = try box.fprep([])
             #expect(bare.status == 64 && bare.stdout.isEmpty && bare.stderr.contains("USAGE:"), "\(bare)")
