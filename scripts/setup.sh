@@ -4,7 +4,8 @@
 # -dev packages; libgit2-dev brings those of zlib, mbedTLS, libssh2, http-parser and PCRE2),
 # git, and attr (getfattr, used by the quickstart to show placeholder attributes). The tests
 # also use e2fsprogs (a small ext4 image for the full-disk tests: mkfs.ext4, chattr), strace
-# (to hold a program inside the swap a race test needs) and python3 (mmap and append writers).
+# (to hold a program inside the swap a race test needs), python3 (mmap and append writers) and
+# lighttpd (a real web server in front of git http-backend for the smart-HTTP tests).
 set -euo pipefail
 need=()
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
@@ -16,11 +17,17 @@ command -v getfattr >/dev/null || need+=(attr)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 command -v strace >/dev/null || need+=(strace)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# The smart-HTTP tests serve git http-backend through a real web server.
+command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  # The tests start their own lighttpd on 127.0.0.1; the packaged service is not needed.
+  if [[ " ${need[*]} " == *" lighttpd "* ]] && command -v systemctl >/dev/null; then
+    $sudo systemctl disable --now lighttpd >/dev/null 2>&1 || true
+  fi
 fi
 command -v swift >/dev/null || export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
 command -v swift >/dev/null || { echo "setup: no Swift toolchain on PATH (expected under /opt/swift)" >&2; exit 1; }
