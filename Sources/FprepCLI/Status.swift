@@ -28,7 +28,7 @@ struct Status: ParsableCommand {
         print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders")
         print("logical size: \(humanSize(report.logicalSize))\(report.sizeUnknown > 0 ? ", and \(count(report.sizeUnknown, "file")) of unknown size" : "")")
         if report.sizeUnknown > 0 { print("sizes:        size unknown for \(count(report.sizeUnknown, "file")): \(UnknownSizes.hint(report.sizeUnknown))") }
-        print("on disk:      \(humanSize(report.bytesOnDisk))")
+        print("on disk:      \(humanSize(report.bytesOnDisk)) (.git: \(humanSize(report.gitBytes)); 'fprep gc' gives back content git fetched by itself)")
         if let unfinished = opened.unfinished {
             print("unfinished:   an interrupted operation waits to be finished (\(unfinished)); the changes below may be its own")
         }

@@ -204,6 +204,20 @@ public final class ObjectDatabase {
         return length
     }
 
+    /// Whether the object here is a blob, from its header; nil when it is
+    /// not here. Wraps `git_odb_read_header`.
+    public func isBlob(_ id: ObjectID) throws -> Bool? {
+        var raw = id.raw
+        var length = 0
+        var type = GIT_OBJECT_ANY
+        do {
+            try check(git_odb_read_header(&length, &type, pointer, &raw), "git_odb_read_header")
+        } catch GitError.notFound {
+            return nil
+        }
+        return type == GIT_OBJECT_BLOB
+    }
+
     /// Rescans the pack folder so objects a `git fetch` just wrote are seen;
     /// wraps `git_odb_refresh`.
     public func refresh() throws {

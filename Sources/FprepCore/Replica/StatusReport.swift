@@ -20,6 +20,9 @@ public struct StatusReport: Sendable, Encodable {
     public let logicalSize: Int64
     /// Disk space the replica takes: its tree, `.git` and `.fprep`, as `du` counts.
     public let bytesOnDisk: Int64
+    /// What `.git` takes (commits, trees, local content, and content git
+    /// fetched by itself, which `fprep gc` gives back); part of `bytesOnDisk`.
+    public var gitBytes: Int64 = 0
     /// Local changes not yet synced (modified, added, deleted, moved), path order.
     public let changes: [LocalChange]
     /// A local commit that waits to be pushed (the remote was unreachable), if any.
@@ -51,15 +54,18 @@ extension Replica {
         Trace.mark("scan")
         defer { Trace.mark("disk use") }
         let pending = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
-        return StatusReport(root: root, domain: domain, remote: remoteURL, branch: branch, anchor: anchor?.hex,
+        let gitBytes = diskUsage(of: gitDirectory)
+        var report = StatusReport(root: root, domain: domain, remote: remoteURL, branch: branch, anchor: anchor?.hex,
                             items: scan.items, folders: scan.folderCount, dataless: scan.counts[.dataless] ?? 0,
                             materialized: scan.counts[.materialized] ?? 0, modified: scan.counts[.modified] ?? 0,
                             deleted: scan.counts[.deleted] ?? 0,
                             logicalSize: Int64(try store.meta("logical_size") ?? "0") ?? 0,
-                            bytesOnDisk: scan.treeBytes + diskUsage(of: gitDirectory) + diskUsage(of: stateFolder) + rootBlocks(),
+                            bytesOnDisk: scan.treeBytes + gitBytes + diskUsage(of: stateFolder) + rootBlocks(),
                             changes: scan.changes, waitingToPush: pending, unfinished: unfinished,
                             agent: InPlaceHydration.servingAgent(replicaRoot: root),
                             git: head == GitHeadState() ? nil : head, sizeUnknown: try unknownSizeCount(index))
+        report.gitBytes = gitBytes
+        return report
     }
 }
 
