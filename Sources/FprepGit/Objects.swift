@@ -191,22 +191,16 @@ public final class ObjectDatabase {
     }
 
     /// The size of an object from its header, without reading its content;
-    /// nil when the object is not here. Wraps `git_odb_read_header`.
-    public func size(of id: ObjectID) throws -> Int? {
-        var raw = id.raw
-        var length = 0
-        var type = GIT_OBJECT_ANY
-        do {
-            try check(git_odb_read_header(&length, &type, pointer, &raw), "git_odb_read_header")
-        } catch GitError.notFound {
-            return nil
-        }
-        return length
-    }
+    /// nil when the object is not here.
+    public func size(of id: ObjectID) throws -> Int? { try header(of: id)?.size }
 
     /// Whether the object here is a blob, from its header; nil when it is
-    /// not here. Wraps `git_odb_read_header`.
-    public func isBlob(_ id: ObjectID) throws -> Bool? {
+    /// not here.
+    public func isBlob(_ id: ObjectID) throws -> Bool? { try header(of: id).map { $0.type == GIT_OBJECT_BLOB } }
+
+    /// An object's size and type without its content; nil when it is not
+    /// here. Wraps `git_odb_read_header`.
+    private func header(of id: ObjectID) throws -> (size: Int, type: git_object_t)? {
         var raw = id.raw
         var length = 0
         var type = GIT_OBJECT_ANY
@@ -215,7 +209,7 @@ public final class ObjectDatabase {
         } catch GitError.notFound {
             return nil
         }
-        return type == GIT_OBJECT_BLOB
+        return (length, type)
     }
 
     /// Rescans the pack folder so objects a `git fetch` just wrote are seen;
