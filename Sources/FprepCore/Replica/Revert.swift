@@ -188,13 +188,7 @@ extension Replica {
     /// it (reported).
     private func putBack(_ path: RepoPath, _ target: TreeEntry, _ info: BlobInfo?, stat: FileStat?, token: String,
                          report: inout RevertReport) throws -> Bool {
-        var current = RepoPath.root
-        for name in path.parent.components {
-            let parent = try rootFolder.folder(current)
-            current = current.appending(name)
-            if mkdirat(parent.fd, cPath(name), 0o777) != 0 && errno != EEXIST { throw SystemError("mkdir", current.description) }
-        }
-        let folder = try rootFolder.folder(path.parent)
+        let folder = try rootFolder.makeFolder(path.parent)
         let temporary = ContentOperations.temporaryName(for: path.name, token: token)
         if target.mode == .symlink {
             let link = try repository.blob(target.id).withContent { Array($0) }

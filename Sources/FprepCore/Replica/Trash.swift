@@ -148,13 +148,7 @@ extension Replica {
         }
         defer { removeFetchQuarantines() }
         let bytes = try repository.blob(id).withContent { Array($0) }
-        var current = RepoPath.root
-        for name in path.parent.components {
-            let parent = try rootFolder.folder(current)
-            current = current.appending(name)
-            if mkdirat(parent.fd, cPath(name), 0o777) != 0 && errno != EEXIST { throw SystemError("mkdir", current.description) }
-        }
-        let folder = try rootFolder.folder(path.parent)
+        let folder = try rootFolder.makeFolder(path.parent)
         let temporary = ContentOperations.temporaryName(for: path.name, token: ContentOperations.newToken())
         if mode == .symlink {
             guard symlinkat(cPath(bytes), folder.fd, cPath(temporary)) == 0 else { throw SystemError("symlink", path.description) }

@@ -173,6 +173,18 @@ final class FolderHandle: @unchecked Sendable {
         return Array(buffer[0..<count])
     }
 
+    /// The folder at `path` below this one, made (with the folders on the
+    /// way) where it is missing; never through a symlink.
+    func makeFolder(_ path: RepoPath) throws -> FolderHandle {
+        var current = RepoPath.root
+        for name in path.components {
+            let parent = try folder(current)
+            current = current.appending(name)
+            if mkdirat(parent.fd, cPath(name), 0o777) != 0 && errno != EEXIST { throw SystemError("mkdir", current.description) }
+        }
+        return try folder(path)
+    }
+
     /// Names of the entries of this folder, as bytes.
     func entryNames() throws -> [[UInt8]] {
         let copy = dup(fd)
@@ -228,13 +240,20 @@ func readContent(_ fd: Int32, size: Int64, shown: String) throws -> [UInt8] {
         if count == 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
         offset += count
     }
+    try expectEnd(fd, at: Int64(offset), shown: shown)
+    return result
+}
+
+/// Checks that `fd` ends at `offset`: a file that grew while it was read
+/// was changed meanwhile (it is read again next time).
+private func expectEnd(_ fd: Int32, at offset: Int64, shown: String) throws {
     var extra: UInt8 = 0
     while true {
         let count = pread(fd, &extra, 1, off_t(offset))
         if count < 0 && errno == EINTR { continue }
         if count < 0 { throw SystemError("read", shown) }
         if count > 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
-        return result
+        return
     }
 }
 
@@ -254,14 +273,7 @@ func copyContent(from: Int32, to: Int32, size: Int64, shown: String) throws {
         if count == 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
         offset += count
     }
-    var extra: UInt8 = 0
-    while true {
-        let count = pread(from, &extra, 1, off_t(offset))
-        if count < 0 && errno == EINTR { continue }
-        if count < 0 { throw SystemError("read", shown) }
-        if count > 0 { throw ContentRefusal(path: shown, reason: .changedWhileRead) }
-        return
-    }
+    try expectEnd(from, at: offset, shown: shown)
 }
 
 func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, shown: String) throws {
