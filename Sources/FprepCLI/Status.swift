@@ -25,7 +25,7 @@ struct Status: ParsableCommand {
         print("domain:       \(report.domain)")
         print("remote:       \(report.remote) (branch \(report.branch))")
         print("anchor:       \(report.anchor ?? "(empty remote)")")
-        print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(report.folders) folders")
+        print("items:        \(report.items) (\(report.dataless) dataless, \(report.materialized) materialized, \(report.modified) modified, \(report.deleted) deleted), \(count(report.folders, "folder"))")
         print("logical size: \(humanSize(report.logicalSize))\(report.sizeUnknown > 0 ? ", and \(count(report.sizeUnknown, "file")) of unknown size" : "")")
         if report.sizeUnknown > 0 { print("sizes:        size unknown for \(count(report.sizeUnknown, "file")): \(UnknownSizes.hint(report.sizeUnknown))") }
         print("on disk:      \(humanSize(report.bytesOnDisk)) (.git: \(humanSize(report.gitBytes)); 'fprep gc' gives back content git fetched by itself)")

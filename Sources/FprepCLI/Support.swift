@@ -161,7 +161,7 @@ enum JSONOutput {
 }
 
 /// "1 file", "2 files".
-func count(_ n: Int, _ noun: String) -> String { n == 1 ? "1 \(noun)" : "\(n) \(noun)s" }
+func count(_ n: Int, _ noun: String) -> String { counted(n, noun) }
 
 /// Human-readable sizes: 1023 B, 1.5 KiB, 12.0 MiB.
 func humanSize(_ bytes: Int64) -> String {

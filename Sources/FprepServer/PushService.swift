@@ -292,7 +292,7 @@ public actor PushService {
             noteMail(id)
             reached += 1
         }
-        configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(entry.containers.count) containers, \(reached) devices")
+        configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
     }
 
     /// When a device's mailbox may be flushed: after the coalescing window,

@@ -110,7 +110,7 @@ struct ContentOperations {
         let missing = Array(Set(entries.filter(\.skipWorktree).map(\.id))).filter { !asked.contains($0) && !odb.contains($0) }
         let journal = ContentJournal(token: Self.newToken(), paths: entries.filter(\.skipWorktree).map { Data($0.path) })
         let operation = journal.paths.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
-        replica.progress.report("fetching \(early.count + missing.count) blobs", done: 0, total: entries.count)
+        replica.progress.report("fetching \(counted(early.count + missing.count, "blob"))", done: 0, total: entries.count)
         let fetch = BackgroundWork {
             try Transport.fetchObjects(missing, gitDirectory: gitDirectory, quarantine: quarantine)
         }

@@ -100,7 +100,7 @@ public enum TreeImporter {
         if placement.dryRun { return result }
         let dates = CommitDates.now()
         let identity = Identity.current()
-        let commitMessage = message ?? "Import \(URL(fileURLWithPath: folder).lastPathComponent) (\(state.files) files)"
+        let commitMessage = message ?? "Import \(URL(fileURLWithPath: folder).lastPathComponent) (\(counted(state.files, "file")))"
             + (prefix.map { " into \($0)" } ?? "")
         do {
             let commit = try repository.writeCommit(

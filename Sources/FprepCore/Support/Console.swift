@@ -134,3 +134,6 @@ func isFolder(_ path: String) -> Bool {
     var info = stat()
     return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
 }
+
+/// "1 file", "2 files": a count with its noun, singular for one.
+public func counted(_ n: Int, _ noun: String) -> String { n == 1 ? "1 \(noun)" : "\(n) \(noun)s" }

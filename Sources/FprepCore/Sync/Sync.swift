@@ -160,7 +160,7 @@ extension Replica {
                     throw full
                 }
                 let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
-                let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : "\(report.localChanges.count) local changes") are committed (\($0.prefix(12))) and wait to be pushed." } ?? " The replica is unchanged."
+                let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : counted(report.localChanges.count, "local change")) \(report.localChanges.count == 1 ? "is" : "are") committed (\($0.prefix(12))) and \(report.localChanges.count == 1 ? "waits" : "wait") to be pushed." } ?? " The replica is unchanged."
                 throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason).\(kept) Run 'fprep sync' again when the remote is back",
                                  detail: error.standardError)
             }
