@@ -118,7 +118,7 @@ let package = Package(
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
         .testTarget(name: "FprepServerTests", dependencies: ["FprepServer", "FprepCore", "FprepGit"]),
-        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"]),
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"], exclude: ["Golden"]),
         .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),
     ],
     swiftLanguageModes: [.v6]

@@ -335,3 +335,29 @@ long long fprep_copy_range(int from, long long *offset, int to, long long length
     if (count > 0) *offset = (long long)position;
     return (long long)count;
 }
+
+/* The line a command prints when SIGINT or SIGTERM ends it, kept here so
+ * the handler only calls async-signal-safe functions. */
+static char interrupt_line[512];
+static size_t interrupt_length;
+
+static void interrupted(int signal_number) {
+    if (interrupt_length > 0) {
+        ssize_t ignored = write(2, interrupt_line, interrupt_length);
+        (void)ignored;
+    }
+    _exit(128 + signal_number);
+}
+
+void fprep_on_interrupt_say(const char *line) {
+    size_t length = strlen(line);
+    if (length >= sizeof interrupt_line) length = sizeof interrupt_line - 1;
+    memcpy(interrupt_line, line, length);
+    interrupt_length = length;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = interrupted;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
+}

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CFprepSys
 import FoundationEssentials
 import Glibc
 import FprepCore
@@ -51,6 +52,10 @@ public struct Fprep: ParsableCommand {
             }
             var command = try parseAsRoot(arguments)
             Verbosity.apply(arguments)
+            // Ctrl-C: what is done stays done (each step is atomic or
+            // journaled) and the next fprep command settles the rest.
+            let clear = isatty(STDERR_FILENO) == 1 ? "\r\u{1B}[K" : ""
+            fprep_on_interrupt_say(clear + "fprep: interrupted; what was done is kept, and the next fprep command finishes or undoes the rest (run it again to continue)\n")
             try command.run()
             Glibc.exit(0)
         } catch let error as FprepError {

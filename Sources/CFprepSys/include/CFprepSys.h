@@ -177,6 +177,12 @@ int fprep_set_mtime(int fd, long long sec, long nsec);
  * the end of `from`, -1 with errno set. */
 long long fprep_copy_range(int from, long long *offset, int to, long long length);
 
+/* On SIGINT or SIGTERM: write `line` to standard error and exit with
+ * 128 + the signal's number (what the journal left, the next command
+ * settles). Commands that stop on a signal by themselves install their own
+ * handlers afterwards. */
+void fprep_on_interrupt_say(const char *line);
+
 /* fanotify pre-content events (fanotify.c). */
 enum {
     FPREP_FANOTIFY_SUPPORTED = 0,
