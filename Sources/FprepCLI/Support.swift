@@ -218,6 +218,20 @@ final class TerminalProgress: ProgressReporter, @unchecked Sendable {
         drawn = true
     }
 
+    func reportTransfer(_ phase: String, bytes: Int64, total: Int64, started: Double) {
+        lock.lock()
+        defer { lock.unlock() }
+        let elapsed = max(monotonicSeconds() - started, 0.001)
+        let rate = Double(bytes) / elapsed
+        var line = "\r\u{1B}[K\(phase): \(humanSize(bytes))"
+        if total > 0 { line += " of about \(humanSize(total)) (\(min(bytes * 100 / total, 99))%)" }
+        line += ", \(humanSize(Int64(rate)))/s"
+        if total > bytes, rate > 0 { line += ", \(Int((Double(total - bytes) / rate).rounded(.up))) s left" }
+        Console.error(line)
+        drawn = true
+        lastDraw = Date()
+    }
+
     func finish() {
         lock.lock()
         defer { lock.unlock() }
@@ -233,3 +247,4 @@ func currentExecutablePath() -> String {
     if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
     return CommandLine.arguments.first ?? "fprep"
 }
+

@@ -139,9 +139,16 @@ struct ContentOperations {
         }
         result.alreadyMaterialized = alreadyThere.count
         Trace.mark("classify")
+        // A large fetch shows its bytes arriving, not "0/1".
+        let sizes = try replica.store.blobInfoLookup()
+        let expected = try (early + missing).reduce(Int64(0)) { $0 + max(try sizes($1)?.size ?? 0, 0) }
+        let watch = expected >= 4 << 20 ? TransferWatch(folder: quarantine + "/pack", phase: "fetching \(counted(early.count + missing.count, "file"))",
+                                                        total: expected, progress: replica.progress) : nil
+        defer { watch?.stop() }
         do {
             try earlyFetch.wait()
             try fetch.wait()
+            watch?.stop()
         } catch let error as GitCommandError {
             replica.removeFetchQuarantines()
             if let operation { try? replica.store.endOperation(operation) }

@@ -1,3 +1,8 @@
+import Dispatch
+import Synchronization
+import FoundationEssentials
+import Glibc
+
 /// Receives progress of long work (clone layout, materialize, evict). The CLI
 /// draws it as one line on a terminal; called from any thread.
 public protocol ProgressReporter: Sendable {
@@ -5,6 +10,57 @@ public protocol ProgressReporter: Sendable {
     func report(_ phase: String, done: Int, total: Int)
     /// The work is over; clear the line.
     func finish()
+    /// `bytes` of about `total` have arrived since `started` (seconds on
+    /// the monotonic clock): a transfer, drawn with its rate and time left.
+    func reportTransfer(_ phase: String, bytes: Int64, total: Int64, started: Double)
+}
+
+extension ProgressReporter {
+    public func reportTransfer(_ phase: String, bytes: Int64, total: Int64, started: Double) {}
+}
+
+/// Watches a fetch write its pack into `folder` (git's `tmp_pack_*` grows
+/// as the data arrives) and reports the bytes, a few times a second, until
+/// stopped: a single large file's fetch shows movement, not "0/1".
+public final class TransferWatch: @unchecked Sendable {
+    private let stopped = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+
+    public init(folder: String, phase: String, total: Int64, progress: any ProgressReporter) {
+        let started = monotonicSeconds()
+        DispatchQueue.global().async { [stopped, done] in
+            while stopped.wait(timeout: .now() + 0.25) == .timedOut {
+                progress.reportTransfer(phase, bytes: Self.bytes(in: folder), total: total, started: started)
+            }
+            done.signal()
+        }
+    }
+
+    private let stopping = Mutex(false)
+
+    /// Stops reporting (waits for the watcher to end); again does nothing.
+    public func stop() {
+        guard stopping.withLock({ already in defer { already = true }; return !already }) else { return }
+        stopped.signal()
+        done.wait()
+    }
+
+    private static func bytes(in folder: String) -> Int64 {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return 0 }
+        var total: Int64 = 0
+        for name in names where name.hasPrefix("tmp_pack_") || name.hasSuffix(".pack") {
+            var info = stat()
+            if lstat(folder + "/" + name, &info) == 0 { total += Int64(info.st_size) }
+        }
+        return total
+    }
+}
+
+/// Seconds on a clock that never goes back.
+public func monotonicSeconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }
 
 /// Reports nothing.
