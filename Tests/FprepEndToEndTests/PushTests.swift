@@ -128,7 +128,7 @@ struct PushTests {
             #expect(watched.stdout.contains("registered as dev-") && watched.stdout.contains("connected to"), "\(watched)")
             let served = service.stop()
             #expect(served.status == 0, "\(served)")
-            #expect(served.stderr.contains("1 devices"), "\(served)")
+            #expect(served.stderr.contains("1 device\n") || served.stderr.contains("1 device "), "\(served)")
             print("push → synced over 3 pushes: \(timings.map { "\(Int($0 * 1000)) ms" }.joined(separator: ", "))")
         }
     }
