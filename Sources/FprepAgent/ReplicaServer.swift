@@ -45,10 +45,12 @@ final class ReplicaServer: @unchecked Sendable {
         // Whatever a killed agent (or command) journaled is settled here,
         // before anything is watched: its quarantines are no longer needed.
         let placeholders: [WatchedPlaceholder]
+        let settings: AgentSettings
         do {
             let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
             InPlaceHydration.removeAllQuarantines(replicaRoot: root)
             placeholders = try replica.watchablePlaceholders()
+            settings = try AgentSettings(replica)
         }
         let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FprepError("cannot open the replica '\(root)': \(String(cString: strerror(errno)))") }
@@ -75,6 +77,10 @@ final class ReplicaServer: @unchecked Sendable {
         let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) })
         loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log,
                          wake: self.wake, counters: counters, prefix: prefix)
+        if settings.readAheadBytes > 0 {
+            loop.readAhead = ReadAhead(budget: settings.readAheadBytes, root: root, rootFD: rootFD.fd, log: log, prefix: prefix)
+        }
+        loop.refused = settings.refused
         watchlist.watch(placeholders, complete: true)
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
         log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
