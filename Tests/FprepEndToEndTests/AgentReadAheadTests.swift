@@ -83,4 +83,20 @@ struct AgentReadAheadTests {
             expectOneLineError(try s.fprep(["agent", "-C", replica]), mentioning: ["fprep.agent.readAheadBytes", "lots"])
         }
     }
+
+    @Test("a replica with more placeholders than the agent may hold descriptors: every one is watched (each is closed once marked)")
+    func morePlaceholdersThanDescriptors() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote(nodes: walkTree(120))
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.gitOK(["config", "fprep.agent.readAheadBytes", "0"], cwd: replica)
+            let agent = try s.spawn(["/bin/sh", "-c", "ulimit -n 48 && exec \"$0\" agent -C \"$1\"", Binaries.fprep, replica])
+            #expect(waitUntil(30) { agent.stderrSoFar.contains("placeholders watched") || !agent.isRunning }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "walk/f119.txt", "walk/f000.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            let log = stopAgent(agent).stderr
+            #expect(log.contains("serving \(replica): 121 placeholders watched"), "\(log)")
+            #expect(cat.status == 0 && cat.stdout == "line 119\nline 0\n", "\(cat)")
+        }
+    }
 }
