@@ -18,8 +18,11 @@ final class ReadAhead: @unchecked Sendable {
     /// program opening a file and its neighbour; a third is a pattern.
     static let walk = 3
     /// Files filled under one journal and one index write: readers waiting
-    /// on a file of the batch are answered chunk by chunk.
-    static let chunk = 256
+    /// on a file of the batch are answered chunk by chunk. The first chunk
+    /// is small, so the reader goes on soon; each next one four times
+    /// larger, up to `largestChunk`, so a large folder costs a few index writes.
+    static let firstChunk = 64
+    static let largestChunk = 4096
 
     private let budget: Int64
     private let root: String
@@ -105,8 +108,11 @@ final class ReadAhead: @unchecked Sendable {
         defer { InPlaceHydration.removeQuarantine(token, replicaRoot: root) }
         var filled = 0
         var bytes: Int64 = 0
-        for start in stride(from: 0, to: batch.count, by: Self.chunk) {
-            let part = Array(batch[start..<min(batch.count, start + Self.chunk)])
+        var start = 0, chunk = Self.firstChunk
+        while start < batch.count {
+            let part = Array(batch[start..<min(batch.count, start + chunk)])
+            start += part.count
+            chunk = min(chunk * 4, Self.largestChunk)
             let outcomes = fill(part, token: token, group: group, indexWritten: indexWritten)
             for case .hydrated(let size) in outcomes.map(\.1) {
                 filled += 1

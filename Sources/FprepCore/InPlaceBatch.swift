@@ -72,7 +72,7 @@ extension Replica {
                     }
                     let after: fprep_stat
                     do {
-                        after = try fill(fd, with: bytes, entry: entry, path: path, size: size)
+                        after = try fill(fd, with: bytes, entry: entry, path: path, size: size, flush: fillable.count == 1)
                     } catch {
                         // A write that failed midway (a full disk): the placeholder
                         // again at once, so none of its bytes is taken for content.
@@ -97,7 +97,12 @@ extension Replica {
                 results[position] = .failure(error)
             }
         }
-        if !filled.isEmpty { try index.write() }
+        if !filled.isEmpty {
+            // Several files: one flush of the filesystem before the index
+            // says they are content, not one fsync each.
+            if fillable.count > 1, fprep_syncfs(rootFolder.fd) != 0 { throw SystemError("syncfs", root) }
+            try index.write()
+        }
         let now = Int64(Date().timeIntervalSince1970)
         try store.transaction {
             try store.recordMaterialized(filled, at: now)

@@ -127,7 +127,8 @@ extension Replica {
 
     /// Writes `bytes` into the placeholder open as `fd` (of `size` bytes),
     /// with the item's date, durably, and takes its placeholder marks off.
-    func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64) throws -> fprep_stat {
+    /// `flush: false`: the caller makes the batch durable at once (syncfs).
+    func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64, flush: Bool = true) throws -> fprep_stat {
         if size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
             throw SystemError("resize", path.description)
         }
@@ -141,7 +142,7 @@ extension Replica {
             guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
         }
         _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
-        guard fsync(fd) == 0 else { throw SystemError("flush", path.description) }
+        guard !flush || fsync(fd) == 0 else { throw SystemError("flush", path.description) }
         guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
         var after = fprep_stat()
         guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }
