@@ -38,9 +38,9 @@ pid_t fprep_spawn_worker(int exe, char *const argv[], char *const envp[], uid_t 
     if (pid == 0) {
         /* The child of a threaded process: raw system calls only until exec
          * (glibc's set*id wrappers signal every thread of the parent's). */
-        int high_channel = fcntl(channel, F_DUPFD, 100);
-        int high_exe = fcntl(exe, F_DUPFD_CLOEXEC, 100);
-        int high_report = fcntl(report[1], F_DUPFD_CLOEXEC, 100);
+        int high_channel = fcntl(channel, F_DUPFD, 6);
+        int high_exe = fcntl(exe, F_DUPFD_CLOEXEC, 6);
+        int high_report = fcntl(report[1], F_DUPFD_CLOEXEC, 6);
         if (high_channel < 0 || high_exe < 0 || high_report < 0) fail_child(report[1], FPREP_WORKER_STEP_DESCRIPTORS);
         if (dup2(high_channel, 3) < 0 || dup3(high_exe, 4, O_CLOEXEC) < 0 || dup3(high_report, 5, O_CLOEXEC) < 0)
             fail_child(high_report, FPREP_WORKER_STEP_DESCRIPTORS);

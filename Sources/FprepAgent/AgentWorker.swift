@@ -2,6 +2,7 @@ import CFprepSys
 import Dispatch
 import FoundationEssentials
 import FprepCore
+import FprepGit
 import Glibc
 import Synchronization
 
@@ -26,7 +27,7 @@ final class WorkerClient: @unchecked Sendable {
     /// until it holds the replica; returns it with the placeholders to
     /// watch and `.fprep/agent.pid` locked, or throws why the replica
     /// cannot be served (one line).
-    static func start(root: String, owner: ReplicaOwner) throws -> (WorkerClient, [WatchedPlaceholder], AgentStatusFile) {
+    static func start(root: String, owner: ReplicaOwner) throws -> (WorkerClient, [WatchedPlaceholder], AgentStatusFile, AgentSettings) {
         var pair: [Int32] = [-1, -1]
         guard fprep_channel_pair(&pair) == 0 else {
             throw FprepError("cannot start the agent: socketpair: \(String(cString: strerror(errno)))")
@@ -47,13 +48,13 @@ final class WorkerClient: @unchecked Sendable {
             fprep_spawn_worker(exe, argv, envp, owner.uid, owner.gid, groups.baseAddress, groups.count, pair[1], &step)
         }
         guard pid > 0 else {
-            let what = [Int32(FPREP_WORKER_STEP_GROUPS): "setgroups", Int32(FPREP_WORKER_STEP_GID): "setresgid",
+            let what = [Int32(FPREP_WORKER_STEP_DESCRIPTORS): "descriptors", Int32(FPREP_WORKER_STEP_GROUPS): "setgroups", Int32(FPREP_WORKER_STEP_GID): "setresgid",
                         Int32(FPREP_WORKER_STEP_UID): "setresuid", Int32(FPREP_WORKER_STEP_EXEC): "exec"][step] ?? "fork"
             throw FprepError("cannot start its worker as \(ReplicaOwner.userName(Int64(owner.uid))): \(what): \(String(cString: strerror(errno)))")
         }
         let client = WorkerClient(pid: pid, channel: channel)
-        let (placeholders, status) = try client.handshake()
-        return (client, placeholders, status)
+        let (placeholders, status, settings) = try client.handshake()
+        return (client, placeholders, status, settings)
     }
 
     private init(pid: pid_t, channel: WorkerChannel) {
@@ -65,7 +66,7 @@ final class WorkerClient: @unchecked Sendable {
 
     /// The worker's first word: it holds the replica (placeholders, the
     /// agent's lock file), or why not.
-    private func handshake() throws -> ([WatchedPlaceholder], AgentStatusFile) {
+    private func handshake() throws -> ([WatchedPlaceholder], AgentStatusFile, AgentSettings) {
         guard let (message, descriptor) = channel.receive() else {
             throw FprepError("its worker process (pid \(pid)) ended before it started (\(stop()))")
         }
@@ -77,10 +78,13 @@ final class WorkerClient: @unchecked Sendable {
         case .started:
             var lockFile = fprep_stat()
             guard let status, let descriptor, fprep_fstat(descriptor, &lockFile) == 0, lockFile.mode & 0o170000 == 0o100000,
-                  let placeholders = body.placeholders() else { break }
+                  let placeholders = body.placeholders(), let budget = body.i64(), let refuse = body.text() else { break }
+            var settings = AgentSettings()
+            settings.readAheadBytes = budget
+            settings.refused = RefusedPrograms(refuse)
             let (channel, replies) = (self.channel, self.replies)
             reader = try BlockingThread { Self.readReplies(channel, into: replies) }
-            return (placeholders, status)
+            return (placeholders, status, settings)
         case .startFailed:
             throw FprepError(body.text() ?? "its worker could not start")
         default:
@@ -127,6 +131,55 @@ final class WorkerClient: @unchecked Sendable {
             break
         }
         return .failed("the replica's worker process (pid \(pid)) answered out of turn")
+    }
+
+    /// Read-ahead, step 1: the worker fetches `blobs` in one fetch; the
+    /// quarantine's token, or why not.
+    func fetchAhead(_ blobs: [ObjectID]) -> Result<String, FprepError> {
+        var request = WorkerMessageWriter()
+        request.u32(UInt32(blobs.count))
+        for blob in blobs { request.raw(blob.bytes) }
+        guard let reply = self.request(.fetchAhead, request.bytes) else {
+            return .failure(FprepError("the replica's worker process (pid \(pid)) ended"))
+        }
+        var body = WorkerMessageReader(reply.body)
+        switch reply.kind {
+        case .fetchedAhead: if let token = body.text() { return .success(token) }
+        case .failed: return .failure(FprepError(body.text() ?? "the fetch failed"))
+        default: break
+        }
+        return .failure(FprepError("the replica's worker process (pid \(pid)) answered out of turn"))
+    }
+
+    /// Read-ahead, step 2: the worker fills `part` from the fetch of
+    /// `token`, opening each file itself (as the owner); `indexWritten` is
+    /// told of its index write. One outcome per file, in order.
+    func fillAhead(_ part: [WatchedPlaceholder], token: String,
+                   indexWritten: (fprep_stat, fprep_stat) -> Void) -> [Hydrator.Outcome] {
+        var request = WorkerMessageWriter()
+        request.text(token)
+        request.placeholders(part)
+        let ended = [Hydrator.Outcome](repeating: .failed("the replica's worker process (pid \(pid)) ended"), count: part.count)
+        guard let reply = self.request(.fillAhead, request.bytes), reply.kind == .filledAhead else { return ended }
+        var body = WorkerMessageReader(reply.body)
+        guard let before = body.stat(), let after = body.stat(), let count = body.u32(), Int(count) == part.count else { return ended }
+        indexWritten(before, after)
+        var outcomes: [Hydrator.Outcome] = []
+        for _ in 0..<count {
+            switch body.raw(1)?.first {
+            case 0: guard let bytes = body.i64() else { return ended }; outcomes.append(.hydrated(bytes: bytes))
+            case 1: outcomes.append(.notAPlaceholder(body.text() ?? ""))
+            default: outcomes.append(.failed(body.text() ?? "not filled"))
+            }
+        }
+        return outcomes
+    }
+
+    /// Read-ahead, step 3: the worker drops the fetch's quarantine.
+    func endAhead(token: String) {
+        var request = WorkerMessageWriter()
+        request.text(token)
+        _ = self.request(.endAhead, request.bytes)
     }
 
     /// The placeholders now; nil when the replica was busy or the worker ended.
@@ -240,8 +293,11 @@ public enum AgentWorker {
             // here, before anything is watched: its quarantines are no longer needed.
             let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
             InPlaceHydration.removeAllQuarantines(replicaRoot: root)
+            let settings = try AgentSettings(replica)
             var started = WorkerMessageWriter()
             started.placeholders(try replica.watchablePlaceholders())
+            started.i64(settings.readAheadBytes)
+            started.text(settings.refused.setting)
             channel.send(WorkerMessage(kind: .started, body: started.bytes), descriptor: lock)
         } catch {
             var why = WorkerMessageWriter()
@@ -252,6 +308,7 @@ public enum AgentWorker {
 
         let hydrations = DispatchQueue(label: "fprep.agent.worker.hydrate", attributes: .concurrent)
         let listings = DispatchQueue(label: "fprep.agent.worker.list")
+        let readAheads = DispatchQueue(label: "fprep.agent.worker.readahead")
         let underWay = DispatchGroup()
         while let (message, descriptor) = channel.receive() {
             switch message.kind {
@@ -283,6 +340,13 @@ public enum AgentWorker {
                     }
                     channel.send(reply)
                 }
+            case .fetchAhead, .fillAhead, .endAhead:
+                if let descriptor { close(descriptor) }
+                let request = message
+                readAheads.async(group: underWay) {
+                    let reply = readAhead(request, root: root)
+                    channel.send(WorkerMessage(kind: reply.kind, id: request.id, body: reply.body))
+                }
             default:
                 if let descriptor { close(descriptor) }
             }
@@ -290,6 +354,78 @@ public enum AgentWorker {
         // The agent stopped: what is under way ends first (it waits a while).
         underWay.wait()
         exit(0)
+    }
+
+    /// One step of a read-ahead (see `WorkerClient.fetchAhead`, `fillAhead`,
+    /// `endAhead`), as the answer's kind and body. The files are opened
+    /// here, beneath the replica's root, as the owner.
+    private static func readAhead(_ request: WorkerMessage, root: String) -> WorkerMessage {
+        var body = WorkerMessageReader(request.body)
+        var reply = WorkerMessageWriter()
+        func failed(_ why: String) -> WorkerMessage {
+            var text = WorkerMessageWriter()
+            text.text(why)
+            return WorkerMessage(kind: .failed, body: text.bytes)
+        }
+        switch request.kind {
+        case .fetchAhead:
+            guard let count = body.u32(), count <= 1 << 20 else { return failed("the agent's request does not parse") }
+            var blobs: [ObjectID] = []
+            for _ in 0..<count {
+                guard let blob = body.raw(20).flatMap({ ObjectID(bytes: $0) }) else { return failed("the agent's request does not parse") }
+                blobs.append(blob)
+            }
+            do {
+                reply.text(try InPlaceHydration.fetch(blobs, replicaRoot: root))
+                return WorkerMessage(kind: .fetchedAhead, body: reply.bytes)
+            } catch {
+                return failed((error as? FprepError)?.message ?? "\(error)")
+            }
+        case .endAhead:
+            if let token = body.text(), InPlaceHydration.isToken(token) { InPlaceHydration.removeQuarantine(token, replicaRoot: root) }
+            return WorkerMessage(kind: .fetchedAhead)
+        default:
+            guard let token = body.text(), InPlaceHydration.isToken(token), let part = body.placeholders() else {
+                return failed("the agent's request does not parse")
+            }
+            var outcomes = [(kind: UInt8, bytes: Int64, why: String)](repeating: (2, 0, "not filled"), count: part.count)
+            var open: [(position: Int, fd: Int32)] = []
+            defer { for (_, fd) in open { close(fd) } }
+            let rootFD = Glibc.open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            defer { if rootFD >= 0 { close(rootFD) } }
+            for (position, placeholder) in part.enumerated() where rootFD >= 0 {
+                var raw = fprep_stat()
+                let fd = fprep_open_regular(rootFD, placeholder.path.bytes.map { CChar(bitPattern: $0) } + [0], O_RDWR, &raw)
+                if fd >= 0 { open.append((position, fd)) } else {
+                    outcomes[position] = (2, 0, fd == -2 ? "it is no longer a file" : "open: \(String(cString: strerror(errno)))")
+                }
+            }
+            var before = fprep_stat(), after = fprep_stat()
+            do {
+                let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
+                before = IndexWatcher.stat(root)
+                let results = try replica.hydrateInPlace(open.map { (part[$0.position].path, $0.fd) }, token: token, used: false)
+                after = IndexWatcher.stat(root)
+                for ((position, _), result) in zip(open, results) {
+                    switch result {
+                    case .success(.hydrated(let bytes)): outcomes[position] = (0, bytes, "")
+                    case .success(.notAPlaceholder(let why)): outcomes[position] = (1, 0, why)
+                    case .failure(let error): outcomes[position] = (2, 0, (error as? FprepError)?.message ?? "\(error)")
+                    }
+                }
+            } catch {
+                let why = (error as? FprepError)?.message ?? "\(error)"
+                for (position, _) in open { outcomes[position] = (2, 0, why) }
+            }
+            reply.stat(before)
+            reply.stat(after)
+            reply.u32(UInt32(part.count))
+            for outcome in outcomes {
+                reply.raw([outcome.kind])
+                if outcome.kind == 0 { reply.i64(outcome.bytes) } else { reply.text(outcome.why) }
+            }
+            return WorkerMessage(kind: .filledAhead, body: reply.bytes)
+        }
     }
 
     /// Fills one placeholder and says how it went, as the answer's kind and body.

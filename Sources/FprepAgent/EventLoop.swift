@@ -27,6 +27,12 @@ final class EventLoop: @unchecked Sendable {
     /// What workers finished, for the loop to answer.
     private let finished = Mutex<[(FileKey, Hydrator.Outcome, Double)]>([])
     private let workers = DispatchQueue(label: "fprep.agent.hydrate", attributes: .concurrent)
+    /// Fetches ahead for programs walking a folder (nil: off).
+    var readAhead: ReadAhead?
+    /// Programs refused hydration: their accesses fail with EIO.
+    var refused = RefusedPrograms("")
+    /// The agent and its worker: their accesses are their own fills.
+    var ownProcesses: Set<pid_t> = [getpid()]
 
     private struct Waiting {
         let fd: Int32
@@ -36,10 +42,13 @@ final class EventLoop: @unchecked Sendable {
     private final class Job {
         let placeholder: WatchedPlaceholder
         let started: Double
+        /// Filled by a read-ahead (logged in its summary, not one line each).
+        let readAhead: Bool
         var waiting: [Waiting] = []
-        init(_ placeholder: WatchedPlaceholder, started: Double) {
+        init(_ placeholder: WatchedPlaceholder, started: Double, readAhead: Bool = false) {
             self.placeholder = placeholder
             self.started = started
+            self.readAhead = readAhead
         }
     }
 
@@ -79,7 +88,15 @@ final class EventLoop: @unchecked Sendable {
 
     private func accept(_ event: fprep_fanotify_event) {
         guard event.fd >= 0 else { return }  // a queue overflow carries no file
+        // The agent's and its worker's own accesses: a read-ahead writing
+        // through its own descriptors, recovery reading a half-filled file.
+        if ownProcesses.contains(event.pid) { return answer(event.fd, error: 0) }
         guard let key = FileKey(fd: event.fd) else { return answer(event.fd, error: EIO) }
+        if !refused.isEmpty, let file = running[key]?.placeholder ?? watchlist.placeholder(key),
+           let process = refused.refusal(of: event.pid) {
+            log.write(.warning, "refused hydration of \(prefix)\(file.path) to \(process): fprep.agent.refuse names it; the access failed with EIO")
+            return answer(event.fd, error: EIO)
+        }
         let waiting = Waiting(fd: event.fd, deadline: monotonicNow() + timeout)
         if let job = running[key] {
             job.waiting.append(waiting)
@@ -108,6 +125,25 @@ final class EventLoop: @unchecked Sendable {
             finished.withLock { $0.append((key, outcome, monotonicNow())) }
             wakeUp()
         }
+        if let readAhead { startReadAhead(readAhead, after: placeholder) }
+    }
+
+    /// Hydrations in a row in one folder: the rest of it in one fetch, each
+    /// file a job that later accesses wait for.
+    private func startReadAhead(_ readAhead: ReadAhead, after placeholder: WatchedPlaceholder) {
+        let batch = readAhead.plan(after: placeholder, watchlist: watchlist) { running[$0] != nil }
+        guard !batch.isEmpty else { return }
+        let now = monotonicNow()
+        for (key, file) in batch { running[key] = Job(file, started: now, readAhead: true) }
+        let group = self.group
+        let indexWritten = hydrator.indexWritten
+        workers.async { [self] in
+            readAhead.run(batch, group: group, indexWritten: indexWritten) { outcomes in
+                let end = monotonicNow()
+                finished.withLock { $0.append(contentsOf: outcomes.map { ($0.0, $0.1, end) }) }
+                wakeUp()
+            }
+        }
     }
 
     private func answerFinished() {
@@ -119,13 +155,15 @@ final class EventLoop: @unchecked Sendable {
             switch outcome {
             case .hydrated(let bytes):
                 watchlist.forget(key)
-                log.write(.info, "hydrated \(path) (\(AgentLog.size(bytes)), \(milliseconds) ms)")
+                if !job.readAhead { log.write(.info, "hydrated \(path) (\(AgentLog.size(bytes)), \(milliseconds) ms)") }
                 counters.hydrated()
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
             case .notAPlaceholder(let why):
                 watchlist.forget(key)
                 log.write(.info, "no longer watching \(path): \(why)")
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
+            case .failed where job.readAhead && job.waiting.isEmpty:
+                break  // fetched ahead for nobody yet: a later access tries again
             case .failed(let why):
                 log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(job.waiting.count) access\(job.waiting.count == 1 ? "" : "es") failed with EIO")
                 counters.failed("cannot hydrate \(path): \(why)")

@@ -57,7 +57,7 @@ final class ReplicaServer: @unchecked Sendable {
         if reclaimed > 0 {
             log.write(.info, "gave \(reclaimed) file\(reclaimed == 1 ? "" : "s") of \(root) that an agent running as root had left root's back to its owner (\(ReplicaOwner.userName(Int64(owner.uid))))")
         }
-        let (worker, placeholders, status) = try WorkerClient.start(root: root, owner: owner)
+        let (worker, placeholders, status, settings) = try WorkerClient.start(root: root, owner: owner)
         self.worker = worker
         self.status = status
 
@@ -82,6 +82,12 @@ final class ReplicaServer: @unchecked Sendable {
         let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) }, worker: worker)
         loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log,
                          wake: self.wake, counters: counters, prefix: prefix)
+        if settings.readAheadBytes > 0 {
+            loop.readAhead = ReadAhead(budget: settings.readAheadBytes, worker: worker, rootFD: rootFD.fd, log: log, prefix: prefix)
+        }
+        loop.refused = settings.refused
+        // The worker fills files read ahead through descriptors of its own.
+        loop.ownProcesses.insert(worker.pid)
         watchlist.watch(placeholders, complete: true)
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
         log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")

@@ -37,36 +37,38 @@ final class Watchlist: @unchecked Sendable {
     /// nothing names any more, until the agent exits).
     @discardableResult
     func watch(_ placeholders: [WatchedPlaceholder], complete: Bool) -> Int {
-        var found: [(FileKey, WatchedPlaceholder, Int32)] = []
+        var listed = Set<FileKey>()
+        var marked: [FileKey: WatchedPlaceholder] = [:]
         for placeholder in placeholders {
             var bytes = placeholder.path.bytes.map { CChar(bitPattern: $0) }
             bytes.append(0)
             // Never through a symlink, never outside the replica: a folder
             // swapped for a symlink must not make the agent watch a file elsewhere.
             let fd = fprep_open_for_mark(rootFD, bytes)
-            guard fd >= 0 else { continue }
+            guard fd >= 0 else {
+                // Gone meanwhile is no news; anything else leaves a placeholder unwatched.
+                if errno != ENOENT { log.write(.warning, "cannot watch \(prefix)\(placeholder.path): \(String(cString: strerror(errno)))") }
+                continue
+            }
+            // Closed before the next is opened: a replica holds more
+            // placeholders than a process may hold descriptors.
+            defer { close(fd) }
             // The worker listed it, and the worker is the owner's: a file
             // of someone else's (a hard link) is never written through
             // the descriptor the kernel opens for the agent.
             if let owner, !owner.owns(fd) {
                 log.write(.warning, "not watching \(prefix)\(placeholder.path): it does not belong to the replica's owner (\(ReplicaOwner.userName(Int64(owner.uid))))")
-                close(fd)
                 continue
             }
-            guard let key = FileKey(fd: fd) else { close(fd); continue }
-            found.append((key, placeholder, fd))
-        }
-        defer { for (_, _, fd) in found { close(fd) } }
-        let known = files.withLock { files in Set(found.map(\.0).filter { files[$0] != nil }) }
-        var marked: [FileKey: WatchedPlaceholder] = [:]
-        for (key, placeholder, fd) in found where !known.contains(key) {
+            guard let key = FileKey(fd: fd) else { continue }
+            listed.insert(key)
+            guard files.withLock({ $0[key] == nil }), marked[key] == nil else { continue }
             guard group.mark(fd) else {
                 log.write(.warning, "cannot watch \(prefix)\(placeholder.path): \(String(cString: strerror(errno)))")
                 continue
             }
             marked[key] = placeholder
         }
-        let listed = Set(found.map(\.0))
         files.withLock { files in
             if complete { files = files.filter { listed.contains($0.key) } }
             files.merge(marked) { old, _ in old }

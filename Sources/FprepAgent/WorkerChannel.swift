@@ -16,6 +16,12 @@ struct WorkerMessage: Sendable {
         case hydrate = 1
         /// List the watchable placeholders again (the index changed).
         case list = 2
+        /// Read-ahead: fetch these blobs in one fetch (into a quarantine).
+        case fetchAhead = 3
+        /// Read-ahead: fill these placeholders (token, list) from that fetch.
+        case fillAhead = 4
+        /// Read-ahead: the batch is over; drop its quarantine (token).
+        case endAhead = 5
         // Worker → agent.
         /// Started: recovery done; the placeholders, and `.fprep/agent.pid`
         /// open and locked attached (the agent holds it from then on).
@@ -34,6 +40,11 @@ struct WorkerMessage: Sendable {
         case listBusy = 16
         /// Tests only (`FPREP_TEST_KILL_AGENT_AFTER_BYTES`): kill the agent now.
         case killAgent = 17
+        /// Fetched ahead: the quarantine's token (or, to `endAhead`, done).
+        case fetchedAhead = 18
+        /// Filled ahead: the index's stat before and after, then per file
+        /// an outcome (0 filled: bytes; 1 not a placeholder: why; 2 failed: why).
+        case filledAhead = 19
     }
 
     var kind: Kind

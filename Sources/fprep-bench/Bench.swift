@@ -43,6 +43,8 @@ struct Bench: ParsableCommand {
             SyncBench.main(Array(arguments.dropFirst()))
         } else if arguments.first == ScanBench.mode {
             ScanBench.main(Array(arguments.dropFirst()))
+        } else if arguments.first == HydrateBench.mode {
+            HydrateBench.main(Array(arguments.dropFirst()))
         } else if arguments.first == PushBench.mode {
             PushBench.main(Array(arguments.dropFirst()))
         } else {

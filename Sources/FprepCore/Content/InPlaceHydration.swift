@@ -58,6 +58,12 @@ public enum InPlaceHydration {
     }
 
     /// Removes the quarantine of `token` (after a hydration, or a failed one).
+    /// Whether `text` has the shape of a fetch's token (what `fetch`
+    /// returns): no path can be made of anything else.
+    public static func isToken(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 32 && text.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x7A) }
+    }
+
     public static func removeQuarantine(_ token: String, replicaRoot: String) {
         try? FileManager.default.removeItem(atPath: replicaRoot + "/" + Replica.stateFolderName + "/" + quarantinePrefix + token)
     }
@@ -131,73 +137,14 @@ extension Replica {
     /// placeholder again, never content. Call with the replica opened
     /// exclusively.
     public func hydrateInPlace(_ path: RepoPath, through fd: Int32, token: String) throws -> InPlaceOutcome {
-        let index = try repository.index()
-        guard let entry = index.entry(path: path.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile else {
-            return .notAPlaceholder("it is not a placeholder in the index")
-        }
-        var opened = fprep_stat()
-        guard fprep_fstat(fd, &opened) == 0 else { throw SystemError("stat", path.description) }
-        guard let onDisk = rootFolder.stat(path), onDisk.device == opened.dev, onDisk.inode == opened.ino else {
-            // Moved or replaced since it was watched: its content is not
-            // known here, and zeros are never an answer.
-            throw FprepError("the file is no longer at its path (moved or replaced); run 'fprep sync'")
-        }
-        guard fprep_holds_no_data(fd) == 1 else { return .notAPlaceholder("it holds data") }
-        // Laid out at another size: a program truncated it, a change of the user's.
-        guard UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize else {
-            return .notAPlaceholder("a program changed its size")
-        }
-
-        let odb = try repository.objectDatabase()
-        let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
-        if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
-        let blob: Blob
-        do {
-            blob = try repository.blob(entry.id)
-        } catch {
-            throw FprepError("the remote did not send the content of '\(path)' (\(entry.id))")
-        }
-        return try blob.withContent { bytes -> InPlaceOutcome in
-            guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
-                throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id)")
-            }
-            let journal = ContentJournal(token: token, paths: [Data(path.bytes)], inPlace: true)
-            let operation = try store.beginOperation("materialize", payload: journal.encoded())
-            let after: fprep_stat
-            do {
-                after = try fill(fd, with: bytes, entry: entry, path: path, size: opened.size)
-            } catch {
-                // A write that failed midway (a full disk): the placeholder
-                // again at once, so none of its bytes is taken for content.
-                var restored = stat_t()
-                let id = entry.id.bytes
-                if opened.size != Int64(bytes.count) { _ = ftruncate(fd, off_t(opened.size)) }
-                if fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
-                                              Int(entry.stat.mtimeNanoseconds), &restored) == 0 {
-                    try? store.endOperation(operation)
-                }
-                throw error
-            }
-            var updated = entry
-            updated.skipWorktree = false
-            updated.stat = StatData(FileStat(after))
-            try index.add(updated)
-            try index.write()
-            // A program opened it: used now, as 'fprep open' records it (a
-            // recent item stays one when the file is evicted later).
-            let now = Int64(Date().timeIntervalSince1970)
-            try store.transaction {
-                try store.recordMaterialized([(path, entry.id)], at: now)
-                try store.recordRecent([path], at: now)
-                try store.endOperation(operation)
-            }
-            return .hydrated(bytes: Int64(bytes.count))
-        }
+        // One mechanism for one file and for a read-ahead batch.
+        try hydrateInPlace([(path, fd)], token: token)[0].get()
     }
 
     /// Writes `bytes` into the placeholder open as `fd` (of `size` bytes),
     /// with the item's date, durably, and takes its placeholder marks off.
-    private func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64) throws -> fprep_stat {
+    /// `flush: false`: the caller makes the batch durable at once (syncfs).
+    func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64, flush: Bool = true) throws -> fprep_stat {
         if size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
             throw SystemError("resize", path.description)
         }
@@ -211,7 +158,7 @@ extension Replica {
             guard fprep_pwrite_all(fd, base, bytes.count, 0) >= 0 else { throw SystemError("write", path.description) }
         }
         _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
-        guard fsync(fd) == 0 else { throw SystemError("flush", path.description) }
+        guard !flush || fsync(fd) == 0 else { throw SystemError("flush", path.description) }
         guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
         var after = fprep_stat()
         guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }

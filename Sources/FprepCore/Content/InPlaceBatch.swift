@@ -1,0 +1,121 @@
+import CFprepSys
+import FoundationEssentials
+import Glibc
+import FprepGit
+
+extension Replica {
+    /// Fills several placeholders from the quarantine of `token` (one
+    /// fetch for them all: an agent's read-ahead), each written through its
+    /// descriptor, under one journal and one index write. Each file gets
+    /// its own answer, in the order given: one that moved, holds data or
+    /// changed size is left alone, exactly as for a single hydration, and
+    /// does not hold up the others. `used`: a program opened them (recorded
+    /// as recent, as 'fprep open' does); files read ahead are not, until
+    /// something opens them. Call with the replica opened exclusively.
+    public func hydrateInPlace(_ files: [(path: RepoPath, fd: Int32)], token: String, used: Bool = true) throws -> [Result<InPlaceOutcome, any Error>] {
+        let index = try repository.index()
+        var results = [Result<InPlaceOutcome, any Error>?](repeating: nil, count: files.count)
+        // Looked at before anything is journaled: only files still
+        // placeholders at their path, at the size the index gave them.
+        var fillable: [(position: Int, entry: IndexEntry, size: Int64)] = []
+        for (position, file) in files.enumerated() {
+            let path = file.path
+            guard let entry = index.entry(path: path.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile else {
+                results[position] = .success(.notAPlaceholder("it is not a placeholder in the index"))
+                continue
+            }
+            var opened = fprep_stat()
+            guard fprep_fstat(file.fd, &opened) == 0 else {
+                results[position] = .failure(SystemError("stat", path.description))
+                continue
+            }
+            guard let onDisk = rootFolder.stat(path), onDisk.device == opened.dev, onDisk.inode == opened.ino else {
+                // Moved or replaced since it was watched: its content is not
+                // known here, and zeros are never an answer.
+                results[position] = .failure(FprepError("the file is no longer at its path (moved or replaced); run 'fprep sync'"))
+                continue
+            }
+            guard fprep_holds_no_data(file.fd) == 1 else {
+                results[position] = .success(.notAPlaceholder("it holds data"))
+                continue
+            }
+            // Laid out at another size: a program truncated it, a change of the user's.
+            guard UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize else {
+                results[position] = .success(.notAPlaceholder("a program changed its size"))
+                continue
+            }
+            fillable.append((position, entry, opened.size))
+        }
+        guard !fillable.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
+
+        let odb = try repository.objectDatabase()
+        let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
+        if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
+        let journal = ContentJournal(token: token, paths: fillable.map { Data(files[$0.position].path.bytes) }, inPlace: true)
+        let operation = try store.beginOperation("materialize", payload: journal.encoded())
+        var filled: [(RepoPath, ObjectID)] = []
+        // A file whose failed write could not be punched back: the journal
+        // stays open, for the next command to settle.
+        var unsettled = false
+        for (position, entry, size) in fillable {
+            let (path, fd) = files[position]
+            do {
+                let blob: Blob
+                do {
+                    blob = try repository.blob(entry.id)
+                } catch {
+                    throw FprepError("the remote did not send the content of '\(path)' (\(entry.id))")
+                }
+                let written = try blob.withContent { bytes -> Int64 in
+                    guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
+                        throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id)")
+                    }
+                    let after: fprep_stat
+                    do {
+                        after = try fill(fd, with: bytes, entry: entry, path: path, size: size, flush: fillable.count == 1)
+                    } catch {
+                        // A write that failed midway (a full disk): the placeholder
+                        // again at once, so none of its bytes is taken for content.
+                        var restored = stat_t()
+                        let id = entry.id.bytes
+                        if size != Int64(bytes.count) { _ = ftruncate(fd, off_t(size)) }
+                        if fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
+                                                      Int(entry.stat.mtimeNanoseconds), &restored) != 0 {
+                            unsettled = true
+                        }
+                        throw error
+                    }
+                    var updated = entry
+                    updated.skipWorktree = false
+                    updated.stat = StatData(FileStat(after))
+                    try index.add(updated)
+                    return Int64(bytes.count)
+                }
+                filled.append((path, entry.id))
+                results[position] = .success(.hydrated(bytes: written))
+            } catch {
+                results[position] = .failure(error)
+            }
+        }
+        if !filled.isEmpty {
+            // Several files: one flush of the filesystem before the index
+            // says they are content, not one fsync each.
+            if fillable.count > 1, fprep_syncfs(rootFolder.fd) != 0 { throw SystemError("syncfs", root) }
+            try index.write()
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        try store.transaction {
+            try store.recordMaterialized(filled, at: now)
+            if used { try store.recordRecent(filled.map(\.0), at: now) }
+            if !unsettled { try store.endOperation(operation) }
+        }
+        return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) }
+    }
+}
+
+extension Replica {
+    /// A setting of the replica's git configuration (`fprep.agent.*`), or nil when unset.
+    public func setting(_ name: String) throws -> String? {
+        try repository.config().string(name)
+    }
+}

@@ -1,0 +1,298 @@
+import ArgumentParser
+import Foundation
+import Glibc
+
+/// `fprep-bench hydrate`: hydration on access (`fprep agent`) against its
+/// floors, on a generated replica of 10^5 files served by git daemon on
+/// 127.0.0.1, in one run: (a) the first read of one dataless file against
+/// `git fetch` of its blob plus writing it; (b) reading 1,000 materialized
+/// files and one large materialized file with the agent running against
+/// without; (c) `grep -r` over a dataless folder of 10^4 files against
+/// `fprep materialize` of it plus the same grep; (d) the agent's RSS and the
+/// kernel memory its marks take. Needs root (fanotify) and a filesystem with
+/// pre-content events (ext4, xfs, btrfs) under WORK.
+struct HydrateBench: ParsableCommand {
+    static let mode = "hydrate"
+
+    static let configuration = CommandConfiguration(
+        commandName: "fprep-bench hydrate",
+        abstract: "Time hydration on access (fprep agent) against git fetch and fprep materialize floors.")
+
+    @Option(help: "Files in the generated remote.")
+    var files: Int = 100_000
+
+    @Option(help: "Files in the dataless folder grep -r walks (c).")
+    var folder: Int = 10_000
+
+    @Option(help: "Materialized files read with and without the agent (b).")
+    var readers: Int = 1000
+
+    @Option(help: ArgumentHelp("Size of the large materialized file (b), e.g. 1G.", valueName: "size"))
+    var big: String = "1G"
+
+    @Option(help: "Timed repetitions (median).")
+    var runs: Int = 3
+
+    @Option(help: ArgumentHelp("Working folder (remote, replica, floors).", valueName: "dir"))
+    var work: String = "/tmp/fprep-bench-hydrate"
+
+    @Option(help: ArgumentHelp("The fprep binary (default: next to fprep-bench).", valueName: "path"))
+    var fprep: String?
+
+    @Flag(help: "Print one JSON object instead of the table.")
+    var json = false
+
+    func validate() throws {
+        guard files > folder + readers + 1, folder > 0, readers > 0, runs > 0 else {
+            throw ValidationError("--files must exceed --folder + --readers + 1, all positive")
+        }
+        guard parseSize(big) != nil else { throw ValidationError("--big \(big): expected a byte count with an optional K, M or G suffix") }
+    }
+
+    func run() throws {
+        do {
+            try bench()
+        } catch let error as BenchError {
+            FileHandle.standardError.write(Data("fprep-bench hydrate: \(error)\n".utf8))
+            throw ExitCode.failure
+        }
+    }
+
+    private func bench() throws {
+        signal(SIGPIPE, SIG_IGN)
+        guard geteuid() == 0 else { throw BenchError.message("the agent needs root (fanotify): run as root") }
+        let subprocess = Subprocess(libc: try LibC.load())
+        let work = absolutePath(self.work)
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let fprep = try resolveFprep(self.fprep)
+        let note: (String) -> Void = { FileHandle.standardError.write(Data("fprep-bench hydrate: \($0)\n".utf8)) }
+        let name = "hydrate-\(files).git"
+        let remote = "\(work)/\(name)"
+        let bigBytes = parseSize(big) ?? 1 << 30
+        let marker = "\(remote)/fprep-bench-hydrate-\(folder)-\(readers)-\(bigBytes)"
+        if !FileManager.default.fileExists(atPath: marker) {
+            note("generating \(remote)")
+            try generate(remote, bigBytes: bigBytes, fprep: fprep, subprocess: subprocess)
+            FileManager.default.createFile(atPath: marker, contents: Data())
+        }
+        let daemon = try GitDaemon(work: work, subprocess: subprocess)
+        defer { daemon.stop() }
+        let url = daemon.url(for: name)
+        let replica = "\(work)/replica", floor = "\(work)/floor"
+        try subprocess.run(Command(["rm", "-rf", replica, floor]))
+        note("cloning \(url) (untimed)")
+        try subprocess.run(Command([fprep, "clone", url, replica]))
+        try subprocess.run(Command(["git", "clone", "-q", "--bare", "--filter=blob:none", url, floor]))
+        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        func timed(_ argv: [String], in directory: String = replica) throws -> Double {
+            try subprocess.run(Command(argv, directory: directory)).seconds
+        }
+
+        // (a) One dataless file, read first under the agent; the floor fetches its blob and writes it.
+        let samples = (0..<runs).map { "other/d\(String(format: "%04d", $0))/f\(String(format: "%06d", $0 * 100)).txt" }
+        note("(a) first read of one dataless file")
+        var firstRead: [Double] = [], fetchFloor: [Double] = []
+        do {
+            let agent = try Agent(fprep: fprep, replica: replica, subprocess: subprocess)
+            defer { agent.stop() }
+            for path in samples {
+                let blob = try subprocess.run(Command(["git", "-C", floor, "rev-parse", "HEAD:" + path])).stdoutText
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
+                fetchFloor.append(try timed(["sh", "-c", "git fetch -q origin \(blob) && git cat-file blob \(blob) > \(work)/floor-blob && sync -f \(work)/floor-blob"], in: floor))
+                firstRead.append(try timed(["cat", path]))
+            }
+        }
+
+        // (b) Materialized files read without, then with the agent.
+        note("(b) reading materialized files with and without the agent")
+        try subprocess.run(Command([fprep, "materialize", "-C", replica, "read", "big.bin"]))
+        let readAll = ["sh", "-c", "cat read/* > /dev/null"]
+        _ = try timed(readAll)
+        _ = try subprocess.run(Command(["sh", "-c", "cat big.bin > /dev/null"], directory: replica))
+        var smallWithout: [Double] = [], bigWithout: [Double] = [], smallWith: [Double] = [], bigWith: [Double] = []
+        // Three times the runs: these are short, and the spread is in the noise.
+        for _ in 0..<(runs * 3) {
+            smallWithout.append(try timed(readAll))
+            bigWithout.append(try timed(["sh", "-c", "cat big.bin > /dev/null"]))
+        }
+
+        // (d) with (b): the agent's start, RSS and the kernel memory of its marks.
+        // Cold inode caches, so what the marks keep in memory shows.
+        settle(dropCaches: true)
+        let slabBefore = Self.meminfo("Slab"), inodesBefore = Self.slabObjects("ext4_inode_cache")
+        let agent = try Agent(fprep: fprep, replica: replica, subprocess: subprocess)
+        let slabAfter = Self.meminfo("Slab"), inodesAfter = Self.slabObjects("ext4_inode_cache")
+        let rssStart = Self.rss(agent.pid)
+        _ = try timed(readAll)
+        _ = try timed(["sh", "-c", "cat big.bin > /dev/null"])
+        for _ in 0..<(runs * 3) {
+            smallWith.append(try timed(readAll))
+            bigWith.append(try timed(["sh", "-c", "cat big.bin > /dev/null"]))
+        }
+
+        // (c) grep -r over the dataless folder: under the agent, then the floor.
+        note("(c) grep -r over a dataless folder of \(folder) files")
+        let grep = ["grep", "-r", "-c", "no such words", "hot"]
+        func grepStatus(_ argv: [String]) throws -> Double {
+            // grep exits 1 when nothing matches: time it through sh.
+            try timed(["sh", "-c", argv.joined(separator: " ").replacingOccurrences(of: "no such words", with: "'no such words'") + " > /dev/null; test $? -le 1"])
+        }
+        let grepAgent = try grepStatus(grep)
+        let rssEnd = Self.rss(agent.pid)
+        let log = agent.stop()
+        try subprocess.run(Command([fprep, "evict", "-C", replica, "hot"]))
+        let started = monotonicSeconds()
+        try subprocess.run(Command([fprep, "materialize", "-C", replica, "hot"]))
+        let materialize = monotonicSeconds() - started
+        let grepFloor = materialize + (try grepStatus(grep))
+        let startLine = log.split(separator: "\n").first { $0.contains("placeholders watched") }.map(String.init) ?? ""
+        let readAheads = log.split(separator: "\n").filter { $0.contains(" read ahead ") }.count
+        let singles = log.split(separator: "\n").filter { $0.contains(" info hydrated ") }.count
+
+        let figures: [String: Any] = [
+            "files": files, "folder": folder, "readers": readers, "bigBytes": bigBytes,
+            "a_firstRead": median(firstRead), "a_gitFetchAndWrite": median(fetchFloor), "a_ratio": median(firstRead) / median(fetchFloor),
+            "b_smallWithout": median(smallWithout), "b_smallWith": median(smallWith),
+            "b_bigWithout": median(bigWithout), "b_bigWith": median(bigWith),
+            "b_smallSlowdown": median(smallWith) / median(smallWithout) - 1, "b_bigSlowdown": median(bigWith) / median(bigWithout) - 1,
+            "c_grepUnderAgent": grepAgent, "c_materializeThenGrep": grepFloor, "c_materialize": materialize,
+            "c_ratio": grepAgent / grepFloor, "c_fetches": readAheads + singles,
+            "d_agentRSSAtStart": rssStart, "d_agentRSSAfterGrep": rssEnd,
+            "d_slabDelta": slabAfter - slabBefore, "d_ext4InodesDelta": inodesAfter - inodesBefore,
+            "d_start": startLine,
+        ]
+        if json {
+            print(String(decoding: try JSONSerialization.data(withJSONObject: figures, options: [.prettyPrinted, .sortedKeys]), as: UTF8.self))
+            return
+        }
+        func f(_ x: Double) -> String { String(format: "%.3f s", x) }
+        func pct(_ x: Double) -> String { String(format: "%+.1f %%", x * 100) }
+        print("""
+            hydration on access, replica of \(files) files (git daemon on 127.0.0.1), medians of \(runs) (b: \(runs * 3))
+            (a) first read of one dataless file   \(f(median(firstRead)))   git fetch of its blob + write \(f(median(fetchFloor)))   ratio \(String(format: "%.2f", median(firstRead) / median(fetchFloor)))×  (target ≤ 1.2×)
+            (b) \(readers) materialized files     without \(f(median(smallWithout)))   with agent \(f(median(smallWith)))   \(pct(median(smallWith) / median(smallWithout) - 1))  (target ≤ +3 %)
+                \(bytes(Int64(bigBytes))) materialized file   without \(f(median(bigWithout)))   with agent \(f(median(bigWith)))   \(pct(median(bigWith) / median(bigWithout) - 1))  (target ≤ +3 %)
+            (c) grep -r over \(folder) dataless files   under the agent \(f(grepAgent)) (\(readAheads + singles) fetches)   materialize \(f(materialize)) + grep = \(f(grepFloor))   ratio \(String(format: "%.2f", grepAgent / grepFloor))×  (target ≤ 2×)
+            (d) agent RSS   \(bytes(rssStart)) at start, \(bytes(rssEnd)) after (c)
+                kernel memory for the marks (Slab in /proc/meminfo)   +\(bytes(slabAfter - slabBefore)); ext4 inodes cached +\(inodesAfter - inodesBefore)
+                \(startLine)
+            """)
+    }
+
+    /// One root commit: `hot/` (the grep folder), `read/` (the materialized
+    /// readers), `big.bin`, and the rest in folders of 100 under `other/`.
+    private func generate(_ remote: String, bigBytes: Int, fprep: String, subprocess: Subprocess) throws {
+        try subprocess.run(Command(["rm", "-rf", remote]))
+        try subprocess.run(Command([fprep, "init-remote", remote, "--domain", "bench"]))
+        try subprocess.run(Command(["git", "-C", remote, "config", "pack.compression", "1"]))
+        let child = try StreamingChild(Command(["git", "-C", remote, "fast-import", "--quiet", "--done"]), subprocess: subprocess)
+        let message = "fprep-bench hydrate\n"
+        try child.write("commit refs/heads/main\n")
+        try child.write("author \(Generator.ident) \(Generator.epoch) +0000\n")
+        try child.write("committer \(Generator.ident) \(Generator.epoch) +0000\n")
+        try child.write("data \(message.utf8.count)\n\(message)\n")
+        func file(_ path: String, _ text: String) throws {
+            try child.write("M 100644 inline \(path)\ndata \(text.utf8.count)\n\(text)\n")
+        }
+        let filler = String(repeating: "words that grep reads through, line after line\n", count: 20)
+        for number in 0..<folder { try file("hot/f\(String(format: "%05d", number)).txt", "hot file \(number)\n" + filler) }
+        for number in 0..<readers { try file("read/f\(String(format: "%05d", number)).txt", "read file \(number)\n" + filler + filler) }
+        for number in 0..<(files - folder - readers - 1) {
+            try file("other/d\(String(format: "%04d", number / 100))/f\(String(format: "%06d", number)).txt", "other file \(number)\n" + filler)
+        }
+        // The large file: a 64 KiB pseudo-random block over and over (cheap to compress).
+        var rng = SeededRandom(seed: 7)
+        var block = [UInt8](repeating: 0, count: 64 << 10)
+        for i in block.indices { block[i] = UInt8(truncatingIfNeeded: rng.next()) }
+        try child.write("M 100644 inline big.bin\ndata \(bigBytes)\n")
+        var left = bigBytes
+        while left > 0 {
+            let count = min(left, block.count)
+            try block.withUnsafeBufferPointer { try child.write(UnsafeBufferPointer(rebasing: $0[0..<count])) }
+            left -= count
+        }
+        try child.write("\ndone\n")
+        try child.finish()
+        try subprocess.run(Command(["git", "-C", remote, "symbolic-ref", "HEAD", "refs/heads/main"]))
+        let commit = try subprocess.run(Command(["git", "-C", remote, "rev-parse", "--verify", "refs/heads/main"]))
+            .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let line = "0000000000000000000000000000000000000000 \(commit) refs/heads/main\n"
+        try subprocess.run(Command([fprep, "hook", "post-receive"], environment: ["GIT_DIR": remote],
+                                   directory: remote, input: .bytes(Array(line.utf8))))
+    }
+
+    /// A field of /proc/meminfo, in bytes.
+    static func meminfo(_ field: String) -> Int64 {
+        let text = (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8)) ?? ""
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            let parts = line.split(separator: " ")
+            if parts.count >= 2, let kib = Int64(parts[1]) { return kib * 1024 }
+        }
+        return 0
+    }
+
+    /// Active objects of a slab cache in /proc/slabinfo.
+    static func slabObjects(_ cache: String) -> Int64 {
+        let text = (try? String(contentsOfFile: "/proc/slabinfo", encoding: .utf8)) ?? ""
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count > 1, parts[0] == cache { return Int64(parts[1]) ?? 0 }
+        }
+        return 0
+    }
+
+    /// VmRSS of a process, in bytes.
+    static func rss(_ pid: pid_t) -> Int64 {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            let parts = line.split(separator: " ")
+            if parts.count >= 2, let kib = Int64(parts[1]) { return kib * 1024 }
+        }
+        return 0
+    }
+
+    /// `fprep agent -C REPLICA` in the background, ready once it has
+    /// written its process id (every placeholder watched); its log in a file.
+    final class Agent {
+        let pid: pid_t
+        private let logPath: String
+        private let replica: String
+        private var stopped = false
+
+        init(fprep: String, replica: String, subprocess: Subprocess) throws {
+            self.replica = replica
+            logPath = replica + "/../agent.log"
+            let log = open(logPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard log >= 0 else { throw BenchError.message("open \(logPath): \(errnoText())") }
+            defer { close(log) }
+            let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            defer { close(devNull) }
+            pid = try subprocess.spawn(Command([fprep, "agent", "-C", replica]), stdin: devNull, stdout: log, stderr: log)
+            let deadline = monotonicSeconds() + 300
+            while monotonicSeconds() < deadline {
+                let text = (try? String(contentsOfFile: replica + "/.fprep/agent.pid", encoding: .utf8)) ?? ""
+                if Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) == pid { return }
+                var status: Int32 = 0
+                if waitpid(pid, &status, WNOHANG) == pid {
+                    stopped = true
+                    throw BenchError.message("fprep agent exited: \(String(decoding: FileManager.default.contents(atPath: logPath) ?? Data(), as: UTF8.self))")
+                }
+                usleep(10_000)
+            }
+            throw BenchError.message("fprep agent was not ready within 300 s")
+        }
+
+        deinit { stop() }
+
+        /// Stops it (SIGTERM) and returns its log.
+        @discardableResult
+        func stop() -> String {
+            if !stopped {
+                stopped = true
+                kill(pid, SIGTERM)
+                _ = Subprocess.wait(pid)
+            }
+            return String(decoding: FileManager.default.contents(atPath: logPath) ?? Data(), as: UTF8.self)
+        }
+    }
+}

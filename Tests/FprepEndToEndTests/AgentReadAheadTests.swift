@@ -1,0 +1,102 @@
+import Foundation
+import Glibc
+import Testing
+
+/// A folder of `count` small files (`walk/f000.txt`: `line 0`), and one file elsewhere.
+private func walkTree(_ count: Int) -> [String: Node] {
+    var nodes: [String: Node] = ["other.txt": .text("elsewhere\n")]
+    for number in 0..<count { nodes[String(format: "walk/f%03d.txt", number)] = .text("line \(number)\n") }
+    return nodes
+}
+
+/// The git fetches an agent's log shows: one per single hydration, one per read-ahead.
+private func fetches(_ log: String) -> Int {
+    log.components(separatedBy: "\n").filter { $0.contains(" info hydrated ") || $0.contains(" info read ahead ") }.count
+}
+
+@Suite("read-ahead and refused programs (fprep agent)", .serialized)
+struct AgentReadAheadTests {
+    @Test("grep -r over a dataless folder of 200 files makes a few fetches, not one per file; the content is right, and a file a program wrote into keeps its bytes")
+    func grepReadsAhead() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote(nodes: walkTree(200))
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            // The user's bytes in a placeholder (no agent ran): never a placeholder again.
+            let write = try s.python("import sys; f = open(sys.argv[1], 'r+b'); f.write(b'mine'); f.close()", ["walk/f007.txt"], cwd: replica)
+            #expect(write.status == 0, "\(write)")
+            let agent = try s.startAgent(replica)
+            let grep = try Shell.run(["/bin/grep", "-r", "line", "walk"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            let log = stopAgent(agent).stderr
+            let expected = (0..<200).filter { $0 != 7 }.map { String(format: "walk/f%03d.txt:line %d", $0, $0) }.sorted()
+            #expect(grep.stdout.split(separator: "\n").map(String.init).sorted() == expected, "\(grep)")
+            #expect(contents(replica + "/walk/f007.txt")?.prefix(4) == Data("mine".utf8))
+            #expect(fetches(log) <= 5, "\(fetches(log)) fetches: \(log)")
+            #expect(log.contains(" info read ahead "), "\(log)")
+            let status = try s.fprepJSON(["status", "-C", replica])
+            #expect(status.int("dataless") == 1 && status.int("modified") == 1, "only other.txt is still dataless, f007 is the user's: \(status)")
+        }
+    }
+
+    @Test("with fprep.agent.readAheadBytes = 0, grep -r is served one fetch per file")
+    func readAheadOff() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote(nodes: walkTree(40))
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.gitOK(["config", "fprep.agent.readAheadBytes", "0"], cwd: replica)
+            let agent = try s.startAgent(replica)
+            let grep = try Shell.run(["/bin/grep", "-rc", "line", "walk"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            let log = stopAgent(agent).stderr
+            #expect(grep.status == 0 && grep.stdout.split(separator: "\n").allSatisfy { $0.hasSuffix(":1") }, "\(grep)")
+            #expect(fetches(log) == 40 && !log.contains("read ahead"), "\(log)")
+        }
+    }
+
+    @Test("a program fprep.agent.refuse names gets EIO and the log names it; another program reads the content")
+    func refusedProgram() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.gitOK(["config", "fprep.agent.refuse", "updatedb, indexer"], cwd: replica)
+            try FileManager.default.createDirectory(atPath: s.at("tools"), withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: "/bin/cat", toPath: s.at("tools/indexer"))
+            let agent = try s.startAgent(replica)
+            let refused = try Shell.run([s.at("tools/indexer"), "a.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(refused.status != 0 && refused.stdout.isEmpty && refused.stderr.contains("Input/output error"), "\(refused)")
+            #expect(xattrString(replica + "/a.txt", "user.fprep.state") == "dataless")
+            let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
+            let log = stopAgent(agent).stderr
+            #expect(log.contains("warning refused hydration of a.txt to indexer (pid "), "\(log)")
+        }
+    }
+
+    @Test("a read-ahead budget that is not a size: the agent refuses to start with one line naming the setting")
+    func badBudget() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.gitOK(["config", "fprep.agent.readAheadBytes", "lots"], cwd: replica)
+            expectOneLineError(try s.fprep(["agent", "-C", replica]), mentioning: ["fprep.agent.readAheadBytes", "lots"])
+        }
+    }
+
+    @Test("a replica with more placeholders than the agent may hold descriptors: every one is watched (each is closed once marked)")
+    func morePlaceholdersThanDescriptors() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote(nodes: walkTree(120))
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.gitOK(["config", "fprep.agent.readAheadBytes", "0"], cwd: replica)
+            let agent = try s.spawn(["/bin/sh", "-c", "ulimit -n 48 && exec \"$0\" agent -C \"$1\"", Binaries.fprep, replica])
+            #expect(waitUntil(30) { agent.stderrSoFar.contains("placeholders watched") || !agent.isRunning }, "\(agent.stderrSoFar)")
+            let cat = try Shell.run(["/bin/cat", "walk/f119.txt", "walk/f000.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            let log = stopAgent(agent).stderr
+            #expect(log.contains("serving \(replica): 121 placeholders watched"), "\(log)")
+            #expect(cat.status == 0 && cat.stdout == "line 119\nline 0\n", "\(cat)")
+        }
+    }
+}
