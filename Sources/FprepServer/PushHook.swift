@@ -11,7 +11,12 @@ public enum PushHook {
     public struct Result: Sendable {
         public let recorded: Int
         public let poked: Bool
+        /// The outbox was held: the signals wait in its spool.
+        public var spooled = false
     }
+
+    /// How long the hook waits for an outbox another process holds.
+    public static let busyMilliseconds: Int32 = 300
 
     /// Records the push signals of `updates` in `gitDirectory`'s outbox and
     /// pokes the service recorded in its config.
@@ -19,7 +24,7 @@ public enum PushHook {
     public static func run(gitDirectory: String, updates: [PostReceive.Update],
                            pokeTimeoutMilliseconds: Int = 200) throws -> Result {
         let branches = updates.filter { $0.reference.hasPrefix("refs/heads/") && !$0.new.isZero }
-        guard !branches.isEmpty else { return Result(recorded: 0, poked: false) }
+        guard !branches.isEmpty else { return Result(recorded: 0, poked: false, spooled: false) }
         let repository = try Repository(openingAt: gitDirectory)
         let config = try repository.config()
         let domain = try config.string("fprep.domain") ?? RemoteInfo.defaultDomain(forFolder: gitDirectory)
@@ -30,10 +35,22 @@ public enum PushHook {
         }
         let folder = PushFolder(remote: repository.gitDirectory)
         try folder.ensureFolder()
-        try Outbox(path: folder.outboxPath).append(pushes, at: Int64(Date().timeIntervalSince1970))
+        let now = Int64(Date().timeIntervalSince1970)
+        // A push never waits on the outbox: held by another process (or
+        // unwritable), the push's signals are spooled beside it, and the
+        // next writer or the service takes them in.
+        var spooled = false
+        do {
+            let outbox = try Outbox(path: folder.outboxPath, busyMilliseconds: busyMilliseconds)
+            try outbox.drainSpool()
+            try outbox.append(pushes, at: now)
+        } catch {
+            try Outbox.spool(pushes, at: now, path: folder.outboxPath)
+            spooled = true
+        }
         guard let address = try config.string(PushFolder.serviceKey), let url = ServiceURL(address),
-              let secret = folder.secret() else { return Result(recorded: pushes.count, poked: false) }
+              let secret = folder.secret() else { return Result(recorded: pushes.count, poked: false, spooled: spooled) }
         let poked = Poke.send(url.with(path: "/v1/outbox/poke"), bearer: secret, timeoutMilliseconds: pokeTimeoutMilliseconds)
-        return Result(recorded: pushes.count, poked: poked)
+        return Result(recorded: pushes.count, poked: poked, spooled: spooled)
     }
 }

@@ -264,6 +264,8 @@ public actor PushService {
             drainAgain = false
             do {
                 while true {
+                    // Pushes spooled while the outbox was held come in first.
+                    _ = try? outbox.drainSpool()
                     let entries = try outbox.pending(limit: 1000).filter { $0.seq > highestDispatched }
                     if entries.isEmpty { break }
                     for entry in entries { dispatch(entry) }

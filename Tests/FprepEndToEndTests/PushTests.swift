@@ -209,12 +209,64 @@ struct PushTests {
             let (commit, push) = try box.commitAndPush(work, file: "x.txt", content: "x\n")
             #expect(push.status == 0, "\(push)")
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == commit)
-            let log = String(decoding: contents(remote.path + "/fprep-hook.log") ?? Data(), as: UTF8.self)
-            #expect(log.contains("push outbox"), "hook log: \(log)")
+            // The outbox cannot be opened: the push's signals wait in its spool.
+            let spooled = (try? FileManager.default.contentsOfDirectory(atPath: remote.path + "/fprep/outbox.db-spool")) ?? []
+            #expect(spooled.filter { $0.hasSuffix(".push") }.count == 1, "\(spooled)")
             // Garbage on standard input and a folder that is no repository: still 0.
             let hook = try box.fprep(["hook", "post-receive"], env: ["GIT_DIR": box.at("nothing-here")],
                                      stdin: Data("garbage\n\(String(repeating: "0", count: 40)) 1234 refs/heads/main\n".utf8))
             #expect(hook.status == 0, "\(hook)")
+        }
+    }
+
+    /// The pushes the outbox holds, as "old new" pairs in order.
+    static func outboxPushes(_ box: Sandbox, _ remote: String) throws -> [String] {
+        let script = "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nfor o,n in c.execute('select old,new from pushes order by seq'): print(o,n)"
+        return try Shell.run(["/usr/bin/python3", "-c", script, remote + "/fprep/outbox.db"], env: box.baseEnvironment, ioFolder: box.io)
+            .stdout.split(separator: "\n").map(String.init)
+    }
+
+    @Test("a push never waits on an outbox another process holds: it is spooled at once and taken in, exactly once, by the next push")
+    func heldOutboxSpools() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            _ = try box.commitAndPush(work, file: "first.txt", content: "1\n")
+            let before = try Self.outboxPushes(box, remote.path)
+            // Another process holds the outbox's write lock.
+            let holder = try box.spawn(["/usr/bin/python3", "-c", """
+                import sqlite3,sys,time
+                c=sqlite3.connect(sys.argv[1], isolation_level=None)
+                c.execute('BEGIN IMMEDIATE')
+                print('locked', flush=True)
+                time.sleep(60)
+                """, remote.path + "/fprep/outbox.db"])
+            #expect(waitUntil(20) { holder.stdoutSoFar.contains("locked") })
+            let started = monotonicSeconds()
+            let (held, push) = try box.commitAndPush(work, file: "second.txt", content: "2\n")
+            let seconds = monotonicSeconds() - started
+            #expect(push.status == 0, "\(push)")
+            #expect(seconds < 3, "the push waited \(seconds) s on the outbox")
+            let spool = remote.path + "/fprep/outbox.db-spool"
+            let spooled = ((try? FileManager.default.contentsOfDirectory(atPath: spool)) ?? []).filter { $0.hasSuffix(".push") }
+            #expect(spooled.count == 1, "\(spooled)")
+            _ = holder.kill9()
+
+            // A copy of the spool file, as a crash between the outbox's
+            // commit and the file's removal would leave it.
+            let copy = spooled.first.flatMap { contents(spool + "/" + $0) }
+            let (third, _) = try box.commitAndPush(work, file: "third.txt", content: "3\n")
+            let after = try Self.outboxPushes(box, remote.path)
+            #expect(after.count == before.count + 2, "\(after)")
+            #expect(after.contains { $0.hasSuffix(held) } && after.contains { $0.hasSuffix(third) }, "\(after)")
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: spool)) ?? []).filter { $0.hasSuffix(".push") }.isEmpty)
+            if let name = spooled.first, let copy {
+                try copy.write(to: URL(fileURLWithPath: spool + "/" + name))
+                _ = try box.commitAndPush(work, file: "fourth.txt", content: "4\n")
+                let again = try Self.outboxPushes(box, remote.path)
+                #expect(again.filter { $0.hasSuffix(held) }.count == 1, "a spooled push was taken in twice: \(again)")
+            }
         }
     }
 

@@ -23,7 +23,9 @@ package final class Database {
     private let handle: OpaquePointer
     package let path: String
 
-    package init(path: String) throws {
+    /// `busyMilliseconds`: how long a statement waits for another
+    /// connection's lock before it fails as busy.
+    package init(path: String, busyMilliseconds: Int32 = 10_000) throws {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
@@ -34,7 +36,7 @@ package final class Database {
         }
         handle = db
         self.path = path
-        sqlite3_busy_timeout(db, 10_000)
+        sqlite3_busy_timeout(db, busyMilliseconds)
         // Keep the WAL and its index between connections (otherwise the last
         // connection of every command deletes both and the next one creates
         // and initializes them again), but empty: the last connection
