@@ -96,9 +96,10 @@ extension Replica {
 
         var report = RevertReport()
         report.discarded = lossy.map(\.description)
-        report.reverted = touched.map(\.description)
-        if dryRun { return report }
-        report.reverted = []
+        if dryRun {
+            report.reverted = touched.map(\.description)
+            return report
+        }
 
         let sizes = try store.blobInfoLookup()
         let token = ContentOperations.newToken()
@@ -127,7 +128,8 @@ extension Replica {
 
         // 2. The disk: what the anchor does not have goes (deepest first,
         //    folders it emptied too), then the anchor's items come back.
-        for path in touched.reversed() where try atAnchor?.entry(at: path) == nil || onDisk[path]?.isDirectory == true {
+        for path in touched.reversed() where try atAnchor?.entry(at: path) == nil {
+            // A folder goes with its last item (`removeEmptiedFolders`).
             guard let stat = onDisk[path], !stat.isDirectory else { continue }
             if try remove(path, stat, token: token, report: &report) { report.reverted.append(path.description) }
         }
