@@ -21,7 +21,7 @@ extension Sandbox {
     /// (its pid is in the state folder's `agent.pid`).
     func startAgentDaemon(extra: [String] = [], env: [String: String] = [:], sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
         let agent = try spawnFprep(["agent", "run"] + extra, env: env.merging(["FPREP_AGENT_STATE_DIR": agentState]) { _, new in new })
-        let ready = waitUntil(30) { !agent.isRunning || pidFile(agentState + "/agent.pid") == agent.pid }
+        let ready = waitUntil { !agent.isRunning || pidFile(agentState + "/agent.pid") == agent.pid }
         guard ready, agent.isRunning else {
             let result = agent.isRunning ? agent.kill9() : agent.wait()
             Issue.record("fprep agent run did not start (it needs fanotify pre-content events: Linux 6.14 or later, as root): \(result)",
@@ -65,7 +65,7 @@ struct AgentDaemonTests {
             #expect((notRunning["replicas"] as? [[String: Any]])?.first?["state"] as? String == "not served", "\(notRunning)")
 
             let agent = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(first, by: agent.pid) }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { served(first, by: agent.pid) }, "\(agent.stderrSoFar)")
             let status = try s.fprepJSON(["status", "-C", first])
             #expect(status.int("agent") == Int(agent.pid), "fprep status names the agent that serves the replica: \(status)")
             let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: first, env: s.baseEnvironment, ioFolder: s.io)
@@ -77,7 +77,7 @@ struct AgentDaemonTests {
             // Added while it runs: served without a restart.
             let addSecond = try s.agentCommand(["add", second])
             #expect(addSecond.stdout == "added \(second); the agent (pid \(agent.pid)) serves it\n", "\(addSecond)")
-            #expect(waitUntil(30) { served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
             let binary = try s.python(readProgram, ["bin.dat"], cwd: second)
             #expect(binary.stdoutData == pseudoRandomBytes(10_000, seed: 1))
             let list = try s.fprepJSON(["agent", "list"], env: ["FPREP_AGENT_STATE_DIR": s.agentState])
@@ -87,7 +87,7 @@ struct AgentDaemonTests {
             // Removed while it runs: no longer served, the other one still is.
             let removed = try s.agentCommand(["remove", first])
             #expect(removed.status == 0 && removed.stdout == "removed \(first)\n", "\(removed)")
-            #expect(waitUntil(30) { (try? s.fprepJSON(["status", "-C", first])).map { $0["agent"] == nil } ?? false }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { (try? s.fprepJSON(["status", "-C", first])).map { $0["agent"] == nil } ?? false }, "\(agent.stderrSoFar)")
             #expect(agent.stderrSoFar.contains("info no longer serving \(first): removed from the registry"), "\(agent.stderrSoFar)")
             let zeros = try s.python(readProgram, ["docs/readme.md"], cwd: first)
             #expect(zeros.stdoutData == Data(count: 22), "no agent serves the removed replica: its placeholders read as zeros")
@@ -123,8 +123,8 @@ struct AgentDaemonTests {
             try FileManager.default.removeItem(atPath: stripped + "/.fprep")
 
             let agent = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(good, by: agent.pid) && served(doomed, by: agent.pid) }, "\(agent.stderrSoFar)")
-            #expect(waitUntil(30) {
+            #expect(waitUntil { served(good, by: agent.pid) && served(doomed, by: agent.pid) }, "\(agent.stderrSoFar)")
+            #expect(waitUntil {
                 (try? s.agentReplicaStatus(tmpfs))?["state"] as? String == "failed"
                     && (try? s.agentReplicaStatus(deleted))?["state"] as? String == "failed"
                     && (try? s.agentReplicaStatus(stripped))?["state"] as? String == "failed"
@@ -137,7 +137,7 @@ struct AgentDaemonTests {
 
             // Deleted while served: it stops, the others go on.
             try FileManager.default.removeItem(atPath: doomed)
-            #expect(waitUntil(30) { (try? s.agentReplicaStatus(doomed))?["state"] as? String == "failed" }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { (try? s.agentReplicaStatus(doomed))?["state"] as? String == "failed" }, "\(agent.stderrSoFar)")
             let nested = try s.python(readProgram, ["docs/deep/nested.txt"], cwd: good)
             #expect(nested.stdoutData == pseudoRandomBytes(5_000, seed: 2))
             #expect(agent.isRunning)
@@ -166,11 +166,11 @@ struct AgentDaemonTests {
             let elsewhere = try s.agentCommand(["status"])
             #expect(elsewhere.stdout.contains("\(taken): not served; served by another agent (pid \(foreground.pid), 'fprep agent -C')"), "\(elsewhere)")
             let agent = try s.startAgentDaemon(env: ["FPREP_TEST_AGENT_RETRY_SECONDS": "1"])
-            #expect(waitUntil(30) { agent.stderrSoFar.contains("error cannot serve \(taken): an agent already serves") }, "\(agent.stderrSoFar)")
-            #expect(waitUntil(30) { agent.stderrSoFar.contains("error cannot serve \(later): ") }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { agent.stderrSoFar.contains("error cannot serve \(taken): an agent already serves") }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { agent.stderrSoFar.contains("error cannot serve \(later): ") }, "\(agent.stderrSoFar)")
             _ = stopAgent(foreground)
             try FileManager.default.moveItem(atPath: s.at("elsewhere"), toPath: later)
-            #expect(waitUntil(30) { served(taken, by: agent.pid) && served(later, by: agent.pid) }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { served(taken, by: agent.pid) && served(later, by: agent.pid) }, "\(agent.stderrSoFar)")
             let cat = try Shell.run(["/bin/cat", "a.txt"], cwd: later, env: s.baseEnvironment, ioFolder: s.io)
             #expect(cat.status == 0 && cat.stdout == "hello\n", "\(cat)")
             let log = stopAgent(agent)
@@ -185,7 +185,7 @@ struct AgentDaemonTests {
             let (daemon, replica, _) = try s.daemonReplica()
             try s.agentCommand(["add", replica])
             let agent = try s.startAgentDaemon(extra: ["--timeout", "2"])
-            #expect(waitUntil(30) { (try? s.agentReplicaStatus(replica))?["state"] as? String == "serving" }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { (try? s.agentReplicaStatus(replica))?["state"] as? String == "serving" }, "\(agent.stderrSoFar)")
             let start = try s.agentReplicaStatus(replica) ?? [:]
             #expect(start.int("placeholders") == 7 && start.int("hydrated") == 0 && start.int("failed") == 0 && start["lastError"] == nil, "\(start)")
 
@@ -194,7 +194,7 @@ struct AgentDaemonTests {
             daemon.stop()
             let offline = try Shell.run(["/bin/cat", "bin.dat"], cwd: replica, env: s.baseEnvironment, timeout: 30, ioFolder: s.io)
             #expect(offline.status != 0 && offline.stderr.contains("Input/output error"), "\(offline)")
-            #expect(waitUntil(20) {
+            #expect(waitUntil {
                 let now = try? s.agentReplicaStatus(replica)
                 return now?.int("hydrated") == 1 && now?.int("failed") == 1
             }, "\(agent.stderrSoFar)")
@@ -226,10 +226,10 @@ struct AgentDaemonTests {
         _ = try s.clone(daemon.url("remote.git"), second)
         for replica in [first, second] { try s.agentCommand(["add", replica]) }
         let agent = try s.startAgentDaemon()
-        #expect(waitUntil(30) { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
+        #expect(waitUntil { served(first, by: agent.pid) && served(second, by: agent.pid) }, "\(agent.stderrSoFar)")
         daemon.pause()
         let readers = try [first, second].map { try s.spawnPython(readProgram, ["bin.dat"], cwd: $0) }
-        #expect(waitUntil(20) { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
+        #expect(waitUntil { readers.allSatisfy { waitsOnFanotify($0.pid) } }, "both readers wait for the agent")
         return (daemon, agent, first, second, readers)
     }
 
@@ -240,7 +240,7 @@ struct AgentDaemonTests {
             kill(agent.pid, SIGKILL)  // the agent only (not its keepers), as a user's kill -9
             _ = agent.wait(timeout: 30)
             for reader in readers {
-                let read = reader.wait(timeout: 20)
+                let read = reader.wait(timeout: 60)
                 #expect(!read.timedOut && read.status != 0 && read.stdoutData.isEmpty && read.stderr.contains("Input/output error"), "\(read)")
             }
             let stopped = try s.fprepJSON(["agent", "status"], env: ["FPREP_AGENT_STATE_DIR": s.agentState])
@@ -248,7 +248,7 @@ struct AgentDaemonTests {
             daemon.resume()
 
             let again = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(first, by: again.pid) && served(second, by: again.pid) }, "\(again.stderrSoFar)")
+            #expect(waitUntil { served(first, by: again.pid) && served(second, by: again.pid) }, "\(again.stderrSoFar)")
             for replica in [first, second] {
                 let read = try s.python(readProgram, ["bin.dat"], cwd: replica)
                 #expect(read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(replica): \(read.status) \(read.stderr)")
@@ -271,7 +271,7 @@ struct AgentDaemonTests {
                 }
                 return found
             }
-            #expect(waitUntil(20) { gits().count >= 2 }, "two fetches run")
+            #expect(waitUntil { gits().count >= 2 }, "two fetches run")
             let held = gits().flatMap { pid -> [String] in
                 let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
                 return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)") }
@@ -295,7 +295,7 @@ struct AgentDaemonTests {
             _ = try s.clone(remote.path, replica)
             try s.agentCommand(["add", replica])
             let agent = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
             let cat = try Shell.run(["/bin/cat", "docs/readme.md"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
             #expect(cat.status == 0, "\(cat)")
             _ = stopAgent(agent)

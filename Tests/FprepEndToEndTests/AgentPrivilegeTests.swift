@@ -142,7 +142,7 @@ struct AgentPrivilegeTests {
             let added = try s.agentCommand(["add", replica])
             #expect(added.status == 0, "\(added)")
             let agent = try s.startAgentDaemon()
-            #expect(waitUntil(30) { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
             try expectOwnerOnly(s, user, replica: replica, uids: uids, agent: agent)
             _ = stopAgent(agent)
             #expect(try notOwned(replica, by: user) == [], "after the agent stopped")
@@ -183,11 +183,11 @@ struct AgentPrivilegeTests {
             let added = try s.agentCommand(["add", replica])
             #expect(added.status == 0, "\(added)")
             let daemon = try s.startAgentDaemon(env: ["FPREP_TEST_AGENT_RETRY_SECONDS": "1"])
-            #expect(waitUntil(30) { served(replica, by: daemon.pid) && agentWorkers(of: daemon.pid).count == 1 }, "\(daemon.stderrSoFar)")
+            #expect(waitUntil { served(replica, by: daemon.pid) && agentWorkers(of: daemon.pid).count == 1 }, "\(daemon.stderrSoFar)")
             let first = agentWorkers(of: daemon.pid)
             for worker in first { kill(worker, SIGKILL) }
-            #expect(waitUntil(30) { daemon.stderrSoFar.contains("cannot serve \(replica): the replica's worker process") }, "\(daemon.stderrSoFar)")
-            #expect(waitUntil(30) {
+            #expect(waitUntil { daemon.stderrSoFar.contains("cannot serve \(replica): the replica's worker process") }, "\(daemon.stderrSoFar)")
+            #expect(waitUntil {
                 let now = agentWorkers(of: daemon.pid)
                 return now.count == 1 && now != first && (try? s.agentReplicaStatus(replica))?["state"] as? String == "serving"
             }, "served again: \(daemon.stderrSoFar)")

@@ -92,7 +92,7 @@ struct AgentReadAheadTests {
             _ = try s.clone(remote.path, replica)
             _ = try s.gitOK(["config", "fprep.agent.readAheadBytes", "0"], cwd: replica)
             let agent = try s.spawn(["/bin/sh", "-c", "ulimit -n 48 && exec \"$0\" agent -C \"$1\"", Binaries.fprep, replica])
-            #expect(waitUntil(30) { agent.stderrSoFar.contains("placeholders watched") || !agent.isRunning }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { agent.stderrSoFar.contains("placeholders watched") || !agent.isRunning }, "\(agent.stderrSoFar)")
             let cat = try Shell.run(["/bin/cat", "walk/f119.txt", "walk/f000.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
             let log = stopAgent(agent).stderr
             #expect(log.contains("serving \(replica): 121 placeholders watched"), "\(log)")

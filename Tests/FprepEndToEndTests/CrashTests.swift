@@ -178,17 +178,17 @@ struct CrashTests {
 
             daemon.pause()  // the fetch connects and then waits
             let process = try box.spawnFprep(["materialize", "bin.dat", "docs"], cwd: replica)
-            let fetching = waitUntil(15) { !Shell.childProcesses(of: process.pid).isEmpty }
+            let fetching = waitUntil { !Shell.childProcesses(of: process.pid).isEmpty }
             #expect(fetching, "materialize never started git")
             sleepSeconds(0.5)  // by now the journal names the files
             _ = process.kill9()  // fprep and the git fetch hanging on the paused daemon
             daemon.resume()
 
-            let noWait = try box.fprep(["status", "--json", "--no-wait"], cwd: replica, timeout: 15)
+            let noWait = try box.fprep(["status", "--json", "--no-wait"], cwd: replica, timeout: 60)
             #expect(noWait.status == 0, "status must recover the interrupted materialize, not report itself as busy: \(noWait)")
-            let waiting = try box.fprep(["status", "--json"], cwd: replica, timeout: 6)
+            let waiting = try box.fprep(["status", "--json"], cwd: replica, timeout: 60)
             #expect(waiting.status == 0 && !waiting.timedOut, "status must not wait for its own lock: \(waiting)")
-            let ls = try box.fprep(["ls", "--json"], cwd: replica, timeout: 6)
+            let ls = try box.fprep(["ls", "--json"], cwd: replica, timeout: 60)
             #expect(ls.status == 0 && !ls.timedOut, "ls after the crash: \(ls)")
 
             try expectSettled(box, replica, remote, after: "materialize killed during its fetch")
@@ -211,13 +211,13 @@ struct CrashTests {
 
             daemon.pause()
             let process = try box.spawnFprep(["materialize", "bin.dat", "docs"], cwd: replica)
-            #expect(waitUntil(15) { !Shell.childProcesses(of: process.pid).isEmpty }, "materialize never started git")
+            #expect(waitUntil { !Shell.childProcesses(of: process.pid).isEmpty }, "materialize never started git")
             sleepSeconds(0.5)
             let git = Shell.childProcesses(of: process.pid)
             process.signal(SIGKILL)  // fprep only: its git fetch lives on, as after a real kill -9
-            _ = process.wait(timeout: 10)
+            _ = process.wait(timeout: 60)
             daemon.resume()
-            #expect(waitUntil(20) { !git.contains(where: processAlive) }, "the orphaned git fetch did not finish")
+            #expect(waitUntil { !git.contains(where: processAlive) }, "the orphaned git fetch did not finish")
             for pid in git where processAlive(pid) { kill(pid, SIGKILL) }
 
             // The next command that takes the lock settles the journal; then a full materialize and evict.

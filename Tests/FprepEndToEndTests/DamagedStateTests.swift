@@ -122,7 +122,7 @@ struct DamagedStateTests {
             // and recorded (in the WAL), nothing is pushed.
             let (wrapper, marker) = try ReconcileCrashTests.wrapper(in: box, trigger: " fetch ")
             let process = try box.spawnFprep(["sync"], cwd: replica, env: ["FPREP_GIT": wrapper])
-            #expect(waitUntil(20) { FileManager.default.fileExists(atPath: marker) }, "the sync never reached its fetch")
+            #expect(waitUntil { FileManager.default.fileExists(atPath: marker) }, "the sync never reached its fetch")
             let children = Shell.childProcesses(of: process.pid)
             _ = process.kill9()
             for child in children { kill(child, SIGKILL) }
@@ -239,12 +239,12 @@ struct DamagedStateTests {
             let holder = try box.spawn(["/usr/bin/flock", "-x", replica + "/.fprep/lock", "/bin/sh", "-c",
                                         "while [ -e '\(mark)' ]; do sleep 0.02; done"])
             let lock = replica + "/.fprep/lock"
-            #expect(waitUntil(10) { Self.lockEntries(lock).count == 1 })
+            #expect(waitUntil { Self.lockEntries(lock).count == 1 })
             let first = try box.spawnFprep(["repair"], cwd: replica)
             let second = try box.spawnFprep(["repair"], cwd: replica)
-            #expect(waitUntil(20) { Self.lockEntries(lock).count == 3 }, "both repairs wait for the lock: \(Self.lockEntries(lock))")
+            #expect(waitUntil { Self.lockEntries(lock).count == 3 }, "both repairs wait for the lock: \(Self.lockEntries(lock))")
             try FileManager.default.removeItem(atPath: mark)
-            _ = holder.wait(timeout: 10)
+            _ = holder.wait(timeout: 60)
             let results = [first.wait(timeout: 60), second.wait(timeout: 60)]
             for result in results { #expect(result.status == 0, "\(result)") }
             let aside = try FileManager.default.contentsOfDirectory(atPath: replica + "/.fprep").filter { $0.hasPrefix("state.db.broken-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }

@@ -437,7 +437,7 @@ final class GitDaemon: @unchecked Sendable {
                 return
             }
             kill(-process.pid, SIGKILL)
-            lastError = process.wait(timeout: 5).stderr
+            lastError = process.wait(timeout: 60).stderr
         }
         throw HarnessError("git daemon did not start: \(lastError)")
     }
@@ -457,7 +457,7 @@ final class GitDaemon: @unchecked Sendable {
         let deadline = monotonicSeconds() + 5
         while process.isRunning && monotonicSeconds() < deadline { usleep(10_000) }
         kill(-process.pid, SIGKILL)
-        _ = process.wait(timeout: 5)
+        _ = process.wait(timeout: 60)
     }
 
     /// A port free right now (bind to 0 and read it back).

@@ -17,7 +17,7 @@ struct InterruptTests {
             _ = try box.clone(remote.path, replica)
             let running = try box.spawnFprep(["materialize", "big.bin", "small.txt"], cwd: replica)
             // Once its fetch is under way (its quarantine exists), interrupt it.
-            let fetching = waitUntil(30) {
+            let fetching = waitUntil {
                 let names = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/.fprep")) ?? []
                 return names.contains { $0.hasPrefix("fetch-") } || !running.isRunning
             }

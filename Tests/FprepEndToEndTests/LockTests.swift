@@ -21,8 +21,15 @@ func anyLock(_ path: String) -> Bool {
     return true
 }
 
-func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = monotonicSeconds() + seconds
+/// How long a test waits for something that should happen before it gives
+/// up. Only a failing test ever waits this long, so it is generous: CI runs
+/// the suites in parallel on two cores, where a step that takes a second
+/// alone can take a minute (a 20 s bound failed CI that way).
+let patienceSeconds = 180.0
+
+/// Waits for `condition`, checked every 5 ms, giving up after `patienceSeconds`.
+func waitUntil(_ condition: () -> Bool) -> Bool {
+    let deadline = monotonicSeconds() + patienceSeconds
     while monotonicSeconds() < deadline {
         if condition() { return true }
         usleep(5_000)
@@ -31,14 +38,16 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
 }
 
 extension Sandbox {
-    /// Holds the replica's lock with /usr/bin/flock for `seconds`, after
-    /// writing a holder note the way fprep does ("pid N (fprep COMMAND)").
-    func holdLock(_ replica: String, seconds: Double, shared: Bool = false, note: String? = "e2e-holder") throws -> Spawned {
+    /// Holds the replica's lock with /usr/bin/flock until the returned
+    /// process is killed (the sandbox kills it at the end), after writing a
+    /// holder note the way fprep does ("pid N (fprep COMMAND)"). A holder
+    /// that let go after a fixed time would make the test a race with it.
+    func holdLock(_ replica: String, shared: Bool = false, note: String? = "e2e-holder") throws -> Spawned {
         let lock = replica + "/.fprep/lock"
         let writeNote = note.map { "printf 'pid %s (fprep \($0))\\n' $$ > .fprep/lock && " } ?? ""
-        let holder = try spawn(["/bin/sh", "-c", "\(writeNote)exec /usr/bin/flock \(shared ? "-s " : "")-- .fprep/lock sleep \(seconds)"],
+        let holder = try spawn(["/bin/sh", "-c", "\(writeNote)exec /usr/bin/flock \(shared ? "-s " : "")-- .fprep/lock sleep 3600"],
                                cwd: replica)
-        let held = waitUntil(10) { shared ? anyLock(lock) : exclusivelyLocked(lock) }
+        let held = waitUntil { shared ? anyLock(lock) : exclusivelyLocked(lock) }
         guard held else { throw HarnessError("the lock holder did not take the lock") }
         return holder
     }
@@ -52,12 +61,12 @@ struct LockTests {
             let remote = try box.makeRemote()
             let replica = box.at("replica")
             _ = try box.clone(remote.path, replica)
-            let holder = try box.holdLock(replica, seconds: 5)
+            let holder = try box.holdLock(replica)
             let before = snapshot(replica, skipping: [".fprep"])
 
             for args in [["status", "--no-wait"], ["status", "--json", "--no-wait"], ["materialize", "--no-wait", "a.txt"],
                          ["evict", "--no-wait", "a.txt"], ["ls", "--no-wait"]] {
-                let result = try box.fprep(args, cwd: replica, timeout: 10)
+                let result = try box.fprep(args, cwd: replica, timeout: 60)
                 expectOneLineError(result, status: 75, mentioning: ["busy", "e2e-holder", "pid \(holder.pid)"])
                 #expect(result.stdout.isEmpty)
             }
@@ -73,13 +82,13 @@ struct LockTests {
             let remote = try box.makeRemote()
             let replica = box.at("replica")
             _ = try box.clone(remote.path, replica)
-            let holder = try box.holdLock(replica, seconds: 2)
-            let started = monotonicSeconds()
-            let result = try box.fprep(["materialize", "a.txt"], cwd: replica, timeout: 30)
-            let waited = monotonicSeconds() - started
+            let holder = try box.holdLock(replica)
+            let command = try box.spawnFprep(["materialize", "a.txt"], cwd: replica)
+            #expect(waitUntil { command.stderrSoFar.contains("waiting") || !command.isRunning }, "a waiting command says so")
+            #expect(command.isRunning, "the command must wait while the lock is held: \(command.stderrSoFar)")
+            _ = holder.kill9()
+            let result = command.wait(timeout: patienceSeconds)
             #expect(result.status == 0, "\(result)")
-            #expect(!holder.isRunning, "the holder must have finished before the command did")
-            #expect(waited >= 1.0, "the command took \(waited) s: did it wait for the lock?")
             #expect(result.stderr.contains("waiting"), "a waiting command says so: \(result)")
             #expect(result.stderrLines.allSatisfy { $0.hasPrefix("fprep: ") }, "\(result)")
             expectMaterialized(replica, remote, "a.txt")
@@ -97,13 +106,13 @@ struct LockTests {
             try box.fprepOK(["materialize", "a.txt"], cwd: replica)
 
             // A reader (as a long `fprep ls` would) that writes no note.
-            let reader = try box.holdLock(replica, seconds: 5, shared: true, note: nil)
-            let status = try box.fprep(["status", "--no-wait", "--json"], cwd: replica, timeout: 10)
+            let reader = try box.holdLock(replica, shared: true, note: nil)
+            let status = try box.fprep(["status", "--no-wait", "--json"], cwd: replica, timeout: 60)
             #expect(status.status == 0, "a reader must not keep another reader out: \(status)")
-            let ls = try box.fprep(["ls", "--no-wait"], cwd: replica, timeout: 10)
+            let ls = try box.fprep(["ls", "--no-wait"], cwd: replica, timeout: 60)
             #expect(ls.status == 0, "\(ls)")
 
-            let evict = try box.fprep(["evict", "--no-wait", "a.txt"], cwd: replica, timeout: 10)
+            let evict = try box.fprep(["evict", "--no-wait", "a.txt"], cwd: replica, timeout: 60)
             expectOneLineError(evict, status: 75)
             // If it names a pid, that process must be alive.
             if let range = evict.stderr.range(of: #"pid [0-9]+"#, options: .regularExpression) {
@@ -126,10 +135,10 @@ struct LockTests {
             let verbose = try box.fprep(["--verbose", "status"], cwd: replica)
             #expect(verbose.status == 0, "--verbose before the command: \(verbose)")
 
-            let holder = try box.holdLock(replica, seconds: 5)
-            let noWait = try box.fprep(["--no-wait", "status"], cwd: replica, timeout: 10)
+            let holder = try box.holdLock(replica)
+            let noWait = try box.fprep(["--no-wait", "status"], cwd: replica, timeout: 60)
             expectOneLineError(noWait, status: 75, mentioning: ["e2e-holder"])
-            let both = try box.fprep(["-C", replica, "--no-wait", "status"], timeout: 10)
+            let both = try box.fprep(["-C", replica, "--no-wait", "status"], timeout: 60)
             expectOneLineError(both, status: 75, mentioning: ["e2e-holder"])
             #expect(holder.isRunning)
         }

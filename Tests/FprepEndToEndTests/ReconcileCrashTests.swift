@@ -70,7 +70,7 @@ struct ReconcileCrashTests {
                 }
                 let process = try box.spawnFprep(["sync"], cwd: replica, env: env)
                 if let marker {
-                    let reached = waitUntil(60) { FileManager.default.fileExists(atPath: marker) }
+                    let reached = waitUntil { FileManager.default.fileExists(atPath: marker) }
                     #expect(reached, "\(step): the sync never reached its \(step)")
                 } else {
                     sleepSeconds(step.hasPrefix("early") ? 0.05 : 0.35)

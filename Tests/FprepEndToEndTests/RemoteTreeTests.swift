@@ -131,9 +131,9 @@ struct RemoteTreeTests {
             let hostile = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
 
             for args in [["sync"], ["sync", "--incoming"], ["sync"]] {
-                let result = try box.fprep(args, cwd: replica, timeout: 60)
+                let result = try box.fprep(args, cwd: replica, timeout: patienceSeconds)
+                #expect(!result.timedOut, "refused in bounded time: \(result)")
                 expectOneLineError(result, mentioning: [push.shown, "stays at \(anchor.prefix(12))"])
-                #expect(result.seconds < 30, "refused in bounded time: \(result.seconds) s")
                 #expect(try box.anchor(replica) == anchor)
             }
             #expect(!exists("/tmp/pwned-by-fprep-e2e") && !exists(box.at("escaped-by-fprep-e2e")))
@@ -190,9 +190,9 @@ struct RemoteTreeTests {
         try withSandbox { box in
             let remote = try box.makeRemote(nodes: Self.small)
             try HostilePush.all.last!.push(box, remote.path)
-            let result = try box.fprep(["clone", remote.path, box.at("replica")], timeout: 60)
+            let result = try box.fprep(["clone", remote.path, box.at("replica")], timeout: patienceSeconds)
+            #expect(!result.timedOut, "\(result)")
             expectOneLineError(result, mentioning: ["d/d/d/d", "4095"])
-            #expect(result.seconds < 30)
             #expect(!exists(box.at("replica")))
         }
     }

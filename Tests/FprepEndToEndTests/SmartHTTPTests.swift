@@ -51,7 +51,7 @@ final class SmartHTTPServer {
                 return
             }
             _ = process.kill9()
-            lastError = process.wait(timeout: 5).stderr + ((try? String(contentsOfFile: folder + "/error.log", encoding: .utf8)) ?? "")
+            lastError = process.wait(timeout: 60).stderr + ((try? String(contentsOfFile: folder + "/error.log", encoding: .utf8)) ?? "")
         }
         throw HarnessError("lighttpd did not start: \(lastError)")
     }
