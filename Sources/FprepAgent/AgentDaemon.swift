@@ -134,8 +134,16 @@ private final class Supervisor {
             } else if failures[path] != nil {
                 state = .failed
             }
-            return ReplicaStatus(path: path, state: state, placeholders: watched, hydrated: counted.hydrated, failed: counted.failed,
-                                 lastError: counted.lastError, lastErrorAt: counted.lastErrorAt)
+            var status = ReplicaStatus(path: path, state: state, placeholders: watched, hydrated: counted.hydrated, failed: counted.failed,
+                                       lastError: counted.lastError, lastErrorAt: counted.lastErrorAt)
+            if counted.syncs > 0 {
+                status.syncs = counted.syncs
+                status.lastSync = counted.lastSync
+                status.lastSyncResult = counted.lastSyncResult
+                status.lastSyncFailed = counted.lastSyncFailed
+                status.waitingToSync = counted.waitingToSync
+            }
+            return status
         }
         let status = AgentDaemonStatus(pid: getpid(), started: started, stateFolder: registry.folder, replicas: replicas)
         guard status != published else { return }

@@ -9,6 +9,9 @@ struct AgentSettings: Sendable {
 
     var readAheadBytes = defaultReadAheadBytes
     var refused = RefusedPrograms("")
+    /// Whether the worker syncs by itself (`fprep.agent.sync`, read by the
+    /// worker: see `SyncScheduler.Settings`); the agent then logs its syncs.
+    var syncs = false
 
     init() {}
 

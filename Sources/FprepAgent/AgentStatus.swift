@@ -46,6 +46,14 @@ public struct ReplicaStatus: Codable, Sendable, Equatable {
     /// The process id of another agent serving it (`fprep agent -C`), when
     /// this one does not (said by `fprep agent status`, never published).
     public var servedBy: Int32?
+    /// The agent's own syncs (`fprep.agent.sync`): how many ran, when the
+    /// last ended (UTC, ISO 8601) and what it did or why it failed, and
+    /// local changes it left for later (files still open for writing).
+    public var syncs: Int?
+    public var lastSync: String?
+    public var lastSyncResult: String?
+    public var lastSyncFailed: Bool?
+    public var waitingToSync: Int?
 
     public init(path: String, state: State, placeholders: Int = 0, hydrated: Int = 0, failed: Int = 0,
                 lastError: String? = nil, lastErrorAt: String? = nil) {
@@ -96,6 +104,11 @@ final class ReplicaCounters: Sendable {
         var failed = 0
         var lastError: String?
         var lastErrorAt: String?
+        var syncs = 0
+        var lastSync: String?
+        var lastSyncResult: String?
+        var lastSyncFailed = false
+        var waitingToSync = 0
     }
 
     private let state = Mutex(Snapshot())
@@ -111,6 +124,22 @@ final class ReplicaCounters: Sendable {
             $0.failed += 1
             $0.lastError = message
             $0.lastErrorAt = now
+        }
+    }
+
+    /// The worker synced (or tried to).
+    func synced(_ outcome: SyncScheduler.Outcome) {
+        let now = AgentLog.timestamp()
+        state.withLock {
+            $0.syncs += 1
+            $0.lastSync = now
+            $0.lastSyncResult = outcome.summary
+            $0.lastSyncFailed = !outcome.succeeded
+            $0.waitingToSync = outcome.waiting
+            if !outcome.succeeded {
+                $0.lastError = "sync: " + outcome.summary
+                $0.lastErrorAt = now
+            }
         }
     }
 

@@ -22,6 +22,7 @@ final class WorkerClient: @unchecked Sendable {
     private let replies = Replies()
     private var reader: BlockingThread?
     private let ending = Mutex<String?>(nil)
+    private let synced = SyncedHandler()
 
     /// Starts the worker of the replica at `root` as `owner` and waits
     /// until it holds the replica; returns it with the placeholders to
@@ -78,12 +79,14 @@ final class WorkerClient: @unchecked Sendable {
         case .started:
             var lockFile = fprep_stat()
             guard let status, let descriptor, fprep_fstat(descriptor, &lockFile) == 0, lockFile.mode & 0o170000 == 0o100000,
-                  let placeholders = body.placeholders(), let budget = body.i64(), let refuse = body.text() else { break }
+                  let placeholders = body.placeholders(), let budget = body.i64(), let refuse = body.text(),
+                  let syncs = body.i64() else { break }
             var settings = AgentSettings()
             settings.readAheadBytes = budget
             settings.refused = RefusedPrograms(refuse)
-            let (channel, replies) = (self.channel, self.replies)
-            reader = try BlockingThread { Self.readReplies(channel, into: replies) }
+            settings.syncs = syncs != 0
+            let (channel, replies, synced) = (self.channel, self.replies, self.synced)
+            reader = try BlockingThread { Self.readReplies(channel, into: replies, synced: synced) }
             return (placeholders, status, settings)
         case .startFailed:
             throw FprepError(body.text() ?? "its worker could not start")
@@ -94,15 +97,25 @@ final class WorkerClient: @unchecked Sendable {
     }
 
     /// Delivers every answer to the request waiting for it, until the worker ends.
-    private static func readReplies(_ channel: WorkerChannel, into replies: Replies) {
+    private static func readReplies(_ channel: WorkerChannel, into replies: Replies, synced: SyncedHandler) {
         // Only a test run asks for it: a worker (its owner) cannot stop the agent.
         let killAllowed = getenv("FPREP_TEST_KILL_AGENT_AFTER_BYTES") != nil
         while let (message, _) = channel.receive() {
             if message.kind == .killAgent, killAllowed { raise(SIGKILL) }
+            if message.kind == .synced {
+                var body = WorkerMessageReader(message.body)
+                if let ok = body.raw(1)?.first, let summary = body.text(), let waiting = body.i64(), let anchor = body.text() {
+                    synced.deliver(SyncScheduler.Outcome(succeeded: ok != 0, summary: summary, waiting: Int(waiting), anchor: anchor))
+                }
+                continue
+            }
             replies.deliver(message)
         }
         replies.end()
     }
+
+    /// Calls `handler` with what each of the worker's own syncs did (on the reader's thread).
+    func onSynced(_ handler: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { synced.set(handler) }
 
     /// Whether the worker still serves (false once its socket closed).
     var isRunning: Bool { !replies.ended }
@@ -278,6 +291,7 @@ public enum AgentWorker {
             throw FprepError(.usage, "'fprep agent worker' is started by the agent only")
         }
         let channel = WorkerChannel(fd: channelFD, acceptsDescriptors: true)
+        var syncSettings = SyncScheduler.Settings()
         // A test's kill "of the agent" in the middle of a write: the agent
         // dies, and the worker with it.
         InPlaceHydration.killForTest = {
@@ -294,10 +308,12 @@ public enum AgentWorker {
             let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
             InPlaceHydration.removeAllQuarantines(replicaRoot: root)
             let settings = try AgentSettings(replica)
+            syncSettings = try SyncScheduler.Settings(replica)
             var started = WorkerMessageWriter()
             started.placeholders(try replica.watchablePlaceholders())
             started.i64(settings.readAheadBytes)
             started.text(settings.refused.setting)
+            started.i64(syncSettings.enabled ? 1 : 0)
             channel.send(WorkerMessage(kind: .started, body: started.bytes), descriptor: lock)
         } catch {
             var why = WorkerMessageWriter()
@@ -306,6 +322,28 @@ public enum AgentWorker {
             exit(1)
         }
 
+        var scheduler: SyncScheduler?
+        var changes: ChangeWatch?
+        if syncSettings.enabled {
+            do {
+                let syncs = try SyncScheduler(root: root, settings: syncSettings) { outcome in
+                    var body = WorkerMessageWriter()
+                    body.raw([outcome.succeeded ? 1 : 0])
+                    body.text(outcome.summary)
+                    body.i64(Int64(outcome.waiting))
+                    body.text(outcome.anchor)
+                    channel.send(WorkerMessage(kind: .synced, body: body.bytes))
+                }
+                scheduler = syncs
+                changes = try ChangeWatch(root: root) { syncs.changed() }
+            } catch {
+                channel.send(WorkerMessage(kind: .synced, body: {
+                    var body = WorkerMessageWriter()
+                    body.raw([0]); body.text(SyncScheduler.message(error)); body.i64(0); body.text("")
+                    return body.bytes
+                }()))
+            }
+        }
         let hydrations = DispatchQueue(label: "fprep.agent.worker.hydrate", attributes: .concurrent)
         let listings = DispatchQueue(label: "fprep.agent.worker.list")
         let readAheads = DispatchQueue(label: "fprep.agent.worker.readahead")
@@ -352,6 +390,8 @@ public enum AgentWorker {
             }
         }
         // The agent stopped: what is under way ends first (it waits a while).
+        changes?.stop()
+        scheduler?.stop()
         underWay.wait()
         exit(0)
     }
@@ -448,6 +488,13 @@ public enum AgentWorker {
             return WorkerMessage(kind: .failed, body: body.bytes)
         }
     }
+}
+
+/// Where the worker's sync outcomes go (set once serving is wired up).
+private final class SyncedHandler: Sendable {
+    private let handler = Mutex<(@Sendable (SyncScheduler.Outcome) -> Void)?>(nil)
+    func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { handler.withLock { $0 = body } }
+    func deliver(_ outcome: SyncScheduler.Outcome) { handler.withLock { $0 }?(outcome) }
 }
 
 /// The index's stat before and after a hydration's write.

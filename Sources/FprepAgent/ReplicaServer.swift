@@ -89,6 +89,17 @@ final class ReplicaServer: @unchecked Sendable {
         // The worker fills files read ahead through descriptors of its own.
         loop.ownProcesses.insert(worker.pid)
         watchlist.watch(placeholders, complete: true)
+        if settings.syncs {
+            let suffix = namesRoot ? " of \(root)" : ""
+            worker.onSynced { outcome in
+                counters.synced(outcome)
+                if outcome.succeeded {
+                    if outcome.summary != SyncScheduler.nothing { log.write(.info, "synced\(suffix): \(outcome.summary)") }
+                } else {
+                    log.write(.error, "sync\(suffix) failed: \(outcome.summary)")
+                }
+            }
+        }
         let milliseconds = Int(((monotonicNow() - started) * 1000).rounded())
         log.write(.info, "serving \(root): \(watchlist.count) placeholder\(watchlist.count == 1 ? "" : "s") watched (started in \(milliseconds) ms)")
         try status.ready()

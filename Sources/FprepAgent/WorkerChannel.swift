@@ -45,6 +45,9 @@ struct WorkerMessage: Sendable {
         /// Filled ahead: the index's stat before and after, then per file
         /// an outcome (0 filled: bytes; 1 not a placeholder: why; 2 failed: why).
         case filledAhead = 19
+        /// A sync of the worker's own ran (one-way): succeeded (one byte),
+        /// the line that says what it did, files left for later, the anchor.
+        case synced = 20
     }
 
     var kind: Kind

@@ -205,6 +205,13 @@ struct AgentStatusCommand: ParsableCommand {
             }
             if let other = replica.servedBy { line += "; served by another agent (pid \(other), 'fprep agent -C')" }
             print(line)
+            if let last = replica.lastSync {
+                let how = replica.lastSyncFailed == true ? "failed" : "done"
+                print("  last sync (\(count(replica.syncs ?? 0, "sync")) so far) \(how) at \(last): \(replica.lastSyncResult ?? "")")
+                if let waiting = replica.waitingToSync, waiting > 0 {
+                    print("  \(count(waiting, "local change")) waiting (open for writing)")
+                }
+            }
             if let error = replica.lastError {
                 print("  last error\(replica.lastErrorAt.map { " at \($0)" } ?? ""): \(error)")
             }

@@ -82,6 +82,17 @@ public enum Transport {
         }
     }
 
+    /// The remote's tip of `branch` (`git ls-remote`: no objects move), or
+    /// nil when the remote has no such branch.
+    public static func remoteTip(gitDirectory: String, branch: String) throws -> ObjectID? {
+        let listing = try GitCommand.run(["--git-dir=\(gitDirectory)", "ls-remote", "origin", "refs/heads/\(branch)"])
+        for line in String(decoding: listing, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(separator: "\t")
+            if fields.count == 2, fields[1] == "refs/heads/\(branch)" { return ObjectID(hex: String(fields[0])) }
+        }
+        return nil
+    }
+
     /// The names of the remote's branches (`git ls-remote --heads`).
     public static func branches(gitDirectory: String) throws -> [String] {
         let listing = try GitCommand.run(["--git-dir=\(gitDirectory)", "ls-remote", "--heads", "origin"])

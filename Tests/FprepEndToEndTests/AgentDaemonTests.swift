@@ -13,8 +13,24 @@ extension Sandbox {
 
     /// fprep with the test's agent state folder.
     @discardableResult
-    func agentCommand(_ args: [String]) throws -> RunResult {
-        try fprep(["agent"] + args, env: ["FPREP_AGENT_STATE_DIR": agentState])
+    /// `fprep agent ARGS` with the sandbox's state folder. A replica added
+    /// does not sync by itself (`agentSyncs`) unless `syncs`.
+    func agentCommand(_ args: [String], syncs: Bool = false) throws -> RunResult {
+        if args.first == "add", args.count == 2, exists(args[1] + "/.git") || exists(args[1] + "/../.git") { try agentSyncs(args[1], syncs) }
+        return try fprep(["agent"] + args, env: ["FPREP_AGENT_STATE_DIR": agentState])
+    }
+
+    /// Turns the agent's own syncs of `replica` on or off (`fprep.agent.sync`).
+    /// Written as root, the config is given back to the replica's owner
+    /// (git replaces the file, and a user's replica must stay theirs).
+    func agentSyncs(_ replica: String, _ on: Bool) throws {
+        let gitDir = try gitOK(["-c", "safe.directory=*", "-C", replica, "rev-parse", "--absolute-git-dir"])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        try gitOK(["-c", "safe.directory=*", "-C", replica, "config", "fprep.agent.sync", on ? "true" : "false"])
+        var owner = stat()
+        guard stat(gitDir, &owner) == 0, chown(gitDir + "/config", owner.st_uid, owner.st_gid) == 0 else {
+            throw HarnessError("cannot give \(gitDir)/config back to its owner")
+        }
     }
 
     /// Starts `fprep agent run` and waits until it follows the registry

@@ -10,10 +10,13 @@ extension Sandbox {
     /// Starts `fprep agent -C replica` and waits until it watches the
     /// replica's placeholders (it writes its process id to
     /// `.fprep/agent.pid` once they are marked).
-    func startAgent(_ replica: String, extra: [String] = [], env: [String: String] = [:],
+    /// `syncs`: whether the agent syncs by itself (its default); off, a
+    /// test of hydration sees only what it does itself.
+    func startAgent(_ replica: String, extra: [String] = [], env: [String: String] = [:], syncs: Bool = false,
                     sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
+        try agentSyncs(replica, syncs)
         let agent = try spawnFprep(["agent", "-C", replica] + extra, env: env)
-        let deadline = monotonicSeconds() + 30
+        let deadline = monotonicSeconds() + patienceSeconds
         while monotonicSeconds() < deadline {
             if let text = contents(replica + "/.fprep/agent.pid").map({ String(decoding: $0, as: UTF8.self) }),
                Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) == agent.pid {
@@ -53,7 +56,7 @@ extension Sandbox {
 /// Stops the agent (SIGTERM) and returns what it did, its log in stderr.
 func stopAgent(_ agent: Spawned) -> RunResult {
     agent.signal(SIGTERM)
-    return agent.wait(timeout: 30)
+    return agent.wait(timeout: patienceSeconds)
 }
 
 /// Whether the process is held by a fanotify permission event (the access

@@ -233,6 +233,48 @@ int fprep_fanotify_start_keeper(int group);
  * never through a symlink or out of `dirfd`; -1 with errno otherwise. */
 int fprep_open_for_mark(int dirfd, const char *path);
 
+/* fanotify change events (changes.c). */
+/* One change: where (the folder's handle, when has_folder) and the name in
+ * it (empty: the folder itself), what (FAN_* bits of mask; FAN_Q_OVERFLOW:
+ * events were lost), and who (pid). */
+struct fprep_change_event {
+    uint64_t mask;
+    int pid;
+    int has_folder;
+    int handle_type;
+    uint32_t handle_bytes;
+    unsigned char handle[128];
+    uint32_t name_length;
+    char name[256];
+};
+/* A notification group reporting each event's folder (a file handle) and
+ * name (FAN_REPORT_DFID_NAME; non-blocking, close-on-exec; no privilege
+ * needed); -1 with errno. */
+int fprep_changes_init(void);
+/* Follows the folder `path` beneath `dirfd` (never through a symlink):
+ * creates, deletes, moves, attribute changes and closes after writing of
+ * what is in it. */
+int fprep_changes_mark_folder(int group, int dirfd, const char *path);
+/* Fills the folder fields of `event` (handle_type, handle_bytes, handle)
+ * with the handle of the folder `path` beneath `dirfd`, as events carry it. */
+int fprep_changes_folder_handle(int dirfd, const char *path, struct fprep_change_event *event);
+/* The bits of fprep_change_event.mask a follower reads (the kernel's
+ * FAN_Q_OVERFLOW, FAN_ONDIR, FAN_CREATE | FAN_MOVED_TO, and FAN_MOVED_FROM
+ * | FAN_MOVED_TO). */
+enum {
+    FPREP_CHANGE_OVERFLOW = 0x00004000,
+    FPREP_CHANGE_ON_FOLDER = 0x40000000,
+    FPREP_CHANGE_ARRIVED = 0x00000100 | 0x00000080,
+    FPREP_CHANGE_MOVED = 0x00000040 | 0x00000080,
+};
+/* Reads the pending changes (at most `capacity`, which must cover 8 KiB of
+ * events: 256); returns how many, or -1 with errno (EAGAIN: none). */
+ssize_t fprep_changes_read(int group, struct fprep_change_event *events, size_t capacity);
+/* Whether another process has the file `path` beneath `dirfd` open for
+ * writing (a read lease is refused): 1 yes, 0 no (or no such file), -1
+ * with errno when that cannot be told. */
+int fprep_open_for_writing_elsewhere(int dirfd, const char *path);
+
 /* The agent's worker processes (privsep.c). */
 enum {
     FPREP_WORKER_STEP_DESCRIPTORS = 1,

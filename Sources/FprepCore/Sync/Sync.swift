@@ -70,7 +70,11 @@ extension Replica {
     /// remote changes is still checked on disk, so a file the user changed
     /// there steps aside as a conflict copy instead of being overwritten;
     /// other local changes stay where they are for the next full sync.
-    public func sync(incoming: Bool = false) throws -> SyncReport {
+    ///
+    /// `deferOpenForWriting` (the agent's syncs) leaves a changed file that
+    /// a program still has open for writing to a later sync, reported in
+    /// `keptLocal`: a half-written save is never pushed.
+    public func sync(incoming: Bool = false, deferOpenForWriting: Bool = false) throws -> SyncReport {
         Trace.mark("open")
         // Read while the fetch waits on the remote: the index is read whole
         // once the trees are in, and the diff reads old trees all over the
@@ -124,6 +128,7 @@ extension Replica {
                 scan = try LocalScanner(replica: self, index: scanned).scan()
             }
             report.keptLocal += scan.skipped
+            if deferOpenForWriting { report.keptLocal += scan.deferFilesOpenForWriting(root: root) }
             Trace.mark("scan")
             if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {
                 report.localChanges = committed.changes

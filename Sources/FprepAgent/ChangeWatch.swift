@@ -1,0 +1,138 @@
+import CFprepSys
+import FprepCore
+import Glibc
+
+/// Follows what programs change in a replica, for the worker's own syncs:
+/// a fanotify mark on every folder (not `.git`, not `.fprep`) reports
+/// creates, deletes, moves, attribute changes and closes after writing in
+/// it, and each batch of them calls `onChange` (on a thread of its own).
+/// Runs in the worker, as the replica's owner: no privilege is needed for
+/// folder marks, and the worker's own writes (fills, syncs) are told apart
+/// by their process id. Folders that arrive (made, moved in, or laid out
+/// by a sync) are marked as they come; a folder moved within the replica
+/// makes every folder be marked again, since the paths known for them
+/// changed. A change only says "sync soon": what changed is found by the
+/// sync's scan, so a lost event (an overflow) costs nothing but a sync.
+final class ChangeWatch: @unchecked Sendable {
+    private let root: String
+    private let rootFD: Int32
+    private let group: Int32
+    private let stopPipe: (read: Int32, write: Int32)
+    private let onChange: @Sendable () -> Void
+    private let own = getpid()
+    /// Folder handle (type and bytes) → its path relative to the root.
+    private var folders: [[UInt8]: [UInt8]] = [:]
+    private var thread: BlockingThread?
+
+    init(root: String, onChange: @escaping @Sendable () -> Void) throws {
+        self.root = root
+        self.onChange = onChange
+        rootFD = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard rootFD >= 0 else { throw FprepError("cannot follow the changes in '\(root)': \(String(cString: strerror(errno)))") }
+        group = fprep_changes_init()
+        guard group >= 0 else {
+            let why = String(cString: strerror(errno))
+            close(rootFD)
+            throw FprepError("cannot follow the changes in '\(root)': fanotify_init: \(why)")
+        }
+        do {
+            stopPipe = try SignalPipe.makePipe()
+        } catch {
+            close(group)
+            close(rootFD)
+            throw error
+        }
+        markTree(below: [])
+        thread = try BlockingThread { [self] in follow() }
+    }
+
+    /// Folders followed now.
+    var count: Int { folders.count }
+
+    func stop() {
+        var byte: UInt8 = 1
+        _ = Glibc.write(stopPipe.write, &byte, 1)
+        thread?.join()
+        thread = nil
+    }
+
+    deinit {
+        stop()
+        close(group)
+        close(rootFD)
+        close(stopPipe.read)
+        close(stopPipe.write)
+    }
+
+    private func follow() {
+        var events = [fprep_change_event](repeating: fprep_change_event(), count: 256)
+        while true {
+            var fds = [pollfd(fd: group, events: Int16(POLLIN), revents: 0), pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0)]
+            if poll(&fds, 2, -1) < 0 && errno != EINTR { return }
+            if fds[1].revents != 0 { return }
+            var changed = false
+            var remark = false
+            var arrived: [[UInt8]] = []
+            while true {
+                let count = events.withUnsafeMutableBufferPointer { fprep_changes_read(group, $0.baseAddress, $0.count) }
+                if count <= 0 { break }
+                for event in events[0..<count] {
+                    if event.mask & UInt64(FPREP_CHANGE_OVERFLOW) != 0 {
+                        // Folders made meanwhile may have gone unmarked.
+                        changed = true
+                        remark = true
+                        continue
+                    }
+                    if event.pid != own { changed = true }
+                    guard event.mask & UInt64(FPREP_CHANGE_ON_FOLDER) != 0 else { continue }
+                    if event.mask & UInt64(FPREP_CHANGE_MOVED) != 0 { remark = true }
+                    if event.mask & UInt64(FPREP_CHANGE_ARRIVED) != 0, let parent = folders[Self.key(event)] {
+                        let name = withUnsafeBytes(of: event.name) { Array($0.prefix(Int(event.name_length))) }
+                        if !name.isEmpty { arrived.append(parent.isEmpty ? name : parent + [0x2F] + name) }
+                    }
+                }
+            }
+            if remark {
+                folders = [:]
+                markTree(below: [])
+            } else {
+                for path in arrived { markTree(below: path) }
+            }
+            if changed { onChange() }
+        }
+    }
+
+    /// Marks the folder at `start` (relative to the root; [] the root) and
+    /// every folder below it, never through a symlink, never `.git` or `.fprep`.
+    private func markTree(below start: [UInt8]) {
+        var pending = [start]
+        while let relative = pending.popLast() {
+            let path = (relative.isEmpty ? Array(".".utf8) : relative).map { CChar(bitPattern: $0) } + [0]
+            guard fprep_changes_mark_folder(group, rootFD, path) == 0 else { continue }
+            var handle = fprep_change_event()
+            if fprep_changes_folder_handle(rootFD, path, &handle) == 0 { folders[Self.key(handle)] = relative }
+            let fd = openat(rootFD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0, let listing = fdopendir(fd) else {
+                if fd >= 0 { close(fd) }
+                continue
+            }
+            defer { closedir(listing) }
+            while let entry = readdir(listing) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix(while: { $0 != 0 })) }
+                if name == [0x2E] || name == [0x2E, 0x2E] { continue }
+                if relative.isEmpty, name == Array(".git".utf8) || name == Array(".fprep".utf8) { continue }
+                var isFolder = entry.pointee.d_type == UInt8(DT_DIR)
+                if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
+                    var info = stat()
+                    isFolder = fstatat(dirfd(listing), name.map { CChar(bitPattern: $0) } + [0], &info, AT_SYMLINK_NOFOLLOW) == 0
+                        && info.st_mode & S_IFMT == S_IFDIR
+                }
+                if isFolder { pending.append(relative.isEmpty ? name : relative + [0x2F] + name) }
+            }
+        }
+    }
+
+    private static func key(_ event: fprep_change_event) -> [UInt8] {
+        withUnsafeBytes(of: event.handle_type) { Array($0) } + withUnsafeBytes(of: event.handle) { Array($0.prefix(Int(event.handle_bytes))) }
+    }
+}

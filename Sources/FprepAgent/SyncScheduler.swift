@@ -1,0 +1,196 @@
+import Dispatch
+import FprepCore
+import Glibc
+import Synchronization
+
+/// The worker's own syncs of its replica (`fprep.agent.sync`): a sync
+/// shortly after the user's changes settle (`fprep.agent.syncDelay`
+/// milliseconds after the last one, at most 10 times that after the first:
+/// a burst of saves is one sync, and a folder that never stops changing
+/// still syncs), and a look at the remote every `fprep.agent.pollSeconds`
+/// (`git ls-remote`; a sync only when the remote moved). A file still open
+/// for writing is left to the sync after its writer closes it. One sync
+/// when serving starts catches up what changed while no agent ran. Runs as
+/// the replica's owner, on a thread of its own, taking the replica's lock
+/// only while it syncs (a busy replica is tried again a second later).
+final class SyncScheduler: @unchecked Sendable {
+    struct Settings: Sendable {
+        var enabled = true
+        var delay: Double = 1
+        var pollSeconds: Double = 60
+
+        init() {}
+
+        init(_ replica: Replica) throws {
+            if let text = try replica.setting("fprep.agent.sync") {
+                guard let value = Self.boolean(text) else {
+                    throw FprepError("fprep.agent.sync is '\(text)', not true or false, in \(replica.root)/.git/config; set it to true or false")
+                }
+                enabled = value
+            }
+            if let text = try replica.setting("fprep.agent.syncDelay") {
+                guard let milliseconds = Int(text), milliseconds >= 0, milliseconds <= 3_600_000 else {
+                    throw FprepError("fprep.agent.syncDelay is '\(text)', not a number of milliseconds, in \(replica.root)/.git/config; set it to a number such as 1000")
+                }
+                delay = Double(milliseconds) / 1000
+            }
+            if let text = try replica.setting("fprep.agent.pollSeconds") {
+                guard let seconds = Double(text), seconds >= 0, seconds <= 86_400 else {
+                    throw FprepError("fprep.agent.pollSeconds is '\(text)', not a number of seconds, in \(replica.root)/.git/config; set it to a number such as 60, or 0 to never poll")
+                }
+                pollSeconds = seconds
+            }
+        }
+
+        /// git's spellings of a boolean.
+        static func boolean(_ text: String) -> Bool? {
+            switch text.lowercased() {
+            case "true", "yes", "on", "1": return true
+            case "false", "no", "off", "0": return false
+            default: return nil
+            }
+        }
+    }
+
+    /// What the last sync did, for the agent's log and status.
+    struct Outcome: Sendable {
+        var succeeded: Bool
+        /// One line: what came in and went out, or why it failed.
+        var summary: String
+        /// Local changes left for a later sync (files still open for writing).
+        var waiting: Int
+        var anchor: String
+    }
+
+    private struct State {
+        var firstChange: Double?
+        var lastChange: Double = 0
+        var stopping = false
+    }
+
+    private let root: String
+    private let settings: Settings
+    private let report: @Sendable (Outcome) -> Void
+    private let state = Mutex(State())
+    private let wake = DispatchSemaphore(value: 0)
+    private var thread: BlockingThread?
+
+    init(root: String, settings: Settings, report: @escaping @Sendable (Outcome) -> Void) throws {
+        self.root = root
+        self.settings = settings
+        self.report = report
+        // The sync that catches up what changed while no agent ran.
+        state.withLock { $0.firstChange = -.infinity }
+        thread = try BlockingThread { [self] in run() }
+    }
+
+    /// The user changed something.
+    func changed() {
+        let now = monotonicNow()
+        state.withLock { state in
+            if state.firstChange == nil { state.firstChange = now }
+            state.lastChange = now
+        }
+        wake.signal()
+    }
+
+    func stop() {
+        state.withLock { $0.stopping = true }
+        wake.signal()
+        thread?.join()
+        thread = nil
+    }
+
+    private func run() {
+        var nextPoll = monotonicNow() + settings.pollSeconds
+        while true {
+            let now = monotonicNow()
+            let (stopping, localDue) = state.withLock { state -> (Bool, Double?) in
+                guard let first = state.firstChange else { return (state.stopping, nil) }
+                return (state.stopping, min(state.lastChange + settings.delay, first + max(settings.delay * 10, 1)))
+            }
+            if stopping { return }
+            let pollDue = settings.pollSeconds > 0 ? nextPoll : Double.infinity
+            let due = min(localDue ?? .infinity, pollDue)
+            if due > now {
+                let wait = min(due - now, 3600)
+                _ = wake.wait(timeout: .now() + .milliseconds(Int(wait * 1000) + 1))
+                continue
+            }
+            if let localDue, localDue <= now {
+                state.withLock { $0.firstChange = nil }
+                if !sync() { retryLater() }
+            } else {
+                nextPoll = now + settings.pollSeconds
+                if remoteMoved(), !sync() { retryLater() }
+            }
+        }
+    }
+
+    /// A sync that could not run (the replica busy): again in a second.
+    private func retryLater() {
+        let now = monotonicNow()
+        state.withLock { state in
+            state.firstChange = min(state.firstChange ?? now, now)
+            state.lastChange = max(state.lastChange, now + 1 - settings.delay)
+        }
+    }
+
+    private func remoteMoved() -> Bool {
+        guard let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)) else {
+            return false
+        }
+        do {
+            return try replica.remoteMoved()
+        } catch {
+            report(Outcome(succeeded: false, summary: "cannot reach the remote: \(Self.message(error))", waiting: 0,
+                           anchor: replica.anchor?.hex ?? ""))
+            return false
+        }
+    }
+
+    /// Syncs once; false when the replica was busy (nothing done).
+    private func sync() -> Bool {
+        let replica: Replica
+        do {
+            replica = try Replica.open(containing: root, access: Replica.Access(command: "agent (sync)", exclusive: true, wait: false))
+        } catch let error as FprepError where error.kind == .busy {
+            return false
+        } catch {
+            report(Outcome(succeeded: false, summary: Self.message(error), waiting: 0, anchor: ""))
+            return true
+        }
+        do {
+            let result = try replica.sync(deferOpenForWriting: true)
+            let waiting = result.keptLocal.filter { $0.reason.contains("open for writing") }.count
+            report(Outcome(succeeded: true, summary: Self.summary(result), waiting: waiting, anchor: result.to ?? ""))
+        } catch {
+            report(Outcome(succeeded: false, summary: Self.message(error), waiting: 0, anchor: replica.anchor?.hex ?? ""))
+        }
+        return true
+    }
+
+    /// The summary of a sync that found nothing to do (not logged).
+    static let nothing = "nothing to sync"
+
+    static func summary(_ report: SyncReport) -> String {
+        var parts: [String] = []
+        if !report.localChanges.isEmpty { parts.append("\(report.localChanges.count) local change\(report.localChanges.count == 1 ? "" : "s") committed") }
+        if report.added + report.changed + report.deleted + report.moved > 0 {
+            parts.append("took in \(report.added) added, \(report.changed) changed, \(report.deleted) deleted, \(report.moved) moved")
+        }
+        if let pushed = report.pushed { parts.append("pushed \(pushed.prefix(12))") }
+        if parts.isEmpty, report.from != report.to, let to = report.to { parts.append("now at \(to.prefix(12))") }
+        if let waiting = report.waitingToPush { parts.append("waiting to push: \(waiting)") }
+        if !report.conflicts.isEmpty { parts.append("\(report.conflicts.count) conflict cop\(report.conflicts.count == 1 ? "y" : "ies") kept") }
+        let open = report.keptLocal.filter { $0.reason.contains("open for writing") }.map(\.path)
+        if !open.isEmpty { parts.append("left for later (open for writing): \(open.prefix(5).joined(separator: ", "))\(open.count > 5 ? ", …" : "")") }
+        return parts.isEmpty ? nothing : parts.joined(separator: "; ")
+    }
+
+    static func message(_ error: any Error) -> String {
+        var text = (error as? FprepError)?.message ?? "\(error)"
+        if text.hasPrefix("fprep: ") { text = String(text.dropFirst(7)) }
+        return text
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import Glibc
+import Testing
+
+// The agent's own syncs (`fprep.agent.sync`, on by default): a local save
+// reaches the remote by itself, a push elsewhere comes in by the poll, and
+// a file still open for writing is never pushed half-written.
+
+/// Every version of `path` the remote's main has had, oldest first.
+private func remoteVersions(_ box: Sandbox, _ remote: Remote, _ path: String) throws -> [String] {
+    let commits = try box.gitOK(["log", "--format=%H", "--reverse", "main", "--", path], cwd: remote.path)
+        .split(separator: "\n").map(String.init)
+    return commits.compactMap { try? box.gitOK(["show", "\($0):\(path)"], cwd: remote.path) }
+}
+
+private func remoteHas(_ box: Sandbox, _ remote: Remote, _ path: String) -> Bool {
+    (try? box.git(["cat-file", "-e", "main:" + path], cwd: remote.path).status) == 0
+}
+
+@Suite("the agent syncs by itself")
+struct AgentSyncTests {
+    /// A replica of a standard remote whose agent syncs 200 ms after the
+    /// last change and polls the remote every `poll` seconds (0: never).
+    private func syncingReplica(_ s: Sandbox, poll: Int = 0) throws -> (Remote, String) {
+        let remote = try s.makeRemote()
+        let replica = s.at("replica")
+        _ = try s.clone(remote.path, replica)
+        try s.gitOK(["-C", replica, "config", "fprep.agent.syncDelay", "200"])
+        try s.gitOK(["-C", replica, "config", "fprep.agent.pollSeconds", String(poll)])
+        return (remote, replica)
+    }
+
+    @Test("a file saved with the agent running reaches the remote by itself, and a new folder's files too")
+    func localSaveIsPushed() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s)
+            let agent = try s.startAgent(replica, syncs: true)
+            try Data("written here\n".utf8).write(to: URL(fileURLWithPath: replica + "/saved.txt"))
+            #expect(waitUntil { remoteHas(s, remote, "saved.txt") }, "\(agent.stderrSoFar)")
+            #expect(try DamagedStateTests.remoteFile(s, remote, "saved.txt") == "written here")
+
+            // A folder made now is followed from then on: a file written in
+            // it later (after the first sync took the folder in) is pushed too.
+            try FileManager.default.createDirectory(atPath: replica + "/made/deeper", withIntermediateDirectories: true)
+            try Data("one\n".utf8).write(to: URL(fileURLWithPath: replica + "/made/deeper/one.txt"))
+            #expect(waitUntil { remoteHas(s, remote, "made/deeper/one.txt") }, "\(agent.stderrSoFar)")
+            try Data("two\n".utf8).write(to: URL(fileURLWithPath: replica + "/made/deeper/two.txt"))
+            #expect(waitUntil { remoteHas(s, remote, "made/deeper/two.txt") }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { agent.stderrSoFar.contains("info synced: 1 local change committed") }, "\(agent.stderrSoFar)")
+
+            let status = try s.fprepJSON(["status"], cwd: replica)
+            #expect(status.objects("changes").isEmpty && status.string("waitingToPush") == nil, "\(status)")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
+    @Test("a file still open for writing is never pushed half-written: it waits for its writer to close it, other changes go on")
+    func openFileWaitsForItsWriter() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s)
+            let agent = try s.startAgent(replica, syncs: true)
+            // A writer that writes half, waits to be told, writes the rest, closes.
+            let go = s.at("go")
+            let writer = try s.spawnPython("""
+                import os, sys, time
+                f = open('big.txt', 'w'); f.write('first half\\n'); f.flush()
+                print('half', flush=True)
+                while not os.path.exists(sys.argv[1]): time.sleep(0.01)
+                f.write('second half\\n'); f.close()
+                """, [go], cwd: replica)
+            #expect(waitUntil { writer.stdoutSoFar.contains("half") })
+            // Another save meanwhile: it syncs, the open file does not.
+            try Data("meanwhile\n".utf8).write(to: URL(fileURLWithPath: replica + "/other.txt"))
+            #expect(waitUntil { remoteHas(s, remote, "other.txt") }, "\(agent.stderrSoFar)")
+            #expect(!remoteHas(s, remote, "big.txt"), "a file open for writing was pushed: \(agent.stderrSoFar)")
+            // The log line comes when the sync's report reaches the agent, a moment after the push.
+            #expect(waitUntil { agent.stderrSoFar.contains("left for later (open for writing): big.txt") }, "\(agent.stderrSoFar)")
+
+            FileManager.default.createFile(atPath: go, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            #expect(waitUntil { remoteHas(s, remote, "big.txt") }, "\(agent.stderrSoFar)")
+            #expect(try remoteVersions(s, remote, "big.txt") == ["first half\nsecond half"], "only the whole file was ever pushed")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
+    @Test("a push from elsewhere comes in by the poll, as a placeholder the agent watches")
+    func pollTakesInPushes() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s, poll: 1)
+            let agent = try s.startAgent(replica, syncs: true)
+            try DamagedStateTests.pushToRemote(s, remote, ["from-elsewhere.txt": Data("pushed elsewhere\n".utf8)], message: "elsewhere")
+            let tip = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
+            #expect(waitUntil { (try? s.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) == tip },
+                    "\(agent.stderrSoFar)")
+            // The new placeholder is watched: reading it hydrates it.
+            #expect(waitUntil { agent.stderrSoFar.contains("watching 1 new placeholder") }, "\(agent.stderrSoFar)")
+            let read = try Shell.run(["/bin/cat", "from-elsewhere.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(read.stdout == "pushed elsewhere\n", "\(read)")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
+    @Test("fprep agent status shows each replica's last sync and what it did; a bad setting is refused in one line")
+    func statusShowsSyncs() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s)
+            try s.agentCommand(["add", replica], syncs: true)
+            let agent = try s.startAgentDaemon()
+            #expect(waitUntil { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
+            try Data("for the status\n".utf8).write(to: URL(fileURLWithPath: replica + "/status.txt"))
+            #expect(waitUntil { remoteHas(s, remote, "status.txt") }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { (try? s.agentReplicaStatus(replica))?["lastSyncResult"].map { "\($0)" }?.contains("1 local change committed") == true },
+                    "\(String(describing: try? s.agentReplicaStatus(replica)))")
+            let entry = try #require(try s.agentReplicaStatus(replica))
+            #expect((entry["syncs"] as? Int ?? 0) >= 1 && entry["lastSync"] is String && entry["lastSyncFailed"] as? Bool == false, "\(entry)")
+            let text = try s.agentCommand(["status"])
+            #expect(text.stdout.contains("last sync") && text.stdout.contains("1 local change committed"), "\(text)")
+            #expect(stopAgent(agent).status == 0)
+
+            try s.gitOK(["-C", replica, "config", "fprep.agent.pollSeconds", "often"])
+            let refused = try s.fprep(["agent", "-C", replica], timeout: patienceSeconds)
+            expectOneLineError(refused, mentioning: ["fprep.agent.pollSeconds", "often", "0 to never poll"])
+        }
+    }
+}
