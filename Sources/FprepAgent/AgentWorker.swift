@@ -102,6 +102,11 @@ final class WorkerClient: @unchecked Sendable {
         let killAllowed = getenv("FPREP_TEST_KILL_AGENT_AFTER_BYTES") != nil
         while let (message, _) = channel.receive() {
             if message.kind == .killAgent, killAllowed { raise(SIGKILL) }
+            if message.kind == .note {
+                var body = WorkerMessageReader(message.body)
+                if let line = body.text() { synced.note(line) }
+                continue
+            }
             if message.kind == .synced {
                 var body = WorkerMessageReader(message.body)
                 if let ok = body.raw(1)?.first, let summary = body.text(), let waiting = body.i64(), let anchor = body.text() {
@@ -116,6 +121,9 @@ final class WorkerClient: @unchecked Sendable {
 
     /// Calls `handler` with what each of the worker's own syncs did (on the reader's thread).
     func onSynced(_ handler: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { synced.set(handler) }
+
+    /// Calls `handler` with each line the worker has for the log.
+    func onNote(_ handler: @escaping @Sendable (String) -> Void) { synced.setNote(handler) }
 
     /// Whether the worker still serves (false once its socket closed).
     var isRunning: Bool { !replies.ended }
@@ -285,7 +293,10 @@ public enum AgentWorker {
 
     /// Serves the agent's requests for the replica at `root` until the
     /// agent closes the socket (or dies: the kernel kills the worker then).
-    public static func serve(root: String) throws -> Never {
+    ///
+    /// `remoteSignals` starts the push service's signals when the replica
+    /// has a service (the worker syncs on each push besides polling).
+    public static func serve(root: String, remoteSignals: RemoteSignalsStarter? = nil) throws -> Never {
         var socket = fprep_stat()
         guard fprep_fstat(channelFD, &socket) == 0, socket.mode & 0o170000 == 0o140000 else {
             throw FprepError(.usage, "'fprep agent worker' is started by the agent only")
@@ -324,6 +335,7 @@ public enum AgentWorker {
 
         var scheduler: SyncScheduler?
         var changes: ChangeWatch?
+        var signals: (any RemoteSignals)?
         if syncSettings.enabled {
             do {
                 let syncs = try SyncScheduler(root: root, settings: syncSettings) { outcome in
@@ -336,6 +348,11 @@ public enum AgentWorker {
                 }
                 scheduler = syncs
                 changes = try ChangeWatch(root: root) { syncs.changed() }
+                signals = try remoteSignals?(root, { syncs.changed() }, { line in
+                    var body = WorkerMessageWriter()
+                    body.text(line)
+                    channel.send(WorkerMessage(kind: .note, body: body.bytes))
+                })
             } catch {
                 channel.send(WorkerMessage(kind: .synced, body: {
                     var body = WorkerMessageWriter()
@@ -390,6 +407,7 @@ public enum AgentWorker {
             }
         }
         // The agent stopped: what is under way ends first (it waits a while).
+        signals?.stop()
         changes?.stop()
         scheduler?.stop()
         underWay.wait()
@@ -493,8 +511,11 @@ public enum AgentWorker {
 /// Where the worker's sync outcomes go (set once serving is wired up).
 private final class SyncedHandler: Sendable {
     private let handler = Mutex<(@Sendable (SyncScheduler.Outcome) -> Void)?>(nil)
+    private let noted = Mutex<(@Sendable (String) -> Void)?>(nil)
     func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { handler.withLock { $0 = body } }
+    func setNote(_ body: @escaping @Sendable (String) -> Void) { noted.withLock { $0 = body } }
     func deliver(_ outcome: SyncScheduler.Outcome) { handler.withLock { $0 }?(outcome) }
+    func note(_ line: String) { noted.withLock { $0 }?(line) }
 }
 
 /// The index's stat before and after a hydration's write.

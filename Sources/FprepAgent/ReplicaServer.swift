@@ -91,6 +91,7 @@ final class ReplicaServer: @unchecked Sendable {
         watchlist.watch(placeholders, complete: true)
         if settings.syncs {
             let suffix = namesRoot ? " of \(root)" : ""
+            worker.onNote { line in log.write(.info, line + suffix) }
             worker.onSynced { outcome in
                 counters.synced(outcome)
                 if outcome.succeeded {

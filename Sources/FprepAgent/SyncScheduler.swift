@@ -3,6 +3,18 @@ import FprepCore
 import Glibc
 import Synchronization
 
+/// What tells the worker the remote moved (the push service's stream,
+/// followed by `FprepServer.PushFollower`), kept while the worker serves.
+public protocol RemoteSignals: AnyObject, Sendable {
+    func stop()
+}
+
+/// Starts the remote's signals for the replica at a root, or nil when it has
+/// none (no push service recorded): `onPush` when the remote moved, `note`
+/// for one line in the agent's log.
+public typealias RemoteSignalsStarter = @Sendable (_ root: String, _ onPush: @escaping @Sendable () -> Void,
+                                                   _ note: @escaping @Sendable (String) -> Void) throws -> (any RemoteSignals)?
+
 /// The worker's own syncs of its replica (`fprep.agent.sync`): a sync
 /// shortly after the user's changes settle (`fprep.agent.syncDelay`
 /// milliseconds after the last one, at most 10 times that after the first:
@@ -84,7 +96,7 @@ final class SyncScheduler: @unchecked Sendable {
         thread = try BlockingThread { [self] in run() }
     }
 
-    /// The user changed something.
+    /// The user changed something, or the remote said it moved.
     func changed() {
         let now = monotonicNow()
         state.withLock { state in

@@ -48,6 +48,9 @@ struct WorkerMessage: Sendable {
         /// A sync of the worker's own ran (one-way): succeeded (one byte),
         /// the line that says what it did, files left for later, the anchor.
         case synced = 20
+        /// A line for the agent's log (one-way): what the worker's follow
+        /// of the push service did (connected, lost, registered).
+        case note = 21
     }
 
     var kind: Kind

@@ -1,13 +1,19 @@
 import ArgumentParser
 import FprepAgent
 import FprepCore
+import FprepServer
+
+/// The push service's stream is one of the worker's remote signals.
+extension PushFollower: RemoteSignals {}
 
 struct AgentCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "agent",
-        abstract: "Hydrate dataless files when a program first opens them.",
+        abstract: "Hydrate dataless files when a program first opens them, and sync by itself.",
         discussion: """
             Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Root is needed for fanotify only: git, the replica's state and every file written run in a worker process as the replica's owner. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
+
+            It also syncs the replica by itself: about a second after a program closes a file it changed (never while one still has it open for writing), on each push signal when a push service is recorded ('fprep watch --service URL' once), and when 'git ls-remote' shows the remote moved (every minute). The replica's git config tunes it: fprep.agent.sync (true), fprep.agent.syncDelay (1000 ms), fprep.agent.pollSeconds (60; 0 never).
 
             With -C DIR it serves that replica in the foreground. Without it ('fprep agent run'), it serves every replica registered with 'fprep agent add' and follows the registry while it runs (see the systemd unit in contrib/systemd). Without a running agent a placeholder reads as zeros, and 'fprep materialize' brings content explicitly.
 
@@ -153,7 +159,7 @@ struct AgentList: ParsableCommand {
 struct AgentStatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show whether the agent runs, and per replica: placeholders watched, hydrations served and failed, last error."
+        abstract: "Show whether the agent runs, and per replica: placeholders watched, hydrations served and failed, last sync, last error."
     )
 
     @OptionGroup var output: OutputOptions
@@ -232,6 +238,8 @@ struct AgentWorkerCommand: ParsableCommand {
     var root: String
 
     func run() throws {
-        try AgentWorker.serve(root: root)
+        try AgentWorker.serve(root: root) { root, onPush, note in
+            try PushFollower.start(root: root, onPush: onPush, note: note)
+        }
     }
 }

@@ -65,7 +65,13 @@ public struct Watcher: Sendable {
         let (inputs, input) = AsyncStream.makeStream(of: Input.self)
         options.output("watching \(root) through \(url)")
 
-        let streamTask = Task { await followStream(device, shared: shared, root: root, domain: domain, branch: branch, input: input) }
+        let stream = ServiceStream(device: device, root: root, domain: domain, branch: branch, replicated: options.replicated,
+                                   name: "fprep watch \(root)", maxBackoff: options.maxBackoff, idleTimeout: options.idleTimeout,
+                                   output: options.output, withReplica: { try withReplica($0, $1) })
+        let streamTask = Task {
+            await stream.follow(shared, onOpen: { input.yield(.connected) }, onPush: { input.yield(.push($0)) },
+                                onDrop: { input.yield(.disconnected($0)) })
+        }
         let ticker = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(20))
@@ -146,45 +152,6 @@ public struct Watcher: Sendable {
         try? await group.shutdownGracefully()
     }
 
-    /// Keeps the event stream open: registers when there is no token (or
-    /// the service forgot it), reconnects after a drop with growing pauses.
-    private func followStream(_ device: DeviceClient, shared: Locked<PushSettings>, root: String, domain: String,
-                              branch: String, input: AsyncStream<Input>.Continuation) async {
-        var pause: Duration = .milliseconds(100)
-        while !Task.isCancelled {
-            do {
-                var settings = shared.get()
-                if settings.token == nil {
-                    let registration = try await device.register(domain: domain, branch: branch, replicated: options.replicated,
-                                                                 name: "fprep watch \(root)")
-                    settings.device = registration.device
-                    settings.token = registration.token
-                    // From its first event on: a stream that drops before the
-                    // first push still resumes with everything it missed.
-                    settings.lastEventID = 0
-                    shared.set(settings)
-                    let saved = settings
-                    try withReplica(root) { try $0.savePushSettings(saved) }
-                    options.output("registered as \(registration.device)")
-                }
-                guard let token = settings.token else { continue }
-                try await device.events(token: token, lastEventID: settings.lastEventID, idleTimeout: options.idleTimeout,
-                                        onOpen: { input.yield(.connected) },
-                                        onEvent: { event in if event.event == "push" { input.yield(.push(event)) } })
-                input.yield(.disconnected("the stream ended"))
-                pause = .milliseconds(100)
-            } catch let refused as ServiceRefused where refused.status == 401 {
-                // Unknown or expired token: register again.
-                shared.update { $0.token = nil; $0.device = nil; $0.lastEventID = nil }
-                input.yield(.disconnected(refused.message))
-            } catch {
-                input.yield(.disconnected("\(error)"))
-            }
-            try? await Task.sleep(for: pause)
-            pause = min(pause * 2, options.maxBackoff)
-        }
-    }
-
     /// Syncs on a thread of its own (git and libgit2 block), holding the
     /// replica only for the sync, and records the event acted on.
     private func sync(_ root: String, shared: Locked<PushSettings>, eventID: Int64?) async throws -> SyncReport? {
@@ -213,7 +180,7 @@ public struct Watcher: Sendable {
 }
 
 /// Opens the replica for one step, alone, and lets it go at once.
-private func withReplica<T>(_ root: String, _ body: (Replica) throws -> T) throws -> T {
+func withReplica<T>(_ root: String, _ body: (Replica) throws -> T) throws -> T {
     let replica = try Replica.open(containing: root, access: Replica.Access(command: "watch", exclusive: true))
     return try body(replica)
 }

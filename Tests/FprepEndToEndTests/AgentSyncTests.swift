@@ -101,6 +101,30 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("with a push service recorded, a push reaches the agent's replica on the service's signal, with no poll")
+    func pushSignalTakesInPushes() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s, poll: 0)
+            let service = try s.startService(remote.path)
+            // The service is recorded once (fprep watch --service), as a user does.
+            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", service.url])
+            #expect(waitUntil { watch.stdoutSoFar.contains("connected to") }, "\(watch.stdoutSoFar)")
+            watch.signal(SIGTERM)
+            #expect(watch.wait(timeout: patienceSeconds).status == 0)
+
+            let agent = try s.startAgent(replica, syncs: true)
+            #expect(waitUntil { agent.stderrSoFar.contains("connected to the push service") }, "\(agent.stderrSoFar)")
+            let work = s.at("work")
+            try s.gitOK(["clone", "-q", remote.path, work])
+            let (commit, push) = try s.commitAndPush(work, file: "signalled.txt", content: "came by a push signal\n")
+            #expect(push.status == 0, "\(push)")
+            // The poll is off: only the push signal can bring it.
+            #expect(waitUntil { replicaHead(replica) == commit }, "\(agent.stderrSoFar)")
+            #expect(exists(replica + "/signalled.txt"))
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("fprep agent status shows each replica's last sync and what it did; a bad setting is refused in one line")
     func statusShowsSyncs() throws {
         try withSandbox { s in

@@ -185,7 +185,7 @@ struct ConcurrentWriterTests {
             _ = try box.clone(remote.path, replica)
             let ready = box.at("ready"), stop = box.at("stop"), log = box.at("log")
             let writer = try box.spawn([python, "-c", Self.holdingWriter, replica + "/bin.dat", ready, stop, log])
-            let deadline = monotonicSeconds() + 20
+            let deadline = monotonicSeconds() + patienceSeconds
             while !exists(ready) && writer.isRunning && monotonicSeconds() < deadline { usleep(1_000) }
             try #require(exists(ready), "the writer did not start")
 
@@ -331,7 +331,7 @@ struct ConcurrentWriterTests {
             for (n, path) in ["a.txt", "docs/readme.md", "bin.dat"].enumerated() {
                 let ready = box.at("ready-\(n)"), log = box.at("log-\(n)")
                 writers.append((try box.spawn([python, "-c", Self.holdingWriter, replica + "/" + path, ready, stop, log]), log))
-                let deadline = monotonicSeconds() + 20
+                let deadline = monotonicSeconds() + patienceSeconds
                 while !exists(ready) && monotonicSeconds() < deadline { usleep(1_000) }
                 try #require(exists(ready), "writer \(n) did not start")
             }
@@ -443,7 +443,7 @@ struct GitLockTests {
             _ = try box.clone(remote.path, replica)
             let lock = replica + "/.git/index.lock"
             let holder = try box.spawn(["/bin/sh", "-c", "exec 3>.git/index.lock; exec sleep 120"], cwd: replica)
-            let deadline = monotonicSeconds() + 10
+            let deadline = monotonicSeconds() + patienceSeconds
             while !exists(lock) && monotonicSeconds() < deadline { usleep(1_000) }
             try #require(exists(lock))
             // Older than the two seconds after which a lock used to count as stale.
@@ -478,7 +478,7 @@ struct GitLockTests {
             let editor = "sh -c 'touch \(editing); while [ ! -e \(go) ]; do sleep 0.05; done; echo message > \"$1\"' editor"
             let commit = try box.spawn([Binaries.git, "commit", "-q", "new.txt"], cwd: replica,
                                        env: ["GIT_EDITOR": editor, "GIT_NO_LAZY_FETCH": "1"])
-            let deadline = monotonicSeconds() + 20
+            let deadline = monotonicSeconds() + patienceSeconds
             while !exists(editing) && commit.isRunning && monotonicSeconds() < deadline { usleep(2_000) }
             try #require(exists(editing) && exists(replica + "/.git/index.lock"), "git commit did not reach its editor")
 

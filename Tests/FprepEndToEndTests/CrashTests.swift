@@ -8,7 +8,7 @@ extension Spawned {
     func crash() -> RunResult {
         let children = Shell.childProcesses(of: pid)
         let result = kill9Only()
-        let deadline = monotonicSeconds() + 30
+        let deadline = monotonicSeconds() + patienceSeconds
         for child in children {
             while processAlive(child) && monotonicSeconds() < deadline { usleep(5_000) }
             if processAlive(child) { kill(child, SIGKILL) }

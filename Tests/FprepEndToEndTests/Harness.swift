@@ -429,7 +429,7 @@ final class GitDaemon: @unchecked Sendable {
                 [Binaries.gitDaemon, "--reuseaddr", "--export-all", "--base-path=\(base)",
                  "--listen=127.0.0.1", "--port=\(port)", base],
                 cwd: base, env: sandbox.baseEnvironment, ioFolder: sandbox.io, newProcessGroup: true)
-            let deadline = monotonicSeconds() + 10
+            let deadline = monotonicSeconds() + patienceSeconds
             while process.isRunning && !Self.listening(port: port) && monotonicSeconds() < deadline { usleep(10_000) }
             if Self.listening(port: port) {
                 self.port = port

@@ -185,7 +185,7 @@ struct PlaceholderWriteTests {
             #expect(mkfifo(fifo, 0o600) == 0)
             let writer = try box.spawn(["/bin/sh", "-c", "exec 3>>a.txt; printf 'w#1\\n' >&3; read x < '\(fifo)'; printf 'w#2\\n' >&3"],
                                        cwd: one)
-            let deadline = monotonicSeconds() + 30
+            let deadline = monotonicSeconds() + patienceSeconds
             while (lstatInfo(one + "/a.txt")?.size ?? 0) <= 6, monotonicSeconds() < deadline { sleepSeconds(0.01) }
             try box.fprepOK(["sync"], cwd: one)
             try box.sh("echo go > '\(fifo)'", cwd: box.path)

@@ -25,7 +25,7 @@ extension Sandbox {
     func startService(_ remote: String, port: UInt16? = nil, extra: [String] = []) throws -> PushService {
         let port = try port ?? GitDaemon.freePort()
         let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(port)"] + extra)
-        let deadline = monotonicSeconds() + 20
+        let deadline = monotonicSeconds() + patienceSeconds
         while !tcpSocket(local: port, state: "0A") {
             guard process.isRunning, monotonicSeconds() < deadline else {
                 throw HarnessError("fprep serve did not listen: \(process.kill9())")

@@ -43,7 +43,7 @@ final class SmartHTTPServer {
                 """
             try config.write(toFile: folder + "/lighttpd.conf", atomically: true, encoding: .utf8)
             let process = try box.spawn([lighttpd, "-D", "-f", folder + "/lighttpd.conf"])
-            let deadline = monotonicSeconds() + 10
+            let deadline = monotonicSeconds() + patienceSeconds
             while process.isRunning && !GitDaemon.listening(port: port) && monotonicSeconds() < deadline { usleep(10_000) }
             if GitDaemon.listening(port: port) {
                 self.port = port

@@ -1,0 +1,59 @@
+import FprepCore
+import NIOCore
+
+/// A replica's event stream from its push service, kept open: registers
+/// when there is no token (or the service forgot it; the token is kept in
+/// the replica's state), resumes after the last event acted on, and
+/// reconnects after a drop with pauses growing to `maxBackoff`. Shared by
+/// `fprep watch` and the agent's worker (`PushFollower`).
+struct ServiceStream: Sendable {
+    let device: DeviceClient
+    let root: String
+    let domain: String
+    let branch: String
+    let replicated: Bool
+    /// How the device is named when it registers.
+    let name: String
+    let maxBackoff: Duration
+    let idleTimeout: TimeAmount
+    let output: @Sendable (String) -> Void
+    /// Opens the replica for one short step (saving the token).
+    let withReplica: @Sendable (String, (Replica) throws -> Void) throws -> Void
+
+    /// Runs until the task is cancelled.
+    func follow(_ shared: Locked<PushSettings>, onOpen: @escaping @Sendable () -> Void,
+                onPush: @escaping @Sendable (ServerSentEvent) -> Void, onDrop: @escaping @Sendable (String) -> Void) async {
+        var pause: Duration = .milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                var settings = shared.get()
+                if settings.token == nil {
+                    let registration = try await device.register(domain: domain, branch: branch, replicated: replicated, name: name)
+                    settings.device = registration.device
+                    settings.token = registration.token
+                    // From its first event on: a stream that drops before the
+                    // first push still resumes with everything it missed.
+                    settings.lastEventID = 0
+                    shared.set(settings)
+                    let saved = settings
+                    try withReplica(root) { try $0.savePushSettings(saved) }
+                    output("registered as \(registration.device)")
+                }
+                guard let token = settings.token else { continue }
+                try await device.events(token: token, lastEventID: settings.lastEventID, idleTimeout: idleTimeout,
+                                        onOpen: { onOpen() },
+                                        onEvent: { event in if event.event == "push" { onPush(event) } })
+                onDrop("the stream ended")
+                pause = .milliseconds(100)
+            } catch let refused as ServiceRefused where refused.status == 401 {
+                // Unknown or expired token: register again.
+                shared.update { $0.token = nil; $0.device = nil; $0.lastEventID = nil }
+                onDrop(refused.message)
+            } catch {
+                onDrop("\(error)")
+            }
+            try? await Task.sleep(for: pause)
+            pause = min(pause * 2, maxBackoff)
+        }
+    }
+}
