@@ -11,12 +11,16 @@ public struct RunOptions: Sendable {
     /// Seconds to wait after each step (0: none); with more than 1, no two
     /// steps share a second of the clock, which fprep's stat checks compare.
     public var pace: Double
+    /// Run `fprep agent` on the first device throughout: it hydrates what
+    /// the actions read and syncs by itself between and during them.
+    public var agent: Bool
 
-    public init(fprep: String, timeout: Double = 30, keep: Bool = false, pace: Double = 0) {
+    public init(fprep: String, timeout: Double = 30, keep: Bool = false, pace: Double = 0, agent: Bool = false) {
         self.fprep = fprep
         self.timeout = timeout
         self.keep = keep
         self.pace = pace
+        self.agent = agent
     }
 }
 
@@ -38,7 +42,7 @@ public enum ModelRunner {
         let started = monotonicSeconds()
         let world: World
         do {
-            world = try World(fprep: options.fprep, timeout: options.timeout, names: Names(longNames: testCase.longNames))
+            world = try World(fprep: options.fprep, timeout: options.timeout, names: Names(longNames: testCase.longNames), agent: options.agent)
         } catch {
             return Outcome(failure: Failure(step: nil, invariant: "model-error", detail: "\(error)"), seconds: 0, sandbox: nil)
         }
@@ -83,7 +87,7 @@ public enum ModelRunner {
             while index >= 0 && monotonicSeconds() < deadline {
                 var smaller = best
                 smaller.actions.remove(at: index)
-                let outcome = run(smaller, options: RunOptions(fprep: options.fprep, timeout: options.timeout, pace: options.pace))
+                let outcome = run(smaller, options: RunOptions(fprep: options.fprep, timeout: options.timeout, pace: options.pace, agent: options.agent))
                 if let f = outcome.failure, f.signature == failure.signature {
                     best = smaller
                     bestFailure = f

@@ -57,6 +57,9 @@ final class World {
     private var outside: [String: Bytes] = [:]
     /// What ran, a line each (the last lines go with a failure's report).
     private(set) var transcript: [String] = []
+    /// Whether the first device runs `fprep agent` (see `RunOptions.agent`).
+    let withAgent: Bool
+    private var agent: Spawned?
 
     func note(_ line: String) { transcript.append(line) }
 
@@ -64,8 +67,9 @@ final class World {
     var work: String { box + "/work" }
     func root(_ actor: Actor) -> String { box + "/" + actor.rawValue }
 
-    init(fprep: String, timeout: Double, names: Names) throws {
+    init(fprep: String, timeout: Double, names: Names, agent: Bool = false) throws {
         self.names = names
+        withAgent = agent
         umask(0o022)
         var template = Array((NSTemporaryDirectory() + "fprep-model-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw ModelError("mkdtemp failed") }
@@ -84,6 +88,7 @@ final class World {
     }
 
     func remove() {
+        if let agent, agent.isRunning { _ = agent.kill9() }
         _ = try? launcher.run(["/bin/chmod", "-R", "u+rwX", box], timeout: 30)
         removeTree(box)
     }
@@ -154,6 +159,40 @@ final class World {
             guard r.status == 0 else { throw Failure(step: nil, invariant: "clone-fails", detail: r.summary) }
         }
         try checkCommands(step: nil)
+        if withAgent { try startAgent() }
+    }
+
+    /// `fprep agent -C dev1`, syncing 100 ms after changes settle and
+    /// polling the remote every second; waits until it serves.
+    private func startAgent() throws {
+        let replica = root(.dev1)
+        try git(["-C", replica, "config", "fprep.agent.syncDelay", "100"])
+        try git(["-C", replica, "config", "fprep.agent.pollSeconds", "1"])
+        let started = try launcher.spawn([fprep, "agent", "-C", replica], cwd: replica)
+        agent = started
+        let deadline = monotonicSeconds() + timeout
+        while monotonicSeconds() < deadline {
+            if let data = FileManager.default.contents(atPath: replica + "/.fprep/agent.pid"),
+               Int32(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) == started.pid { return }
+            if !started.isRunning { break }
+            usleep(10_000)
+        }
+        let result = started.isRunning ? started.kill9() : started.wait(timeout: 1)
+        throw ModelError("the agent did not start (it needs root and fanotify pre-content events): \(result.summary)")
+    }
+
+    /// Stops the agent (SIGTERM) before the final syncs: it must end by
+    /// itself, within the command timeout, whatever it was doing.
+    private func stopAgent() throws {
+        guard let agent else { return }
+        self.agent = nil
+        kill(agent.pid, SIGTERM)
+        let result = agent.wait(timeout: timeout)
+        let log = String(decoding: result.stderr, as: UTF8.self)
+        note("  agent log: " + log.split(separator: "\n").suffix(12).joined(separator: " | "))
+        if result.timedOut || result.status != 0 {
+            throw Failure(step: nil, invariant: "agent-stops-badly", detail: result.summary)
+        }
     }
 
     // MARK: - Tokens
@@ -538,7 +577,9 @@ final class World {
                     throw Failure(step: step, invariant: "database-corrupt", detail: "\(device.rawValue): \(verdict)")
                 }
             }
-            if interrupted.contains(device) { continue }
+            // While the agent works in it, its temporaries come and go; once it
+            // has stopped (the final check), they are held to the rule.
+            if interrupted.contains(device) || (device == .dev1 && agent != nil) { continue }
             var leftovers = walk(r).map(\.path).filter { path in
                 let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
                 return name.first == 0x2E && text(name).contains(".fprep-")
@@ -556,6 +597,7 @@ final class World {
     /// trees equal the remote's, every required token is in it, and no file
     /// of it holds a zero nobody wrote.
     func finish() throws {
+        try stopAgent()
         if !online { rename(box + "/remote.away", box + "/remote.git"); online = true }
         for _ in 0..<2 {
             for device in [Actor.dev1, .dev2] {

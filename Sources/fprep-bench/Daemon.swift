@@ -13,8 +13,9 @@ final class GitDaemon {
     private var running = true
     private var signalSources: [DispatchSourceSignal] = []
 
-    /// Starts the daemon and waits until it accepts connections.
-    init(work: String, subprocess: Subprocess) throws {
+    /// Starts the daemon and waits until it accepts connections;
+    /// `acceptPushes`: it also serves `git push` (receive-pack).
+    init(work: String, subprocess: Subprocess, acceptPushes: Bool = false) throws {
         port = try GitDaemon.freePort()
         let logPath = "\(work)/git-daemon.log"
         let log = open(logPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
@@ -22,8 +23,8 @@ final class GitDaemon {
         defer { close(log) }
         let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
         defer { close(devNull) }
-        let command = Command(["git", "daemon", "--reuseaddr", "--export-all", "--base-path=\(work)",
-                               "--listen=127.0.0.1", "--port=\(port)", work])
+        let command = Command(["git", "daemon", "--reuseaddr", "--export-all", "--base-path=\(work)"]
+                              + (acceptPushes ? ["--enable=receive-pack"] : []) + ["--listen=127.0.0.1", "--port=\(port)", work])
         pid = try subprocess.spawn(command, stdin: devNull, stdout: log, stderr: log, newProcessGroup: true)
         installSignalHandlers()
 

@@ -9,7 +9,9 @@ import Glibc
 /// files and one large materialized file with the agent running against
 /// without; (c) `grep -r` over a dataless folder of 10^4 files against
 /// `fprep materialize` of it plus the same grep; (d) the agent's RSS and the
-/// kernel memory its marks take. Needs root (fanotify) and a filesystem with
+/// kernel memory its marks take; (e) with the agent syncing by itself, how
+/// long a saved file takes to reach the remote, and the agent's (and its
+/// worker's) idle CPU and RSS. Needs root (fanotify) and a filesystem with
 /// pre-content events (ext4, xfs, btrfs) under WORK.
 struct HydrateBench: ParsableCommand {
     static let mode = "hydrate"
@@ -75,13 +77,15 @@ struct HydrateBench: ParsableCommand {
             try generate(remote, bigBytes: bigBytes, fprep: fprep, subprocess: subprocess)
             FileManager.default.createFile(atPath: marker, contents: Data())
         }
-        let daemon = try GitDaemon(work: work, subprocess: subprocess)
+        let daemon = try GitDaemon(work: work, subprocess: subprocess, acceptPushes: true)
         defer { daemon.stop() }
         let url = daemon.url(for: name)
         let replica = "\(work)/replica", floor = "\(work)/floor"
         try subprocess.run(Command(["rm", "-rf", replica, floor]))
         note("cloning \(url) (untimed)")
         try subprocess.run(Command([fprep, "clone", url, replica]))
+        // (a) to (d) time hydration alone; (e) turns the agent's own syncs on.
+        try subprocess.run(Command(["git", "-C", replica, "config", "fprep.agent.sync", "false"]))
         try subprocess.run(Command(["git", "clone", "-q", "--bare", "--filter=blob:none", url, floor]))
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         func timed(_ argv: [String], in directory: String = replica) throws -> Double {
@@ -146,6 +150,37 @@ struct HydrateBench: ParsableCommand {
         let materialize = monotonicSeconds() - started
         let grepFloor = materialize + (try grepStatus(grep))
         let startLine = log.split(separator: "\n").first { $0.contains("placeholders watched") }.map(String.init) ?? ""
+
+        // (e) The agent syncing by itself: a save's way to the remote (from
+        // the file's close to the remote's main having it), then its idle cost.
+        note("(e) saves reaching the remote with the agent syncing by itself")
+        try subprocess.run(Command(["git", "-C", replica, "config", "fprep.agent.sync", "true"]))
+        let syncing = try Agent(fprep: fprep, replica: replica, subprocess: subprocess)
+        let stamp = Int(Date().timeIntervalSince1970)
+        func save(_ name: String) throws -> Double {
+            try Data("saved by fprep-bench\n".utf8).write(to: URL(fileURLWithPath: replica + "/" + name))
+            let closed = monotonicSeconds()
+            while monotonicSeconds() - closed < 300 {
+                let found = try subprocess.run(Command(["sh", "-c", "git --git-dir=\(remote) cat-file -e main:\(name) 2>/dev/null; echo $?"]))
+                if found.stdoutText.hasPrefix("0") { return monotonicSeconds() - closed }
+                usleep(20_000)
+            }
+            throw BenchError.message("\(name) did not reach the remote within 300 s: \(syncing.stop())")
+        }
+        // The first save also waits out the sync that catches up at start.
+        _ = try save("fprep-bench-warmup-\(stamp).txt")
+        var saves: [Double] = []
+        for index in 0..<max(runs, 5) { saves.append(try save("fprep-bench-save-\(stamp)-\(index).txt")) }
+        let worker = Self.children(of: syncing.pid).first { Self.commandLine($0).contains("agent worker") }
+        let processes = [syncing.pid] + (worker.map { [$0] } ?? [])
+        sleep(2)
+        let cpuBefore = processes.map(Self.cpuSeconds).reduce(0, +)
+        let idleStarted = monotonicSeconds()
+        sleep(10)
+        let idleCPU = (processes.map(Self.cpuSeconds).reduce(0, +) - cpuBefore) / (monotonicSeconds() - idleStarted)
+        let idleRSS = processes.map(Self.rss).reduce(0, +)
+        let syncLog = syncing.stop()
+        let syncsLogged = syncLog.split(separator: "\n").filter { $0.contains(" info synced: ") }.count
         let readAheads = log.split(separator: "\n").filter { $0.contains(" read ahead ") }.count
         let singles = log.split(separator: "\n").filter { $0.contains(" info hydrated ") }.count
 
@@ -160,6 +195,8 @@ struct HydrateBench: ParsableCommand {
             "d_agentRSSAtStart": rssStart, "d_agentRSSAfterGrep": rssEnd,
             "d_slabDelta": slabAfter - slabBefore, "d_ext4InodesDelta": inodesAfter - inodesBefore,
             "d_start": startLine,
+            "e_saveToRemoteMedian": median(saves), "e_saveToRemoteMax": saves.max() ?? 0, "e_saves": saves.count,
+            "e_idleCPU": idleCPU, "e_idleRSS": idleRSS, "e_syncsLogged": syncsLogged,
         ]
         if json {
             print(String(decoding: try JSONSerialization.data(withJSONObject: figures, options: [.prettyPrinted, .sortedKeys]), as: UTF8.self))
@@ -176,6 +213,8 @@ struct HydrateBench: ParsableCommand {
             (d) agent RSS   \(bytes(rssStart)) at start, \(bytes(rssEnd)) after (c)
                 kernel memory for the marks (Slab in /proc/meminfo)   +\(bytes(slabAfter - slabBefore)); ext4 inodes cached +\(inodesAfter - inodesBefore)
                 \(startLine)
+            (e) agent syncing by itself   a save reaches the remote in \(f(median(saves))) (median of \(saves.count), max \(f(saves.max() ?? 0)); target ≤ 2 s)
+                idle: \(String(format: "%.2f %%", idleCPU * 100)) of a core, RSS \(bytes(idleRSS)) (agent and worker, \(files) files)
             """)
     }
 
@@ -242,6 +281,27 @@ struct HydrateBench: ParsableCommand {
     }
 
     /// VmRSS of a process, in bytes.
+    /// CPU time (user and system) the process has used, in seconds.
+    static func cpuSeconds(_ pid: pid_t) -> Double {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        guard let close = text.lastIndex(of: ")") else { return 0 }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // After the name: state is field 3; utime and stime are fields 14 and 15.
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Direct children of `pid`.
+    static func children(of pid: pid_t) -> [pid_t] {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").compactMap { pid_t($0) }
+    }
+
+    static func commandLine(_ pid: pid_t) -> String {
+        String(decoding: FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") ?? Data(), as: UTF8.self)
+            .replacingOccurrences(of: "\u{0}", with: " ")
+    }
+
     static func rss(_ pid: pid_t) -> Int64 {
         let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
         for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {

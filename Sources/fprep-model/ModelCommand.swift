@@ -38,6 +38,7 @@ struct ModelCommand: ParsableCommand {
     @Flag(help: "Keep each case's sandbox and print its path.") var keep = false
     @Flag(help: "Leave the long (224-byte) name out of the name pool.") var noLongNames = false
     @Flag(help: "Print what ran (actions and fprep commands) for a failing case.") var verbose = false
+    @Flag(help: "Run 'fprep agent' on the first device throughout (as root): it hydrates on access and syncs by itself.") var agent = false
 
     func parseKinds(_ list: String) throws -> Set<Kind> {
         Set(try list.split(separator: ",").map { name in
@@ -51,7 +52,7 @@ struct ModelCommand: ParsableCommand {
     func run() throws {
         var allowed = try kinds.map(parseKinds) ?? Set(Kind.allCases)
         allowed.subtract(try without.map(parseKinds) ?? [])
-        let options = RunOptions(fprep: try Binaries.fprep(), timeout: timeout, keep: keep, pace: pace)
+        let options = RunOptions(fprep: try Binaries.fprep(), timeout: timeout, keep: keep, pace: pace, agent: agent)
         var cases: [Case] = []
         if let replay {
             cases = [try Case(text: String(contentsOfFile: replay, encoding: .utf8))]
