@@ -239,6 +239,8 @@ int fprep_clear_placeholder_marks(int fd) {
 
 int fprep_syncfs(int fd) { return syncfs(fd); }
 
+ssize_t fprep_get_xattr(int fd, const char *attr, void *buf, size_t len) { return fgetxattr(fd, attr, buf, len); }
+
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len) {
     int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
     if (fd < 0) return -1;

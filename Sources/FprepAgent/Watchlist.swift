@@ -32,12 +32,15 @@ final class Watchlist: @unchecked Sendable {
     func forget(_ key: FileKey) { _ = files.withLock { $0.removeValue(forKey: key) } }
 
     /// Marks the `placeholders` not yet watched; returns how many it marked.
-    /// With `complete` (a full listing), files no longer listed are
-    /// forgotten: a materialize replaced them (their marks stay on inodes
-    /// nothing names any more, until the agent exits).
+    /// A file already watched takes the listing's path and blob: a sync
+    /// that moved a placeholder moved its inode, and the mark with it, so
+    /// the next access must be filled at the new path (at the old one it is
+    /// no placeholder any more). With `complete` (a full listing), files no
+    /// longer listed are forgotten: a materialize replaced them (their marks
+    /// stay on inodes nothing names any more, until the agent exits).
     @discardableResult
     func watch(_ placeholders: [WatchedPlaceholder], complete: Bool) -> Int {
-        var listed = Set<FileKey>()
+        var listed: [FileKey: WatchedPlaceholder] = [:]
         var marked: [FileKey: WatchedPlaceholder] = [:]
         for placeholder in placeholders {
             var bytes = placeholder.path.bytes.map { CChar(bitPattern: $0) }
@@ -61,7 +64,7 @@ final class Watchlist: @unchecked Sendable {
                 continue
             }
             guard let key = FileKey(fd: fd) else { continue }
-            listed.insert(key)
+            listed[key] = placeholder
             guard files.withLock({ $0[key] == nil }), marked[key] == nil else { continue }
             guard group.mark(fd) else {
                 log.write(.warning, "cannot watch \(prefix)\(placeholder.path): \(String(cString: strerror(errno)))")
@@ -70,7 +73,8 @@ final class Watchlist: @unchecked Sendable {
             marked[key] = placeholder
         }
         files.withLock { files in
-            if complete { files = files.filter { listed.contains($0.key) } }
+            if complete { files = files.filter { listed[$0.key] != nil } }
+            for (key, placeholder) in listed where files[key] != nil { files[key] = placeholder }
             files.merge(marked) { old, _ in old }
         }
         return marked.count

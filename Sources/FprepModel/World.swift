@@ -189,6 +189,8 @@ final class World {
         kill(agent.pid, SIGTERM)
         let result = agent.wait(timeout: timeout)
         let log = String(decoding: result.stderr, as: UTF8.self)
+        // Whole in the sandbox (kept with --keep), its end in the transcript.
+        _ = try? writeFile(box + "/agent.log", Array(result.stderr), append: false)
         note("  agent log: " + log.split(separator: "\n").suffix(12).joined(separator: " | "))
         if result.timedOut || result.status != 0 {
             throw Failure(step: nil, invariant: "agent-stops-badly", detail: result.summary)
@@ -288,7 +290,19 @@ final class World {
         }
     }
 
+    /// A push the remote refuses (another device pushed meanwhile: a
+    /// killed fprep's git, or the agent syncing by itself) makes the action
+    /// be done again on top of what is there now.
     private func applyRemote(_ action: Action, index: Int) throws {
+        for attempt in 1...5 {
+            if try applyRemoteOnce(action, index: index) { return }
+            note("  remote: push refused (attempt \(attempt)); doing the action again on the remote's new tip")
+        }
+        throw ModelError("the remote refused the push of step \(index) five times")
+    }
+
+    /// Does the action in the plain clone and pushes it; false when the push was refused.
+    private func applyRemoteOnce(_ action: Action, index: Int) throws -> Bool {
         try git(["fetch", "-q", remotePath, "main"], cwd: work)
         try git(["reset", "-q", "--hard", "FETCH_HEAD"], cwd: work)
         try git(["clean", "-q", "-fdx"], cwd: work)
@@ -337,20 +351,9 @@ final class World {
             throw ModelError("\(action.kind.rawValue) is not a remote action")
         }
         try git(["add", "-A"], cwd: work)
-        if (try? git(["diff", "--cached", "--quiet"], cwd: work)) == nil {
-            try git(["commit", "-q", "-m", "remote \(index)"], cwd: work)
-            // A push of a killed fprep's git may land after the fetch above
-            // (git outlives the fprep that started it): rebase onto it.
-            for attempt in 1...3 {
-                do {
-                    try git(["push", "-q", remotePath, "HEAD:main"], cwd: work)
-                    break
-                } catch where attempt < 3 {
-                    try git(["fetch", "-q", remotePath, "main"], cwd: work)
-                    try git(["rebase", "-q", "FETCH_HEAD"], cwd: work)
-                }
-            }
-        }
+        guard (try? git(["diff", "--cached", "--quiet"], cwd: work)) == nil else { return true }
+        try git(["commit", "-q", "-m", "remote \(index)"], cwd: work)
+        return (try? git(["push", "-q", remotePath, "HEAD:main"], cwd: work)) != nil
     }
 
     /// Moves `from` to `to` in a tree (what is at `to` is replaced), unless one is inside the other.
@@ -548,16 +551,21 @@ final class World {
         let intoPlaceholder = isDataless(join(r, path)) || action.b % 3 == 2
         if intoPlaceholder { noteWrittenIntoPlaceholder(r, path) }
         let count = 20
-        for k in 1...count {
-            _ = record(token(device, index, k), device, index, path)
-            if intoPlaceholder { placeholderTokens.insert(token(device, index, k)) }
-        }
-        let script = "i=1; while [ $i -le \(count) ]; do printf '@\(device.rawValue)#\(index).%d\\n' $i >> \"$1\"; i=$((i+1)); done"
+        // Each append opens the path anew: one that fails (fprep replaced a
+        // folder on the way with a symlink, or the agent failed the access)
+        // wrote nothing, so only the appends the writer reports count.
+        let script = "i=1; while [ $i -le \(count) ]; do printf '@\(device.rawValue)#\(index).%d\\n' $i >> \"$1\" 2>/dev/null && echo $i; i=$((i+1)); done; exit 0"
         let writer = try launcher.spawn(["/bin/sh", "-c", script, "sh", join(r, path)], cwd: r)
         let args = [["sync"], ["materialize", text(path)], ["evict", text(path)]][Int(action.b % 3)]
         try fprepRun(device, args)
         let w = writer.wait(timeout: timeout)
         if w.timedOut || w.status != 0 { throw ModelError("the concurrent writer failed: \(w.summary)") }
+        let appended = String(decoding: w.stdout, as: UTF8.self).split(separator: "\n").compactMap { Int($0) }
+        for k in appended {
+            _ = record(token(device, index, k), device, index, path)
+            if intoPlaceholder { placeholderTokens.insert(token(device, index, k)) }
+        }
+        if appended.count < count { note("  the writer's appends that failed: \(count - appended.count)") }
     }
 
     // MARK: - Checks after every step

@@ -125,6 +125,29 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("a placeholder a sync moves keeps its mark and is filled at its new path, before and after the agent lists again; never zeros")
+    func movedPlaceholderIsFilledAtItsNewPath() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let before = try #require(lstatInfo(replica + "/bin.dat"))
+            let work = s.at("work")
+            try s.gitOK(["clone", "-q", remote.path, work])
+            try s.gitOK(["mv", "bin.dat", "moved.dat"], cwd: work)
+            try s.gitOK(["commit", "-q", "-m", "move"], cwd: work)
+            try s.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try s.fprepOK(["sync"], cwd: replica)
+            let after = try #require(lstatInfo(replica + "/moved.dat"))
+            #expect(after.inode == before.inode && after.blocks == 0, "the sync moves the placeholder itself")
+            let read = try Shell.run(["/bin/cat", "moved.dat"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(read.status == 0 && read.stdoutData == pseudoRandomBytes(10_000, seed: 1),
+                    "\(read.stdoutData.prefix(16).map { String($0) }) \(read.stderr) \(agent.stderrSoFar)")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("fprep agent status shows each replica's last sync and what it did; a bad setting is refused in one line")
     func statusShowsSyncs() throws {
         try withSandbox { s in

@@ -139,6 +139,8 @@ void fprep_scan_result_free(struct fprep_scan_result *result);
 int fprep_holds_no_data_at(int dirfd, const char *path);
 
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len);
+/* Reads xattr `attr` of the open file `fd` (fgetxattr). */
+ssize_t fprep_get_xattr(int fd, const char *attr, void *buf, size_t len);
 
 /* fstatat(AT_SYMLINK_NOFOLLOW) with the nanosecond fields flattened, so Swift
  * needs no knowledge of struct stat's layout. */

@@ -18,27 +18,31 @@ extension Replica {
         // Looked at before anything is journaled: only files still
         // placeholders at their path, at the size the index gave them.
         var fillable: [(position: Int, entry: IndexEntry, size: Int64)] = []
+        // Where each file is now: its listed path, or where a sync moved it.
+        var paths = files.map(\.path)
         for (position, file) in files.enumerated() {
-            let path = file.path
-            guard let entry = index.entry(path: path.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile else {
-                results[position] = .success(.notAPlaceholder("it is not a placeholder in the index"))
-                continue
-            }
             var opened = fprep_stat()
             guard fprep_fstat(file.fd, &opened) == 0 else {
-                results[position] = .failure(SystemError("stat", path.description))
+                results[position] = .failure(SystemError("stat", file.path.description))
                 continue
             }
-            guard let onDisk = rootFolder.stat(path), onDisk.device == opened.dev, onDisk.inode == opened.ino else {
-                // Moved or replaced since it was watched: its content is not
-                // known here, and zeros are never an answer.
-                results[position] = .failure(FprepError("the file is no longer at its path (moved or replaced); run 'fprep sync'"))
-                continue
-            }
+            // Real bytes (materialized meanwhile, or written by a program): nothing to fill.
             guard fprep_holds_no_data(file.fd) == 1 else {
                 results[position] = .success(.notAPlaceholder("it holds data"))
                 continue
             }
+            guard let (path, entry) = placeholderEntry(of: file.fd, opened, listedAt: file.path, in: index) else {
+                // Holding no data and no placeholder of the index's: its
+                // content is not known here, and zeros are never an answer
+                // (an empty file has none to give).
+                if opened.size == 0 {
+                    results[position] = .success(.notAPlaceholder("it is empty"))
+                } else {
+                    results[position] = .failure(FprepError("the file is no longer a placeholder at its path (moved or replaced); run 'fprep sync'"))
+                }
+                continue
+            }
+            paths[position] = path
             // Laid out at another size: a program truncated it, a change of the user's.
             guard UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize else {
                 results[position] = .success(.notAPlaceholder("a program changed its size"))
@@ -51,14 +55,14 @@ extension Replica {
         let odb = try repository.objectDatabase()
         let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
-        let journal = ContentJournal(token: token, paths: fillable.map { Data(files[$0.position].path.bytes) }, inPlace: true)
+        let journal = ContentJournal(token: token, paths: fillable.map { Data(paths[$0.position].bytes) }, inPlace: true)
         let operation = try store.beginOperation("materialize", payload: journal.encoded())
         var filled: [(RepoPath, ObjectID)] = []
         // A file whose failed write could not be punched back: the journal
         // stays open, for the next command to settle.
         var unsettled = false
         for (position, entry, size) in fillable {
-            let (path, fd) = files[position]
+            let (path, fd) = (paths[position], files[position].fd)
             do {
                 let blob: Blob
                 do {
@@ -110,6 +114,32 @@ extension Replica {
             if !unsettled { try store.endOperation(operation) }
         }
         return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) }
+    }
+}
+
+extension Replica {
+    /// The index's placeholder entry for the file open as `fd` (stat
+    /// `opened`): the one at `listed` when that path still names this very
+    /// file, else the one a sync moved it to (same inode, the blob its
+    /// marks name; the agent lists placeholders again only after the sync,
+    /// and an access in between must not miss them). Nil when no
+    /// placeholder entry names this file.
+    func placeholderEntry(of fd: Int32, _ opened: fprep_stat, listedAt listed: RepoPath, in index: Index) -> (RepoPath, IndexEntry)? {
+        func isThisFile(_ path: RepoPath) -> Bool {
+            guard let onDisk = rootFolder.stat(path) else { return false }
+            return onDisk.device == opened.dev && onDisk.inode == opened.ino
+        }
+        if let entry = index.entry(path: listed.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile, isThisFile(listed) {
+            return (listed, entry)
+        }
+        var raw = [UInt8](repeating: 0, count: 20)
+        guard fprep_get_xattr(fd, "user.fprep.blob", &raw, raw.count) == 20, let blob = ObjectID(bytes: raw) else { return nil }
+        for position in 0..<index.count {
+            guard let entry = index.entry(at: position), entry.id == blob, entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
+            let path = RepoPath(bytes: entry.path)
+            if isThisFile(path) { return (path, entry) }
+        }
+        return nil
     }
 }
 
