@@ -302,6 +302,7 @@ public enum AgentWorker {
             throw FprepError(.usage, "'fprep agent worker' is started by the agent only")
         }
         let channel = WorkerChannel(fd: channelFD, acceptsDescriptors: true)
+        Replica.oneOpenAtATime()
         var syncSettings = SyncScheduler.Settings()
         // A test's kill "of the agent" in the middle of a write: the agent
         // dies, and the worker with it.
@@ -508,14 +509,52 @@ public enum AgentWorker {
     }
 }
 
-/// Where the worker's sync outcomes go (set once serving is wired up).
+/// Where the worker's sync outcomes and log lines go. What comes before
+/// serving is wired up (the worker's first sync and its push service start
+/// with the handshake) is kept and handed over when the handlers are set.
 private final class SyncedHandler: Sendable {
-    private let handler = Mutex<(@Sendable (SyncScheduler.Outcome) -> Void)?>(nil)
-    private let noted = Mutex<(@Sendable (String) -> Void)?>(nil)
-    func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { handler.withLock { $0 = body } }
-    func setNote(_ body: @escaping @Sendable (String) -> Void) { noted.withLock { $0 = body } }
-    func deliver(_ outcome: SyncScheduler.Outcome) { handler.withLock { $0 }?(outcome) }
-    func note(_ line: String) { noted.withLock { $0 }?(line) }
+    private struct State {
+        var handler: (@Sendable (SyncScheduler.Outcome) -> Void)?
+        var noted: (@Sendable (String) -> Void)?
+        var outcomes: [SyncScheduler.Outcome] = []
+        var lines: [String] = []
+    }
+
+    private let state = Mutex(State())
+
+    func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) {
+        let early = state.withLock { state -> [SyncScheduler.Outcome] in
+            state.handler = body
+            defer { state.outcomes = [] }
+            return state.outcomes
+        }
+        early.forEach(body)
+    }
+
+    func setNote(_ body: @escaping @Sendable (String) -> Void) {
+        let early = state.withLock { state -> [String] in
+            state.noted = body
+            defer { state.lines = [] }
+            return state.lines
+        }
+        early.forEach(body)
+    }
+
+    func deliver(_ outcome: SyncScheduler.Outcome) {
+        let handler = state.withLock { state -> (@Sendable (SyncScheduler.Outcome) -> Void)? in
+            if state.handler == nil, state.outcomes.count < 64 { state.outcomes.append(outcome) }
+            return state.handler
+        }
+        handler?(outcome)
+    }
+
+    func note(_ line: String) {
+        let noted = state.withLock { state -> (@Sendable (String) -> Void)? in
+            if state.noted == nil, state.lines.count < 64 { state.lines.append(line) }
+            return state.noted
+        }
+        noted?(line)
+    }
 }
 
 /// The index's stat before and after a hydration's write.

@@ -14,6 +14,8 @@ public struct RunOptions: Sendable {
     /// Run `fprep agent` on the first device throughout: it hydrates what
     /// the actions read and syncs by itself between and during them.
     public var agent: Bool
+    /// With `agent`: whether it also syncs by itself (else it only hydrates).
+    public var agentSyncs = true
 
     public init(fprep: String, timeout: Double = 30, keep: Bool = false, pace: Double = 0, agent: Bool = false) {
         self.fprep = fprep
@@ -42,7 +44,8 @@ public enum ModelRunner {
         let started = monotonicSeconds()
         let world: World
         do {
-            world = try World(fprep: options.fprep, timeout: options.timeout, names: Names(longNames: testCase.longNames), agent: options.agent)
+            world = try World(fprep: options.fprep, timeout: options.timeout, names: Names(longNames: testCase.longNames), agent: options.agent,
+                          agentSyncs: options.agentSyncs)
         } catch {
             return Outcome(failure: Failure(step: nil, invariant: "model-error", detail: "\(error)"), seconds: 0, sandbox: nil)
         }
@@ -87,7 +90,7 @@ public enum ModelRunner {
             while index >= 0 && monotonicSeconds() < deadline {
                 var smaller = best
                 smaller.actions.remove(at: index)
-                let outcome = run(smaller, options: RunOptions(fprep: options.fprep, timeout: options.timeout, pace: options.pace, agent: options.agent))
+                let outcome = run(smaller, options: options)
                 if let f = outcome.failure, f.signature == failure.signature {
                     best = smaller
                     bestFailure = f

@@ -59,6 +59,7 @@ final class World {
     private(set) var transcript: [String] = []
     /// Whether the first device runs `fprep agent` (see `RunOptions.agent`).
     let withAgent: Bool
+    let agentSyncs: Bool
     private var agent: Spawned?
 
     func note(_ line: String) { transcript.append(line) }
@@ -67,9 +68,10 @@ final class World {
     var work: String { box + "/work" }
     func root(_ actor: Actor) -> String { box + "/" + actor.rawValue }
 
-    init(fprep: String, timeout: Double, names: Names, agent: Bool = false) throws {
+    init(fprep: String, timeout: Double, names: Names, agent: Bool = false, agentSyncs: Bool = true) throws {
         self.names = names
         withAgent = agent
+        self.agentSyncs = agentSyncs
         umask(0o022)
         var template = Array((NSTemporaryDirectory() + "fprep-model-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw ModelError("mkdtemp failed") }
@@ -166,6 +168,7 @@ final class World {
     /// polling the remote every second; waits until it serves.
     private func startAgent() throws {
         let replica = root(.dev1)
+        try git(["-C", replica, "config", "fprep.agent.sync", agentSyncs ? "true" : "false"])
         try git(["-C", replica, "config", "fprep.agent.syncDelay", "100"])
         try git(["-C", replica, "config", "fprep.agent.pollSeconds", "1"])
         let started = try launcher.spawn([fprep, "agent", "-C", replica], cwd: replica)

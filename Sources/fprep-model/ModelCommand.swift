@@ -39,6 +39,7 @@ struct ModelCommand: ParsableCommand {
     @Flag(help: "Leave the long (224-byte) name out of the name pool.") var noLongNames = false
     @Flag(help: "Print what ran (actions and fprep commands) for a failing case.") var verbose = false
     @Flag(help: "Run 'fprep agent' on the first device throughout (as root): it hydrates on access and syncs by itself.") var agent = false
+    @Flag(help: "With --agent: the agent only hydrates (fprep.agent.sync false).") var agentNoSync = false
 
     func parseKinds(_ list: String) throws -> Set<Kind> {
         Set(try list.split(separator: ",").map { name in
@@ -52,7 +53,8 @@ struct ModelCommand: ParsableCommand {
     func run() throws {
         var allowed = try kinds.map(parseKinds) ?? Set(Kind.allCases)
         allowed.subtract(try without.map(parseKinds) ?? [])
-        let options = RunOptions(fprep: try Binaries.fprep(), timeout: timeout, keep: keep, pace: pace, agent: agent)
+        var options = RunOptions(fprep: try Binaries.fprep(), timeout: timeout, keep: keep, pace: pace, agent: agent)
+        options.agentSyncs = !agentNoSync
         var cases: [Case] = []
         if let replay {
             cases = [try Case(text: String(contentsOfFile: replay, encoding: .utf8))]

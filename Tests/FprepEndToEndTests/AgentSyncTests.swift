@@ -113,7 +113,8 @@ struct AgentSyncTests {
             #expect(watch.wait(timeout: patienceSeconds).status == 0)
 
             let agent = try s.startAgent(replica, syncs: true)
-            #expect(waitUntil { agent.stderrSoFar.contains("connected to the push service") }, "\(agent.stderrSoFar)")
+            #expect(waitUntil { agent.stderrSoFar.contains("connected to the push service") || !agent.isRunning }, "\(agent.stderrSoFar)")
+            #expect(agent.stderrSoFar.contains("connected to the push service"), "\(agent.stderrSoFar)")
             let work = s.at("work")
             try s.gitOK(["clone", "-q", remote.path, work])
             let (commit, push) = try s.commitAndPush(work, file: "signalled.txt", content: "came by a push signal\n")
@@ -157,12 +158,14 @@ struct AgentSyncTests {
             #expect(waitUntil { served(replica, by: agent.pid) }, "\(agent.stderrSoFar)")
             try Data("for the status\n".utf8).write(to: URL(fileURLWithPath: replica + "/status.txt"))
             #expect(waitUntil { remoteHas(s, remote, "status.txt") }, "\(agent.stderrSoFar)")
-            #expect(waitUntil { (try? s.agentReplicaStatus(replica))?["lastSyncResult"].map { "\($0)" }?.contains("1 local change committed") == true },
-                    "\(String(describing: try? s.agentReplicaStatus(replica)))")
+            #expect(waitUntil { agent.stderrSoFar.contains("synced of \(replica): 1 local change committed") }, "\(agent.stderrSoFar)")
+            // The status is published within half a second of a sync; a later
+            // sync (that found nothing) may have replaced what it says the last did.
+            #expect(waitUntil { (try? s.agentReplicaStatus(replica))?["lastSync"] is String }, "\(String(describing: try? s.agentReplicaStatus(replica)))")
             let entry = try #require(try s.agentReplicaStatus(replica))
-            #expect((entry["syncs"] as? Int ?? 0) >= 1 && entry["lastSync"] is String && entry["lastSyncFailed"] as? Bool == false, "\(entry)")
+            #expect((entry["syncs"] as? Int ?? 0) >= 1 && entry["lastSyncResult"] is String && entry["lastSyncFailed"] as? Bool == false, "\(entry)")
             let text = try s.agentCommand(["status"])
-            #expect(text.stdout.contains("last sync") && text.stdout.contains("1 local change committed"), "\(text)")
+            #expect(text.stdout.contains("last sync ("), "\(text)")
             #expect(stopAgent(agent).status == 0)
 
             try s.gitOK(["-C", replica, "config", "fprep.agent.pollSeconds", "often"])

@@ -138,6 +138,10 @@ public final class Replica {
         anchor = storedAnchor.flatMap(ObjectID.init(hex:))
     }
 
+    /// Opens in this process wait for one another (the agent's worker,
+    /// which opens the replica from several threads): see `ReplicaLock`.
+    public static func oneOpenAtATime() { ReplicaLock.onePerProcess = true }
+
     deinit {
         // The object database goes with the replica: the fetch folders it
         // kept as alternates (emptied) can go too.

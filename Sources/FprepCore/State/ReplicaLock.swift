@@ -1,3 +1,4 @@
+import Dispatch
 import FoundationEssentials
 import Glibc
 
@@ -8,15 +9,36 @@ import Glibc
 final class ReplicaLock {
     private let fd: Int32
     private let exclusive: Bool
+    private let holdsSlot: Bool
 
     enum Mode { case shared, exclusive }
 
+    /// In a process that opens the replica from several threads at once
+    /// (the agent's worker: fills, listings, its own syncs and polls), one
+    /// opened replica at a time, readers included. Two SQLite connections
+    /// to one database in one process are safe only as long as nothing
+    /// else in it opens and closes the file (closing any descriptor drops
+    /// every POSIX lock the process holds on it), and every open checks the
+    /// file first (`StateFileCheck`).
+    nonisolated(unsafe) static var onePerProcess = false
+    private static let slot = DispatchSemaphore(value: 1)
+
     init(path: String, mode: Mode, command: String, wait: Bool, onWait: (String) -> Void) throws {
         exclusive = mode == .exclusive
+        if Self.onePerProcess {
+            if wait {
+                Self.slot.wait()
+            } else if Self.slot.wait(timeout: .now()) != .success {
+                throw FprepError(.busy, "the replica is busy: this process has it open (try again when it is done)")
+            }
+        }
+        holdsSlot = Self.onePerProcess
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
-            let reason = String(cString: strerror(errno))
-            if [EROFS, EACCES, EPERM].contains(errno) {
+            let error = errno
+            if holdsSlot { Self.slot.signal() }
+            let reason = String(cString: strerror(error))
+            if [EROFS, EACCES, EPERM].contains(error) {
                 throw FprepError.readOnlyState(parentFolder(of: path), reason: reason.lowercased())
             }
             throw FprepError("cannot open the replica lock '\(path)': \(reason)")
@@ -25,17 +47,20 @@ final class ReplicaLock {
         if flock(fd, operation | LOCK_NB) != 0 {
             guard errno == EWOULDBLOCK else {
                 close(fd)
+                if holdsSlot { Self.slot.signal() }
                 throw FprepError("cannot lock the replica ('\(path)'): \(String(cString: strerror(errno)))")
             }
             let holder = Self.holder(fd)
             guard wait else {
                 close(fd)
+                if holdsSlot { Self.slot.signal() }
                 throw FprepError(.busy, "the replica is busy: \(holder) holds its lock (try again when it is done)")
             }
             onWait("waiting for \(holder) to finish with this replica…")
             while flock(fd, operation) != 0 {
                 guard errno == EINTR else {
                     close(fd)
+                    if holdsSlot { Self.slot.signal() }
                     throw FprepError("cannot lock the replica ('\(path)'): \(String(cString: strerror(errno)))")
                 }
             }
@@ -50,6 +75,7 @@ final class ReplicaLock {
     deinit {
         if exclusive { _ = ftruncate(fd, 0) }  // no stale "held by" note
         close(fd)  // closing the descriptor releases the flock
+        if holdsSlot { Self.slot.signal() }
     }
 
     private static func holder(_ fd: Int32) -> String {
