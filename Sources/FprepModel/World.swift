@@ -206,6 +206,23 @@ final class World {
         "\(actor.rawValue)#\(index)" + (sub.map { ".\($0)" } ?? "")
     }
 
+    /// An actor's write of `token` into the replica file at `path`. Under
+    /// the agent, a write into a placeholder whose content cannot be had
+    /// (the remote away) fails with EIO, as it should: then nothing was
+    /// written, and the token is not required. False when it failed so.
+    @discardableResult
+    private func actorWrite(_ r: String, _ path: Bytes, _ token: String, _ actor: Actor, _ index: Int, append: Bool) throws -> Bool {
+        do {
+            try writeFile(join(r, path), record(token, actor, index, path), append: append)
+            return true
+        } catch let error as ModelError where withAgent && error.description.contains("Input/output error") {
+            written.removeValue(forKey: token)
+            placeholderTokens.remove(token)
+            note("  the agent failed the write with EIO (its content could not be had): nothing written")
+            return false
+        }
+    }
+
     private func record(_ token: String, _ actor: Actor, _ index: Int, _ path: Bytes) -> Bytes {
         written[token] = "\(actor.rawValue) step \(index) at \(show(path))"
         return Array("@\(token)\n".utf8)
@@ -402,14 +419,14 @@ final class World {
         case .write:
             let path = names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
-            try writeFile(join(r, path), record(tok, device, index, path), append: false)
+            try actorWrite(r, path, tok, device, index, append: false)
         case .append:
             // Read-modify-write of a file the replica has: materialize first.
             guard let path = pick(r, action.a, where: { p, e in e.isFile && !isDataless(join(r, p)) })
                     ?? pick(r, action.a, where: isFile) else { break }
             if isDataless(join(r, path)) { try fprepRun(device, ["materialize", text(path)]) }
             if !isDataless(join(r, path)), entry(join(r, path))?.isFile == true {
-                try writeFile(join(r, path), record(tok, device, index, path), append: true)
+                try actorWrite(r, path, tok, device, index, append: true)
             }
         case .appendPlaceholder:
             guard let path = pick(r, action.a, where: { p, e in e.isFile && isDataless(join(r, p)) })
@@ -418,11 +435,12 @@ final class World {
                 noteWrittenIntoPlaceholder(r, path)
                 placeholderTokens.insert(tok)
             }
-            try writeFile(join(r, path), record(tok, device, index, path), append: true)
+            try actorWrite(r, path, tok, device, index, append: true)
         case .truncate:
             guard let path = pick(r, action.a, where: isFile) else { break }
-            dropped.formUnion(knownTokens(join(r, path), isReplica: true))
-            try writeFile(join(r, path), record(tok, device, index, path), append: false)
+            let known = knownTokens(join(r, path), isReplica: true).subtracting(dropped)
+            dropped.formUnion(known)
+            if try !actorWrite(r, path, tok, device, index, append: false) { dropped.subtract(known) }
         case .chmod:
             if let path = pick(r, action.a, where: isFile), case .file(_, let x, _)? = entry(join(r, path)) {
                 chmod(join(r, path), x ? 0o644 : 0o755)
