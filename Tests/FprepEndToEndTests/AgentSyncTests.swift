@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Testing
 
-// The agent's own syncs (`fprep.agent.sync`, on by default): a local save
+// The agent's own syncs (`fprep.agent.sync`, opt-in): a local save
 // reaches the remote by itself, a push elsewhere comes in by the poll, and
 // a file still open for writing is never pushed half-written.
 

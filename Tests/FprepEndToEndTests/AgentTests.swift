@@ -10,7 +10,7 @@ extension Sandbox {
     /// Starts `fprep agent -C replica` and waits until it watches the
     /// replica's placeholders (it writes its process id to
     /// `.fprep/agent.pid` once they are marked).
-    /// `syncs`: whether the agent syncs by itself (its default); off, a
+    /// `syncs`: whether the agent syncs by itself (off by default); off, a
     /// test of hydration sees only what it does itself.
     func startAgent(_ replica: String, extra: [String] = [], env: [String: String] = [:], syncs: Bool = false,
                     sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
