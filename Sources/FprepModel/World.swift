@@ -317,11 +317,13 @@ final class World {
     /// killed fprep's git, or the agent syncing by itself) makes the action
     /// be done again on top of what is there now.
     private func applyRemote(_ action: Action, index: Int) throws {
-        for attempt in 1...5 {
+        // A push can also meet the ref's lock held by a killed fprep's git
+        // that outlives it: many attempts, each a fetch and a commit again.
+        for attempt in 1...50 {
             if try applyRemoteOnce(action, index: index) { return }
             note("  remote: push refused (attempt \(attempt)); doing the action again on the remote's new tip")
         }
-        throw ModelError("the remote refused the push of step \(index) five times")
+        throw ModelError("the remote refused the push of step \(index) 50 times")
     }
 
     /// Does the action in the plain clone and pushes it; false when the push was refused.
