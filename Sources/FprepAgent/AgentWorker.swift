@@ -513,47 +513,40 @@ public enum AgentWorker {
 /// serving is wired up (the worker's first sync and its push service start
 /// with the handshake) is kept and handed over when the handlers are set.
 private final class SyncedHandler: Sendable {
+    private let outcomes = EarlyMessages<SyncScheduler.Outcome>()
+    private let lines = EarlyMessages<String>()
+
+    func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { outcomes.set(body) }
+    func setNote(_ body: @escaping @Sendable (String) -> Void) { lines.set(body) }
+    func deliver(_ outcome: SyncScheduler.Outcome) { outcomes.deliver(outcome) }
+    func note(_ line: String) { lines.deliver(line) }
+}
+
+/// Messages for a handler that may not be set yet: the first 64 are kept
+/// until it is.
+private final class EarlyMessages<Message: Sendable>: Sendable {
     private struct State {
-        var handler: (@Sendable (SyncScheduler.Outcome) -> Void)?
-        var noted: (@Sendable (String) -> Void)?
-        var outcomes: [SyncScheduler.Outcome] = []
-        var lines: [String] = []
+        var handler: (@Sendable (Message) -> Void)?
+        var kept: [Message] = []
     }
 
     private let state = Mutex(State())
 
-    func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) {
-        let early = state.withLock { state -> [SyncScheduler.Outcome] in
+    func set(_ body: @escaping @Sendable (Message) -> Void) {
+        let early = state.withLock { state -> [Message] in
             state.handler = body
-            defer { state.outcomes = [] }
-            return state.outcomes
+            defer { state.kept = [] }
+            return state.kept
         }
         early.forEach(body)
     }
 
-    func setNote(_ body: @escaping @Sendable (String) -> Void) {
-        let early = state.withLock { state -> [String] in
-            state.noted = body
-            defer { state.lines = [] }
-            return state.lines
-        }
-        early.forEach(body)
-    }
-
-    func deliver(_ outcome: SyncScheduler.Outcome) {
-        let handler = state.withLock { state -> (@Sendable (SyncScheduler.Outcome) -> Void)? in
-            if state.handler == nil, state.outcomes.count < 64 { state.outcomes.append(outcome) }
+    func deliver(_ message: Message) {
+        let handler = state.withLock { state -> (@Sendable (Message) -> Void)? in
+            if state.handler == nil, state.kept.count < 64 { state.kept.append(message) }
             return state.handler
         }
-        handler?(outcome)
-    }
-
-    func note(_ line: String) {
-        let noted = state.withLock { state -> (@Sendable (String) -> Void)? in
-            if state.noted == nil, state.lines.count < 64 { state.lines.append(line) }
-            return state.noted
-        }
-        noted?(line)
+        handler?(message)
     }
 }
 

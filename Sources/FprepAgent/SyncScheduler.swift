@@ -176,8 +176,7 @@ final class SyncScheduler: @unchecked Sendable {
         }
         do {
             let result = try replica.sync(deferOpenForWriting: true)
-            let waiting = result.keptLocal.filter { $0.reason.contains("open for writing") }.count
-            report(Outcome(succeeded: true, summary: Self.summary(result), waiting: waiting, anchor: result.to ?? ""))
+            report(Outcome(succeeded: true, summary: Self.summary(result), waiting: result.waitingForWriters.count, anchor: result.to ?? ""))
         } catch {
             report(Outcome(succeeded: false, summary: Self.message(error), waiting: 0, anchor: replica.anchor?.hex ?? ""))
         }
@@ -197,7 +196,7 @@ final class SyncScheduler: @unchecked Sendable {
         if parts.isEmpty, report.from != report.to, let to = report.to { parts.append("now at \(to.prefix(12))") }
         if let waiting = report.waitingToPush { parts.append("waiting to push: \(waiting)") }
         if !report.conflicts.isEmpty { parts.append("\(report.conflicts.count) conflict cop\(report.conflicts.count == 1 ? "y" : "ies") kept") }
-        let open = report.keptLocal.filter { $0.reason.contains("open for writing") }.map(\.path)
+        let open = report.waitingForWriters
         if !open.isEmpty { parts.append("left for later (open for writing): \(open.prefix(5).joined(separator: ", "))\(open.count > 5 ? ", …" : "")") }
         return parts.isEmpty ? nothing : parts.joined(separator: "; ")
     }

@@ -19,7 +19,7 @@ public final class PushFollower: @unchecked Sendable {
     /// `note`: one line for the agent's log (connected, lost, registered).
     public static func start(root: String, onPush: @escaping @Sendable () -> Void,
                              note: @escaping @Sendable (String) -> Void) throws -> PushFollower? {
-        let (settings, domain, branch) = try workerStep(root) { replica in (try replica.pushSettings(), replica.domain, replica.branch) }
+        let (settings, domain, branch) = try withReplica(root, command: "agent") { replica in (try replica.pushSettings(), replica.domain, replica.branch) }
         guard let address = settings.service, let url = ServiceURL(address) else { return nil }
         return PushFollower(url: url, settings: settings, root: root, domain: domain, branch: branch, onPush: onPush, note: note)
     }
@@ -30,7 +30,7 @@ public final class PushFollower: @unchecked Sendable {
         client = HTTPClient(group: group)
         let stream = ServiceStream(device: DeviceClient(service: url, client: client), root: root, domain: domain, branch: branch,
                                    replicated: false, name: "fprep agent \(root)", maxBackoff: .seconds(10), idleTimeout: .seconds(65),
-                                   output: note, withReplica: { try workerStep($0, $1) })
+                                   output: note, withReplica: { try withReplica($0, command: "agent", $1) })
         let shared = Locked(settings)
         let connected = Locked(false)
         task = Task {
@@ -44,7 +44,7 @@ public final class PushFollower: @unchecked Sendable {
                     // Never waits for a sync under way: a push not recorded
                     // now is replayed later, and a replayed push syncs nothing.
                     let saved = shared.get()
-                    try? workerStep(root, wait: false) { try $0.savePushSettings(saved) }
+                    try? withReplica(root, command: "agent", wait: false) { try $0.savePushSettings(saved) }
                 }
                 onPush()
             }, onDrop: { reason in
@@ -64,10 +64,4 @@ public final class PushFollower: @unchecked Sendable {
             try? await group.shutdownGracefully()
         }
     }
-}
-
-/// Opens the replica for one short step as the agent's worker, and lets it go.
-private func workerStep<T>(_ root: String, wait: Bool = true, _ body: (Replica) throws -> T) throws -> T {
-    let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true, wait: wait))
-    return try body(replica)
 }

@@ -179,8 +179,9 @@ public struct Watcher: Sendable {
     }
 }
 
-/// Opens the replica for one step, alone, and lets it go at once.
-func withReplica<T>(_ root: String, _ body: (Replica) throws -> T) throws -> T {
-    let replica = try Replica.open(containing: root, access: Replica.Access(command: "watch", exclusive: true))
+/// Opens the replica for one step, alone, and lets it go at once
+/// (`command`: who holds it, for another command that waits).
+func withReplica<T>(_ root: String, command: String = "watch", wait: Bool = true, _ body: (Replica) throws -> T) throws -> T {
+    let replica = try Replica.open(containing: root, access: Replica.Access(command: command, exclusive: true, wait: wait))
     return try body(replica)
 }

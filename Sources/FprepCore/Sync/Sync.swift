@@ -15,6 +15,9 @@ public struct SyncReport: Sendable, Encodable {
     /// Items whose local changes the sync kept instead of applying the
     /// remote's change (left for reconcile).
     public var keptLocal: [Skipped] = []
+    /// Changed files left for a later sync because a program still has
+    /// them open for writing (`deferOpenForWriting`; also in `keptLocal`).
+    public var waitingForWriters: [String] = []
     public var signals: [Signal] = []
     /// Local changes this sync committed.
     public var localChanges: [LocalChange] = []
@@ -128,7 +131,11 @@ extension Replica {
                 scan = try LocalScanner(replica: self, index: scanned).scan()
             }
             report.keptLocal += scan.skipped
-            if deferOpenForWriting { report.keptLocal += scan.deferFilesOpenForWriting(root: root) }
+            if deferOpenForWriting {
+                let deferred = scan.deferFilesOpenForWriting(root: root)
+                report.keptLocal += deferred
+                report.waitingForWriters = deferred.map(\.path)
+            }
             Trace.mark("scan")
             if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {
                 report.localChanges = committed.changes
