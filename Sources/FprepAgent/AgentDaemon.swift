@@ -143,6 +143,7 @@ private final class Supervisor {
                 status.lastSyncFailed = counted.lastSyncFailed
                 status.waitingToSync = counted.waitingToSync
             }
+            if counted.changesIgnored > 0 { status.changesIgnored = counted.changesIgnored }
             return status
         }
         let status = AgentDaemonStatus(pid: getpid(), started: started, stateFolder: registry.folder, replicas: replicas)

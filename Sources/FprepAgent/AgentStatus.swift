@@ -54,6 +54,9 @@ public struct ReplicaStatus: Codable, Sendable, Equatable {
     public var lastSyncResult: String?
     public var lastSyncFailed: Bool?
     public var waitingToSync: Int?
+    /// Batches of changes the agent saw that were all to items the ignore
+    /// rules leave out (swap files, build output): no sync started for them.
+    public var changesIgnored: Int?
 
     public init(path: String, state: State, placeholders: Int = 0, hydrated: Int = 0, failed: Int = 0,
                 lastError: String? = nil, lastErrorAt: String? = nil) {
@@ -109,6 +112,7 @@ final class ReplicaCounters: Sendable {
         var lastSyncResult: String?
         var lastSyncFailed = false
         var waitingToSync = 0
+        var changesIgnored = 0
     }
 
     private let state = Mutex(Snapshot())
@@ -142,6 +146,10 @@ final class ReplicaCounters: Sendable {
             }
         }
     }
+
+    /// The change watch left a batch of changes out (all ignored); returns
+    /// how many so far.
+    func leftOut(_ count: Int) -> Int { state.withLock { $0.changesIgnored += count; return $0.changesIgnored } }
 
     /// The replica cannot be served (counted nowhere, but shown).
     func refused(_ message: String) {

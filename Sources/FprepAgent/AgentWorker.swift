@@ -107,6 +107,11 @@ final class WorkerClient: @unchecked Sendable {
                 if let line = body.text() { synced.note(line) }
                 continue
             }
+            if message.kind == .leftOut {
+                var body = WorkerMessageReader(message.body)
+                if let count = body.i64() { synced.leftOut(Int(count)) }
+                continue
+            }
             if message.kind == .synced {
                 var body = WorkerMessageReader(message.body)
                 if let ok = body.raw(1)?.first, let summary = body.text(), let waiting = body.i64(), let anchor = body.text() {
@@ -121,6 +126,10 @@ final class WorkerClient: @unchecked Sendable {
 
     /// Calls `handler` with what each of the worker's own syncs did (on the reader's thread).
     func onSynced(_ handler: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { synced.set(handler) }
+
+    /// Calls `handler` with each batch of changes the worker's change watch
+    /// left out (all to ignored items).
+    func onLeftOut(_ handler: @escaping @Sendable (Int) -> Void) { synced.setLeftOut(handler) }
 
     /// Calls `handler` with each line the worker has for the log.
     func onNote(_ handler: @escaping @Sendable (String) -> Void) { synced.setNote(handler) }
@@ -348,7 +357,11 @@ public enum AgentWorker {
                     channel.send(WorkerMessage(kind: .synced, body: body.bytes))
                 }
                 scheduler = syncs
-                changes = try ChangeWatch(root: root) { syncs.changed() }
+                changes = try ChangeWatch(root: root, onChange: { syncs.changed() }, onLeftOut: {
+                    var body = WorkerMessageWriter()
+                    body.i64(1)
+                    channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
+                })
                 signals = try remoteSignals?(root, { syncs.changed() }, { line in
                     var body = WorkerMessageWriter()
                     body.text(line)
@@ -515,11 +528,14 @@ public enum AgentWorker {
 private final class SyncedHandler: Sendable {
     private let outcomes = EarlyMessages<SyncScheduler.Outcome>()
     private let lines = EarlyMessages<String>()
+    private let leftOuts = EarlyMessages<Int>()
 
     func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { outcomes.set(body) }
     func setNote(_ body: @escaping @Sendable (String) -> Void) { lines.set(body) }
     func deliver(_ outcome: SyncScheduler.Outcome) { outcomes.deliver(outcome) }
     func note(_ line: String) { lines.deliver(line) }
+    func setLeftOut(_ body: @escaping @Sendable (Int) -> Void) { leftOuts.set(body) }
+    func leftOut(_ count: Int) { leftOuts.deliver(count) }
 }
 
 /// Messages for a handler that may not be set yet: the first 64 are kept

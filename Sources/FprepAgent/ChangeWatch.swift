@@ -19,14 +19,22 @@ final class ChangeWatch: @unchecked Sendable {
     private let group: Int32
     private let stopPipe: (read: Int32, write: Int32)
     private let onChange: @Sendable () -> Void
+    private let onLeftOut: @Sendable () -> Void
+    /// Tells changes the scan leaves out (ignored untracked items); nil when
+    /// the replica's repository could not be opened: every change counts.
+    private let leftOut: IgnoredChanges?
     private let own = getpid()
     /// Folder handle (type and bytes) → its path relative to the root.
     private var folders: [[UInt8]: [UInt8]] = [:]
     private var thread: BlockingThread?
 
-    init(root: String, onChange: @escaping @Sendable () -> Void) throws {
+    /// `onLeftOut` is called for each batch of changes all to ignored
+    /// items, which starts no sync.
+    init(root: String, onChange: @escaping @Sendable () -> Void, onLeftOut: @escaping @Sendable () -> Void = {}) throws {
         self.root = root
         self.onChange = onChange
+        self.onLeftOut = onLeftOut
+        leftOut = try? IgnoredChanges(replicaRoot: root)
         rootFD = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard rootFD >= 0 else { throw FprepError("cannot follow the changes in '\(root)': \(String(cString: strerror(errno)))") }
         group = fprep_changes_init()
@@ -73,6 +81,10 @@ final class ChangeWatch: @unchecked Sendable {
             var changed = false
             var remark = false
             var arrived: [[UInt8]] = []
+            // Where others changed something, when the event says: a batch
+            // of changes all to ignored items (a swap file, build output)
+            // starts no sync.
+            var changedPaths: [[UInt8]] = []
             while true {
                 let count = events.withUnsafeMutableBufferPointer { fprep_changes_read(group, $0.baseAddress, $0.count) }
                 if count <= 0 { break }
@@ -83,7 +95,14 @@ final class ChangeWatch: @unchecked Sendable {
                         remark = true
                         continue
                     }
-                    if event.pid != own { changed = true }
+                    if event.pid != own {
+                        let name = withUnsafeBytes(of: event.name) { Array($0.prefix(Int(event.name_length))) }
+                        if !name.isEmpty, let parent = folders[Self.key(event)] {
+                            changedPaths.append(parent.isEmpty ? name : parent + [0x2F] + name)
+                        } else {
+                            changed = true
+                        }
+                    }
                     guard event.mask & UInt64(FPREP_CHANGE_ON_FOLDER) != 0 else { continue }
                     if event.mask & UInt64(FPREP_CHANGE_MOVED) != 0 { remark = true }
                     if event.mask & UInt64(FPREP_CHANGE_ARRIVED) != 0, let parent = folders[Self.key(event)] {
@@ -98,7 +117,11 @@ final class ChangeWatch: @unchecked Sendable {
             } else {
                 for path in arrived { markTree(below: path) }
             }
-            if changed { onChange() }
+            if changed || (!changedPaths.isEmpty && leftOut?.allLeftOut(changedPaths) != true) {
+                onChange()
+            } else if !changedPaths.isEmpty {
+                onLeftOut()
+            }
         }
     }
 

@@ -92,6 +92,12 @@ final class ReplicaServer: @unchecked Sendable {
         if settings.syncs {
             let suffix = namesRoot ? " of \(root)" : ""
             worker.onNote { line in log.write(.info, line + suffix) }
+            worker.onLeftOut { count in
+                // Said once: a swap file written every few seconds is no news.
+                if counters.leftOut(count) == count {
+                    log.write(.info, "changes only to items the ignore rules leave out\(suffix) start no sync (counted by 'fprep agent status')")
+                }
+            }
             worker.onSynced { outcome in
                 counters.synced(outcome)
                 if outcome.succeeded {

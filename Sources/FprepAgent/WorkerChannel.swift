@@ -51,6 +51,9 @@ struct WorkerMessage: Sendable {
         /// A line for the agent's log (one-way): what the worker's follow
         /// of the push service did (connected, lost, registered).
         case note = 21
+        /// Changes the change watch left out (one-way): how many batches
+        /// of changes were all to ignored items, so started no sync.
+        case leftOut = 22
     }
 
     var kind: Kind

@@ -218,6 +218,9 @@ struct AgentStatusCommand: ParsableCommand {
                     print("  \(count(waiting, "local change")) waiting (open for writing)")
                 }
             }
+            if let ignored = replica.changesIgnored {
+                print("  changes only to ignored items: \(count(ignored, "time")) (no sync started)")
+            }
             if let error = replica.lastError {
                 print("  last error\(replica.lastErrorAt.map { " at \($0)" } ?? ""): \(error)")
             }

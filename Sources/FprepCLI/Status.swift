@@ -9,17 +9,22 @@ struct Status: ParsableCommand {
         abstract: "Show the replica's remote, anchor, item counts, sizes and local changes.",
         discussion: """
             Counts come from a stat scan of every item (content is read only for materialized files whose stat changed). Logical size is what the files hold at the anchor; bytes on disk is what the replica takes, its tree, .git and .fprep together.
+
+            Untracked files and folders that git's ignore rules match (.gitignore files in the tree, .git/info/exclude, core.excludesFile) are left out of the changes and never synced; --ignored lists them. A file the remote has stays synced whatever the rules say, and so does a dataless file moved to an ignored name (its content is only on the remote).
             """
     )
 
     @OptionGroup var replica: ReplicaOptions
+
+    @Flag(help: "Also list the untracked items the ignore rules leave out (a folder once, with a trailing /).")
+    var ignored = false
 
     @Flag(help: "Print the report as JSON.")
     var json = false
 
     func run() throws {
         let opened = try replica.open("status", exclusive: false)
-        let report = try opened.status()
+        let report = try opened.status(listingIgnored: ignored)
         if json { return try JSONOutput.print(report) }
         print("replica:      \(report.root)")
         print("domain:       \(report.domain)")
@@ -51,8 +56,15 @@ struct Status: ParsableCommand {
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }
+        for file in report.ignoreFilesNotRead {
+            print("ignore rules: '\(Console.escaped(file))' is dataless, so its rules are not applied yet ('fprep sync' or 'fprep materialize' brings it)")
+        }
         for change in report.changes {
             print("  \(change.kind.rawValue): \(change.from.map { "\($0) → " } ?? "")\(change.path)")
+        }
+        if let ignored = report.ignored {
+            print(ignored.isEmpty ? "ignored:      none" : "ignored:")
+            for path in ignored { print("  \(Console.escaped(path))") }
         }
     }
 }

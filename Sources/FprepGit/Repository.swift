@@ -222,6 +222,20 @@ public final class Repository {
         return Config(taking: cfg)
     }
 
+    /// Whether git's ignore rules (`.gitignore` files of the work tree,
+    /// `info/exclude`, `core.excludesFile`) leave `path` out, as `git
+    /// check-ignore --no-index` says: whether or not the index has it, and
+    /// true below an ignored folder. `path` is relative to the work tree,
+    /// with a trailing `/` for a folder. Reads the `.gitignore` files on the
+    /// way down: the caller makes sure none of them is a placeholder.
+    /// Wraps `git_ignore_path_is_ignored`.
+    public func isIgnored(_ path: [UInt8]) throws -> Bool {
+        var ignored: Int32 = 0
+        let text = path.map { CChar(bitPattern: $0) } + [0]
+        try check(git_ignore_path_is_ignored(&ignored, pointer, text), "git_ignore_path_is_ignored")
+        return ignored == 1
+    }
+
     /// The repository's index, as the file on disk has it now.
     public func index() throws -> Index {
         try Index(path: gitDirectory + "index")

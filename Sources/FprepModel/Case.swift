@@ -36,6 +36,9 @@ public enum Kind: String, Sendable, CaseIterable {
     case appendPlaceholder = "append-placeholder", truncate, chmod, rename, delete, mkdir
     case fileToDir = "file-to-dir", dirToFile = "dir-to-file", symlink, hardlink
     case hardlinkOutside = "hardlink-outside", fifo, concurrent
+    // Items the remote's `.gitignore` (`*.tmp`) leaves out: a new one, and
+    // a file (a placeholder, say) moved to such a name.
+    case ignoredWrite = "ignored-write", renameIgnored = "rename-ignored"
     // fprep's own commands, and faults.
     case sync, syncIncoming = "sync-incoming", kill, crash, offline
 

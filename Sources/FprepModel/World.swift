@@ -148,9 +148,21 @@ final class World {
 
     // MARK: - Setup
 
-    /// The remote (one file), the plain clone, the setup actions, the two replicas.
+    /// Ignore rules every case starts with: items of these names never
+    /// sync unless the remote has them; actors leave the file itself alone.
+    static let ignoreFile = Array(".gitignore".utf8)
+    static let ignoredSuffix = Array(".tmp".utf8)
+
+    /// Whether a path's name is one the rules leave out.
+    static func isIgnoredName(_ path: Bytes) -> Bool {
+        let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
+        return name.count > ignoredSuffix.count && Array(name.suffix(ignoredSuffix.count)) == ignoredSuffix
+    }
+
+    /// The remote (one file and the ignore rules), the plain clone, the setup actions, the two replicas.
     func setUp(_ actions: [Action]) throws {
         try writeFile(box + "/src/a", Array("@remote#s\n".utf8), append: false)
+        try writeFile(box + "/src/.gitignore", Array("*.tmp\n".utf8), append: false)
         written["remote#s"] = "setup 'a'"
         for args in [["init-remote", box + "/remote.git"], ["import-tree", box + "/src", "--into", box + "/remote.git", "-m", "start"]] {
             let r = try launcher.run([fprep] + args, cwd: box, timeout: timeout)
@@ -286,7 +298,9 @@ final class World {
     private func pick(_ root: String, _ x: UInt32, where accept: (Bytes, Entry) -> Bool) -> Bytes? {
         // Actors leave fprep's own temporaries alone (a hidden `.NAME.fprep-TOKEN`
         // a killed command left, which the next command settles).
-        let candidates = walk(root).filter { !isFprepTemporary($0.path) && accept($0.path, $0.entry) }
+        // The ignore rules stay as they are (and the picks of stored cases
+        // stay what they were before the file came).
+        let candidates = walk(root).filter { $0.path != Self.ignoreFile && !isFprepTemporary($0.path) && accept($0.path, $0.entry) }
         guard !candidates.isEmpty else { return nil }
         return candidates[Int(x % UInt32(candidates.count))].path
     }
@@ -375,7 +389,7 @@ final class World {
         default:
             throw ModelError("\(action.kind.rawValue) is not a remote action")
         }
-        try git(["add", "-A"], cwd: work)
+        try git(["add", "-A", "--force"], cwd: work)
         guard (try? git(["diff", "--cached", "--quiet"], cwd: work)) == nil else { return true }
         try git(["commit", "-q", "-m", "remote \(index)"], cwd: work)
         return (try? git(["push", "-q", remotePath, "HEAD:main"], cwd: work)) != nil
@@ -492,6 +506,17 @@ final class World {
             prepare(r, path, isReplica: true, clear: true)
             link(outside, join(r, path))
             self.outside[outside] = readFile(outside) ?? []
+        case .ignoredWrite:
+            let path = names.path(action.a) + Self.ignoredSuffix
+            prepare(r, path, isReplica: true, clear: true)
+            try actorWrite(r, path, tok, device, index, append: false)
+        case .renameIgnored:
+            if let from = pick(r, action.a, where: { p, e in e.isFile && !Self.isIgnoredName(p) }) {
+                let to = from + Self.ignoredSuffix
+                let zeros = readFile(join(r, from))?.contains(0) == true
+                move(r, from, to, isReplica: true)
+                if zeros, entry(join(r, to))?.isFile == true { noteHoldsZeros(r, to) }
+            }
         case .fifo:
             let path = names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
@@ -645,6 +670,12 @@ final class World {
         // Lost bytes first: they matter most, and a tree that differs often follows from them.
         var present: Set<String> = []
         for (_, item) in remote where item.mode != "120000" { present.formUnion(tokens(in: item.bytes)) }
+        // What stays on a device by the ignore rules is kept, not lost.
+        for device in [Actor.dev1, .dev2] {
+            for (path, e) in walk(root(device)) where e.isFile && Self.isIgnoredName(path) && remote[path] == nil {
+                present.formUnion(tokens(in: readFile(join(root(device), path)) ?? []))
+            }
+        }
         let lost = written.keys.filter { !dropped.contains($0) && !present.contains($0) }.sorted()
         if !lost.isEmpty {
             throw Failure(step: nil, invariant: "lost-bytes",
@@ -703,6 +734,7 @@ final class World {
                 let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: join(r, path))).map { Array($0.utf8) }
                 guard item.mode == "120000", target == item.bytes else { throw fail("\(show(path)): a symlink here, mode \(item.mode) in the remote") }
             case .file(let size, let executable, _):
+                if remote[path] == nil, Self.isIgnoredName(path) { continue }  // left out by the rules
                 guard let item = remote[path] else { throw fail("\(show(path)) is a file here, absent in the remote") }
                 seen.insert(path)
                 guard item.mode.hasPrefix("100") else { throw fail("\(show(path)): a file here, mode \(item.mode) in the remote") }

@@ -54,6 +54,26 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("changes only to ignored items start no sync and never reach the remote; a tracked file a rule matches still syncs")
+    func ignoredChangesStartNoSync() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s)
+            try Data("*.swp\nbuild/\n*.md\n".utf8).write(to: URL(fileURLWithPath: replica + "/.gitignore"))
+            try s.fprepOK(["sync"], cwd: replica)
+            let agent = try s.startAgent(replica, syncs: true)
+            try s.sh("echo swap > .a.txt.swp && mkdir -p build/out && echo o > build/out/x", cwd: replica)
+            #expect(waitUntil { agent.stderrSoFar.contains("changes only to items the ignore rules leave out start no sync") },
+                    "\(agent.stderrSoFar)")
+            // A tracked file under a rule is still the user's work.
+            try s.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            try s.sh("echo 'more words' >> docs/readme.md", cwd: replica)
+            #expect(waitUntil { (try? DamagedStateTests.remoteFile(s, remote, "docs/readme.md"))?.hasSuffix("more words") == true },
+                    "\(agent.stderrSoFar)")
+            for left in [".a.txt.swp", "build/out/x"] { #expect(!remoteHas(s, remote, left), "\(left) reached the remote") }
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("a file still open for writing is never pushed half-written: it waits for its writer to close it, other changes go on")
     func openFileWaitsForItsWriter() throws {
         try withSandbox { s in

@@ -57,6 +57,14 @@ struct LocalChangeSet {
     var changes: [LocalChange] = []
     /// What the scan leaves alone, with why: FIFOs, sockets and devices.
     var skipped: [Skipped] = []
+    /// Untracked items git's ignore rules leave out (a folder with a
+    /// trailing `/`, its content not looked at), sorted.
+    var ignored: [String] = []
+    /// `.gitignore` files whose rules were not applied: placeholders
+    /// (see `IgnoreRules`).
+    var unreadIgnoreFiles: [String] = []
+    /// The ignored items as found, for `LocalScanner.placeholdersLeftIgnored`.
+    var ignoredItems: [(RepoPath, FileStat)] = []
     /// How many tracked items are in each state, and how many folders.
     var counts: [ItemState: Int] = [:]
     var items = 0
@@ -126,6 +134,14 @@ struct LocalScanner {
     /// its changes are committed, every placeholder not changed since then
     /// is known to be one (see `PlaceholderCheck`).
     let started = PlaceholderCheck.now()
+    /// git's ignore rules, for the items the index does not have.
+    let ignoreRules: IgnoreRules
+
+    init(replica: Replica, index: Index) {
+        self.replica = replica
+        self.index = index
+        ignoreRules = IgnoreRules(replica)
+    }
 
     final class StrayTemporaries {
         var paths: [RepoPath] = []
@@ -217,7 +233,7 @@ struct LocalScanner {
                     // A file turned into a folder: the file is gone; what
                     // is in the folder comes as new files.
                     deleted.append(entry)
-                    bytes += try collectNew(path, into: &added)
+                    bytes += try collectNew(path, into: &added, set: &set)
                     continue
                 }
                 if let marked = try markedPlaceholder(path, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
@@ -260,8 +276,9 @@ struct LocalScanner {
                 let path = RepoPath(bytes: folderPath.isEmpty ? name.bytes : folderPath + [0x2F] + name.bytes)
                 guard let stat = replica.rootFolder.stat(path) else { continue }
                 bytes += stat.blocks * 512
+                if isIgnored(path, stat, in: &set) { continue }
                 if stat.isDirectory {
-                    bytes += try collectNew(path, into: &added)
+                    bytes += try collectNew(path, into: &added, set: &set)
                 } else {
                     added.append((path, stat))
                 }
@@ -291,21 +308,64 @@ struct LocalScanner {
     }
 
     /// Every file and symlink below `path` (a folder the index knows nothing
-    /// under) as new; returns the disk space they take.
-    private func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)]) throws -> Int64 {
+    /// under) that the ignore rules do not leave out, as new; returns the
+    /// disk space they take (ignored folders' content not counted).
+    private func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)], set: inout LocalChangeSet) throws -> Int64 {
         guard let folder = try? replica.rootFolder.folder(path) else { return 0 }
         var bytes: Int64 = 0
         for name in try folder.entryNames() where !isTemporary(name, in: path.bytes) {
             guard let stat = folder.stat(name: name) else { continue }
             bytes += stat.blocks * 512
             let child = path.appending(name)
+            if isIgnored(child, stat, in: &set) { continue }
             if stat.isDirectory {
-                bytes += try collectNew(child, into: &added)
+                bytes += try collectNew(child, into: &added, set: &set)
             } else {
                 added.append((child, stat))
             }
         }
         return bytes
+    }
+
+    /// Whether the ignore rules leave out the untracked item at `path`;
+    /// recorded in `set` when they do.
+    private func isIgnored(_ path: RepoPath, _ stat: FileStat, in set: inout LocalChangeSet) -> Bool {
+        guard ignoreRules.isIgnored(path, isFolder: stat.isDirectory) else { return false }
+        set.ignored.append(path.description + (stat.isDirectory ? "/" : ""))
+        set.ignoredItems.append((path, stat))
+        return true
+    }
+
+    /// The placeholders among the ignored items (and in ignored folders):
+    /// a placeholder is never ignored, as it stands for content only the
+    /// remote has. `mv big.iso big.iso.bak` under a `*.bak` rule is a move:
+    /// were it a deletion, the remote would drop the content the file here
+    /// cannot show. Looked for only when a placeholder's entry went.
+    private func placeholdersLeftIgnored(_ set: inout LocalChangeSet) throws -> [(RepoPath, FileStat)] {
+        let sizes = try replica.store.blobInfoLookup()
+        var found: [(RepoPath, FileStat)] = []
+        var kept: [(RepoPath, FileStat)] = []
+        func look(_ path: RepoPath, _ stat: FileStat) throws -> Bool {
+            if stat.isDirectory {
+                guard let folder = try? replica.rootFolder.folder(path) else { return false }
+                var any = false
+                for name in try folder.entryNames() {
+                    guard let child = folder.stat(name: name) else { continue }
+                    if try look(path.appending(name), child) { any = true }
+                }
+                return any
+            }
+            guard stat.isRegular, try markedPlaceholder(path, stat, sizes: sizes) != nil else { return false }
+            found.append((path, stat))
+            return true
+        }
+        for (path, stat) in set.ignoredItems {
+            let held = try look(path, stat)
+            if !held || stat.isDirectory { kept.append((path, stat)) }
+        }
+        set.ignoredItems = kept
+        set.ignored = kept.map { $0.0.description + ($0.1.isDirectory ? "/" : "") }
+        return found
     }
 
     /// fprep's own temporary files are not the user's: a name of their
@@ -366,9 +426,16 @@ struct LocalScanner {
                         set.recordModified(entry, stat, classifier: classifier)
                     }
                 } else if stat.isDirectory {
-                    if index.firstPosition(withPrefix: path + [0x2F]) != nil { set.folderCount += 1 }
+                    // A folder with tracked items is walked whatever the
+                    // rules say (tracked files stay tracked); its untracked
+                    // items are looked at one by one.
+                    if index.firstPosition(withPrefix: path + [0x2F]) != nil {
+                        set.folderCount += 1
+                    } else if isIgnored(RepoPath(bytes: path), stat, in: &set) {
+                        continue
+                    }
                     if let child = try? folder.folder(RepoPath(bytes: name)) { try visit(child, path) }
-                } else {
+                } else if !isIgnored(RepoPath(bytes: path), stat, in: &set) {
                     added.append((RepoPath(bytes: path), stat))
                 }
             }
@@ -388,6 +455,12 @@ struct LocalScanner {
     /// and lists the changes.
     private func finish(_ scanned: LocalChangeSet, added: [(RepoPath, FileStat)], deleted: [IndexEntry]) throws -> LocalChangeSet {
         var set = scanned
+        var added = added
+        if deleted.contains(where: \.skipWorktree), !set.ignoredItems.isEmpty {
+            added += try placeholdersLeftIgnored(&set)
+        }
+        set.ignored.sort()
+        set.unreadIgnoreFiles = ignoreRules.unread.map(\.description).sorted()
         // Moves: a deleted entry and a new file with the same content. A
         // moved placeholder carries its blob id in its attributes; other new
         // files are hashed only when some deleted entry could match.

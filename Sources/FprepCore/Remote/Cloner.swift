@@ -258,7 +258,11 @@ public enum Cloner {
         // 4. Lay out the tree (the same step that recovery repeats).
         let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress),
                                        layoutPlan: plan, beforeReady: { try recorder.wait() })
-        _ = replica
+        // Files of ignore rules arrive with their content: every scan reads them.
+        replica.materializeRuleFiles(plan.entries.filter { entry in
+            guard case .file = entry.kind else { return false }
+            return IgnoreRules.isRuleFile(entry.path)
+        }.map(\.path))
         progress.finish()
         return Result(root: root, url: url, domain: domain, branch: followed, anchor: anchor?.hex, plan: plan)
     }

@@ -37,13 +37,19 @@ public struct StatusReport: Sendable, Encodable {
     /// Placeholders whose size the remote did not say (0 bytes on disk,
     /// not counted in `logicalSize`); see `UnknownSizes`.
     public var sizeUnknown: Int = 0
+    /// `.gitignore` files whose rules were not applied because their content
+    /// is not on disk (see `IgnoreRules`); `fprep sync` brings it.
+    public var ignoreFilesNotRead: [String] = []
+    /// Untracked items the ignore rules leave out (a folder with a trailing
+    /// `/`); only when asked for (`status --ignored`).
+    public var ignored: [String]? = nil
 }
 
 extension Replica {
     /// Scans every item with `lstat` (content is read only for materialized
     /// files whose stat changed, and for new files that may be moves) and
     /// sums up the replica.
-    public func status() throws -> StatusReport {
+    public func status(listingIgnored: Bool = false) throws -> StatusReport {
         let index = try repository.index()
         Trace.mark("read index")
         // What git staged, reset or checked out shows as the change it is
@@ -65,6 +71,8 @@ extension Replica {
                             agent: InPlaceHydration.servingAgent(replicaRoot: root),
                             git: head == GitHeadState() ? nil : head, sizeUnknown: try unknownSizeCount(index))
         report.gitBytes = gitBytes
+        report.ignoreFilesNotRead = scan.unreadIgnoreFiles
+        if listingIgnored { report.ignored = scan.ignored }
         return report
     }
 }

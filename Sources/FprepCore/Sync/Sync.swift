@@ -119,11 +119,19 @@ extension Replica {
         }
         var index: Index?
         if !incoming {
-            let scanned = try repository.index()
+            var scanned = try repository.index()
             try realignIndexGitWrote(scanned)
-            index = scanned
-            let scanner = LocalScanner(replica: self, index: scanned)
+            var scanner = LocalScanner(replica: self, index: scanned)
             var scan = try scanner.scan()
+            if !scanner.ignoreRules.unread.isEmpty, materializeRuleFiles(scanner.ignoreRules.unread) {
+                // Rules fprep could not read (a `.gitignore` still a
+                // placeholder): with their content here (and in the index
+                // on disk, which is read again), the scan applies them.
+                scanned = try repository.index()
+                scanner = LocalScanner(replica: self, index: scanned)
+                scan = try scanner.scan()
+            }
+            index = scanned
             if !scanner.strays.paths.isEmpty {
                 settleStrayTemporaries(scanner.strays.paths)
                 // What they became (conflict copies of bytes a program
@@ -638,6 +646,12 @@ struct SyncApplier {
             plans.append((update, state))
             if case .old(.materialized) = state, update.new.mode.isFile, !odb.contains(update.new.id) { needed.insert(update.new.id) }
             if update.new.mode == .symlink, !odb.contains(update.new.id) { needed.insert(update.new.id) }
+            if update.new.mode.isFile, IgnoreRules.isRuleFile(update.path), !odb.contains(update.new.id) {
+                switch state {
+                case .absent, .old: needed.insert(update.new.id)
+                case .userChanged, .alreadyNew: break
+                }
+            }
         }
         Trace.mark("classify updates")
         // The new content is on its way (asked for after the diff) while
@@ -959,7 +973,7 @@ struct SyncApplier {
         var kept: Skipped?
         switch new.mode {
         case .blob, .executable:
-            if writesContent(state, new.id), let blob = try? replica.repository.blob(new.id) {
+            if writesContent(state, new.id, at: path), let blob = try? replica.repository.blob(new.id) {
                 try blob.withContent { bytes in
                     guard try ObjectDatabase.blobID(of: bytes) == new.id else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(new.id); nothing was written")
@@ -1026,7 +1040,7 @@ struct SyncApplier {
             // Only where nothing was: replacing a user's file goes one by
             // one through `SafeReplace`, so no write into it is lost.
             guard case .absent = state else { return false }
-            if applier.writesContent(state, new.id) { return false }
+            if applier.writesContent(state, new.id, at: update.path) { return false }
             try applier.makeFolders(update.path.parent)
             let folder = try applier.replica.rootFolder.folder(update.path.parent)
             let info = try applier.sizes(new.id)
@@ -1110,11 +1124,15 @@ struct SyncApplier {
 
     /// Whether an item gets its content rather than a placeholder: it was
     /// materialized, or it is new here and its content is already in the
-    /// local store (a conflict copy of the user's own version, a merge).
-    func writesContent(_ state: Local, _ id: ObjectID) -> Bool {
+    /// local store (a conflict copy of the user's own version, a merge), or
+    /// it is a file of ignore rules (which the scan reads; its content was
+    /// fetched with the materialized files').
+    func writesContent(_ state: Local, _ id: ObjectID, at path: RepoPath) -> Bool {
         switch state {
         case .old(.materialized): return true
         case .absent: return (try? replica.repository.objectDatabase().contains(id)) == true
+        case .old(.dataless) where IgnoreRules.isRuleFile(path):
+            return (try? replica.repository.objectDatabase().contains(id)) == true
         default: return false
         }
     }

@@ -35,6 +35,7 @@ final class SyncContentFetch: @unchecked Sendable {
         let materialized = try store.materialized(among: changedFiles)
         var ids = Set<ObjectID>()
         for update in changes.updated where update.new.mode == .symlink
+            || (update.new.mode.isFile && IgnoreRules.isRuleFile(update.path))
             || (update.new.mode.isFile && update.old != nil && materialized.contains(update.path)) {
             if !odb.contains(update.new.id) { ids.insert(update.new.id) }
         }
