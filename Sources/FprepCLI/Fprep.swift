@@ -20,7 +20,7 @@ public struct Fprep: ParsableCommand {
         version: "fprep \(Fprep.version) (\(buildCommit.map { "commit \($0.prefix(12)), " } ?? "")libgit2 \(LibGit2.version))",
         subcommands: [
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
-            Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
+            Pin.self, Unpin.self, Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
             Favorite.self, Unfavorite.self, Open.self, Signals.self, TrashCommand.self, Restore.self, Revert.self, Versions.self, GarbageCollect.self, RepairCommand.self, Hook.self,
             InstallHooks.self, Serve.self, Watch.self, AgentCommand.self, Completions.self,
         ]

@@ -41,7 +41,7 @@ struct List: ParsableCommand {
         for item in result.items {
             let size = item.size.map { String($0) } ?? (item.kind == "folder" ? "-" : "?")
             let name = item.kind == "folder" ? item.filename + "/" : item.filename
-            let note = item.unsupported.map { "  (\($0), unsupported)" } ?? ""
+            let note = (item.unsupported.map { "  (\($0), unsupported)" } ?? "") + (item.pinned == true ? "  (pinned)" : "")
             print("\(item.state.rawValue + String(repeating: " ", count: max(0, 12 - item.state.rawValue.count))) \(String(repeating: " ", count: max(0, 12 - size.count)))\(size)  \(item.modified)  \(name)\(note)")
         }
         if let next = result.nextPage { print("next page: \(next)") }

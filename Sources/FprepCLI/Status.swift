@@ -56,6 +56,9 @@ struct Status: ParsableCommand {
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }
+        if !report.pins.isEmpty {
+            print("pinned:       \(report.pins.map { Console.escaped($0) }.joined(separator: ", ")) (kept on this device)")
+        }
         for file in report.ignoreFilesNotRead {
             print("ignore rules: '\(Console.escaped(file))' is dataless, so its rules are not applied yet ('fprep sync' or 'fprep materialize' brings it)")
         }

@@ -67,6 +67,9 @@ struct Sync: ParsableCommand {
             printError("fprep: \(why)commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable")
             throw ExitCode(1)
         }
+        if !report.pinnedMaterialized.isEmpty {
+            print("materialized \(count(report.pinnedMaterialized.count, "file")) under pins")
+        }
         guard report.from != report.to else {
             print("up to date at \(report.to ?? "(empty remote)")")
             return

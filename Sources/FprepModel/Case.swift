@@ -39,6 +39,8 @@ public enum Kind: String, Sendable, CaseIterable {
     // Items the remote's `.gitignore` (`*.tmp`) leaves out: a new one, and
     // a file (a placeholder, say) moved to such a name.
     case ignoredWrite = "ignored-write", renameIgnored = "rename-ignored"
+    // `fprep pin` (or, one time in three, `unpin`) of an item.
+    case pin
     // fprep's own commands, and faults.
     case sync, syncIncoming = "sync-incoming", kill, crash, offline
 

@@ -153,10 +153,11 @@ final class World {
     static let ignoreFile = Array(".gitignore".utf8)
     static let ignoredSuffix = Array(".tmp".utf8)
 
-    /// Whether a path's name is one the rules leave out.
+    /// Whether the rules leave a path out: its name, or a folder's above it, ends in `.tmp`.
     static func isIgnoredName(_ path: Bytes) -> Bool {
-        let name = path.split(separator: 0x2F).last.map(Array.init) ?? path
-        return name.count > ignoredSuffix.count && Array(name.suffix(ignoredSuffix.count)) == ignoredSuffix
+        path.split(separator: 0x2F).contains { name in
+            name.count > ignoredSuffix.count && Array(name.suffix(ignoredSuffix.count)) == ignoredSuffix
+        }
     }
 
     /// The remote (one file and the ignore rules), the plain clone, the setup actions, the two replicas.
@@ -517,6 +518,10 @@ final class World {
                 move(r, from, to, isReplica: true)
                 if zeros, entry(join(r, to))?.isFile == true { noteHoldsZeros(r, to) }
             }
+        case .pin:
+            if let path = pick(r, action.a, where: { _, e in e == .directory || e.isFile }) {
+                try fprepRun(device, [action.c % 3 == 0 ? "unpin" : "pin", text(path)])
+            }
         case .fifo:
             let path = names.path(action.a)
             prepare(r, path, isReplica: true, clear: true)
@@ -696,6 +701,24 @@ final class World {
             }
         }
         for device in [Actor.dev1, .dev2] { try compare(device, with: remote) }
+        for device in [Actor.dev1, .dev2] { try checkPins(device) }
+    }
+
+    /// Every file of the remote under a pin of the device is materialized.
+    private func checkPins(_ device: Actor) throws {
+        let r = try fprepRun(device, ["pin", "--json"])
+        try checkCommands(step: nil)
+        guard r.status == 0, let object = try? JSONSerialization.jsonObject(with: r.stdout) as? [String: Any],
+              let pins = object["pins"] as? [String] else {
+            throw Failure(step: nil, invariant: "final-sync-fails", detail: "\(device.rawValue): fprep pin --json: \(r.summary)")
+        }
+        let pinned = pins.map { $0 == "." ? Bytes() : Array($0.utf8) }
+        for (path, e) in walk(root(device)) where e.isFile && isDataless(join(root(device), path)) {
+            if let pin = pinned.first(where: { $0.isEmpty || isPrefix($0, of: path) }) {
+                throw Failure(step: nil, invariant: "pin-dataless",
+                              detail: "\(device.rawValue): \(show(path)) is dataless under the pin '\(show(pin))'")
+            }
+        }
     }
 
     struct Item { let mode: String; let id: String; let bytes: Bytes }

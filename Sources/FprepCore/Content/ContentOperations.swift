@@ -270,11 +270,17 @@ struct ContentOperations {
         let index = try replica.repository.index()
         var result = EvictResult()
         var candidates: [IndexEntry] = []
+        let pins = try PinSet(replica.store)
         for entry in try fileEntries(items, index: index) {
             let path = RepoPath(bytes: entry.path)
             switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
             case .dataless: result.alreadyDataless += 1
-            case .materialized: candidates.append(entry)
+            case .materialized:
+                if let pin = pins.covering(path) {
+                    result.refused.append(Skipped(path: path.description, reason: PinSet.refusal(pin)))
+                } else {
+                    candidates.append(entry)
+                }
             case .modified:
                 result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it has local changes (run 'fprep sync' first)"))
             case .deleted:

@@ -20,9 +20,12 @@ public struct Item: Sendable, Encodable {
     public let executable: Bool?
     /// Set for a submodule, which fprep shows as an empty folder.
     public let unsupported: String?
+    /// Set (true) for an item pinned to this device, itself or through a
+    /// folder above it; left out otherwise. Only `ls` says it.
+    public var pinned: Bool? = nil
 
     private enum CodingKeys: String, CodingKey {
-        case identifier, parent, filename, kind, size, contentVersion, state, modified, executable, unsupported
+        case identifier, parent, filename, kind, size, contentVersion, state, modified, executable, unsupported, pinned
     }
 
     /// A file's unknown size is `"size": null`, said rather than left out;
@@ -39,6 +42,7 @@ public struct Item: Sendable, Encodable {
         try container.encode(modified, forKey: .modified)
         try container.encodeIfPresent(executable, forKey: .executable)
         try container.encodeIfPresent(unsupported, forKey: .unsupported)
+        try container.encodeIfPresent(pinned, forKey: .pinned)
     }
 }
 
@@ -70,7 +74,8 @@ extension Replica {
         for component in folder.components {
             guard let entry = tree.entry(named: component) else { throw FprepError.notInReplica(shown) }
             if entry.mode != .tree {
-                let item = try makeItem(entry, path: folder, probe: probeBeneath([folder], in: folder.parent)[0], index: index, sizes: sizes)
+                var item = try makeItem(entry, path: folder, probe: probeBeneath([folder], in: folder.parent)[0], index: index, sizes: sizes)
+                if try PinSet(store).covering(folder) != nil { item.pinned = true }
                 return ItemPage(container: ContainerIdentifier.of(folder.parent), items: [item], nextPage: nil)
             }
             tree = try repository.tree(entry.id)
@@ -86,7 +91,12 @@ extension Replica {
         let page = Array(entries.prefix(pageSize))
         let paths = page.map { folder.appending($0.name) }
         let probes = probeBeneath(paths, in: folder)
-        let items = try page.indices.map { try makeItem(page[$0], path: paths[$0], probe: probes[$0], index: index, sizes: sizes) }
+        let pins = try PinSet(store)
+        let items = try page.indices.map { position in
+            var item = try makeItem(page[position], path: paths[position], probe: probes[position], index: index, sizes: sizes)
+            if pins.covering(paths[position]) != nil { item.pinned = true }
+            return item
+        }
         let next = entries.count > pageSize ? page.last.map { Self.encodePageToken($0.name) } : nil
         return ItemPage(container: ContainerIdentifier.of(folder), items: items, nextPage: next)
     }

@@ -158,7 +158,7 @@ extension StateStore {
 
     /// Carries every per-path record from `from` (and below) to `to` after a move.
     func moveRecords(from: RepoPath, to: RepoPath) throws {
-        for table in ["materialized", "recents", "tags", "favorites"] {
+        for table in ["materialized", "recents", "tags", "favorites", "pins"] {
             let select = try database.prepare("SELECT path FROM \(table) WHERE path = ?1 OR (path >= ?2 AND path < ?3)")
                 .bind(.blob(from.bytes), .blob(from.bytes + [0x2F]), .blob(from.bytes + [0x30]))
             var paths: [[UInt8]] = []

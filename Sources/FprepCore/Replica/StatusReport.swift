@@ -43,6 +43,8 @@ public struct StatusReport: Sendable, Encodable {
     /// Untracked items the ignore rules leave out (a folder with a trailing
     /// `/`); only when asked for (`status --ignored`).
     public var ignored: [String]? = nil
+    /// The paths pinned to this device ("." for the whole replica).
+    public var pins: [String] = []
 }
 
 extension Replica {
@@ -72,6 +74,7 @@ extension Replica {
                             git: head == GitHeadState() ? nil : head, sizeUnknown: try unknownSizeCount(index))
         report.gitBytes = gitBytes
         report.ignoreFilesNotRead = scan.unreadIgnoreFiles
+        report.pins = try pins()
         if listingIgnored { report.ignored = scan.ignored }
         return report
     }

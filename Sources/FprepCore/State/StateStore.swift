@@ -25,7 +25,7 @@ final class StateStore {
         let lastUsedAt: Int64
     }
 
-    static let schemaVersion = 3
+    static let schemaVersion = 4
 
     /// The database's write-ahead log and its index were both gone when it
     /// was opened: harmless after another SQLite program closed it, data
@@ -71,6 +71,15 @@ final class StateStore {
                 try database.execute("""
                     CREATE TABLE meta_ops(seq INTEGER PRIMARY KEY AUTOINCREMENT, operation BLOB NOT NULL);
                     PRAGMA user_version = 3;
+                    """)
+            }
+        }
+        if version < 4 {
+            // The device's pins (see `PinSet`).
+            try database.transaction {
+                try database.execute("""
+                    CREATE TABLE IF NOT EXISTS pins(path BLOB PRIMARY KEY, created_at INTEGER NOT NULL) WITHOUT ROWID;
+                    PRAGMA user_version = 4;
                     """)
             }
         }

@@ -18,6 +18,9 @@ public struct SyncReport: Sendable, Encodable {
     /// Changed files left for a later sync because a program still has
     /// them open for writing (`deferOpenForWriting`; also in `keptLocal`).
     public var waitingForWriters: [String] = []
+    /// Files under a pin that this sync brought as placeholders and then
+    /// materialized (see `PinSet`).
+    public var pinnedMaterialized: [String] = []
     public var signals: [Signal] = []
     /// Local changes this sync committed.
     public var localChanges: [LocalChange] = []
@@ -222,6 +225,8 @@ extension Replica {
         }
         // Placeholders laid out before their size was known get it.
         try layOutLearnedSizes()
+        // What the sync brought or moved under a pin gets its content.
+        report.pinnedMaterialized = materializePinned()
         // Tags and favorites of every device, merged.
         try SharedMetadata(replica: self).synchronize()
         Trace.mark("shared metadata")
