@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -309,6 +310,8 @@ void fprep_probe_paths(int dirfd, const char *const *paths, size_t count, int th
     fprep_parallel_for_disk(count, threads, probe_at, &job);
 }
 
+static void rename_one_placeholder(void *context, size_t i);
+
 static void create_one_placeholder(void *context, size_t i) {
     const struct fprep_placeholder_job *job = (const struct fprep_placeholder_job *)context + i;
     *job->error = 0;
@@ -317,6 +320,12 @@ static void create_one_placeholder(void *context, size_t i) {
         *job->error = errno ? errno : EIO;
         return;
     }
+    if (!job->create_only) rename_one_placeholder(context, i);
+}
+
+static void rename_one_placeholder(void *context, size_t i) {
+    const struct fprep_placeholder_job *job = (const struct fprep_placeholder_job *)context + i;
+    if (*job->error != 0) return;
     /* Never over a file that appeared meanwhile (EEXIST: the caller sets it aside). */
     int renamed = fprep_rename_noreplace(job->dirfd, job->temporary, job->name);
     if (renamed != 0 && (errno == EINVAL || errno == ENOSYS))
@@ -329,6 +338,10 @@ static void create_one_placeholder(void *context, size_t i) {
 
 void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads) {
     fprep_parallel_for(count, threads, create_one_placeholder, (void *)jobs);
+}
+
+void fprep_rename_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads) {
+    fprep_parallel_for(count, threads, rename_one_placeholder, (void *)jobs);
 }
 
 long long fprep_copy_range(int from, long long *offset, int to, long long length) {
@@ -362,4 +375,11 @@ void fprep_on_interrupt_say(const char *line) {
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
+}
+
+int fprep_peer_pid(int fd) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    return (int)credentials.pid;
 }

@@ -107,6 +107,14 @@ final class WorkerClient: @unchecked Sendable {
                 if let line = body.text() { synced.note(line) }
                 continue
             }
+            if message.kind == .watchFirst {
+                var body = WorkerMessageReader(message.body)
+                if var files = body.placeholders(), let requester = body.i64(), body.markPlaces(into: &files) {
+                    synced.watchFirst(files, requester: pid_t(truncatingIfNeeded: requester))
+                }
+                channel.send(WorkerMessage(kind: .watching, id: message.id))
+                continue
+            }
             if message.kind == .leftOut {
                 var body = WorkerMessageReader(message.body)
                 if let count = body.i64() { synced.leftOut(Int(count)) }
@@ -126,6 +134,10 @@ final class WorkerClient: @unchecked Sendable {
 
     /// Calls `handler` with what each of the worker's own syncs did (on the reader's thread).
     func onSynced(_ handler: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { synced.set(handler) }
+
+    /// Calls `handler` with the files the worker will evict (the disk
+    /// budget), before it answers that they are watched.
+    func onWatchFirst(_ handler: @escaping @Sendable ([WatchedPlaceholder], pid_t) -> Void) { synced.setWatchFirst(handler) }
 
     /// Calls `handler` with each batch of changes the worker's change watch
     /// left out (all to ignored items).
@@ -346,9 +358,27 @@ public enum AgentWorker {
         var scheduler: SyncScheduler?
         var changes: ChangeWatch?
         var signals: (any RemoteSignals)?
+        let noteToAgent: @Sendable (String) -> Void = { line in
+            var body = WorkerMessageWriter()
+            body.text(line)
+            channel.send(WorkerMessage(kind: .note, body: body.bytes))
+        }
+        // The disk budget is kept whether or not the agent syncs; what it
+        // evicts the agent watches first (see `WatchFirst`).
+        let watchFirst = WatchFirst(channel: channel)
+        AgentLink.inProcess = { watchFirst.ask($0, requester: 0) }  // the worker's own accesses pass already
+        let agentSocket: AgentSocket?
+        do {
+            agentSocket = try AgentSocket(replicaRoot: root) { watchFirst.ask($0, requester: $1) }
+        } catch {
+            agentSocket = nil
+            noteToAgent("\(SyncScheduler.message(error)); placeholders other commands make are watched when the index changes")
+        }
+        let budget = try? BudgetKeeper(root: root, note: noteToAgent)
         if syncSettings.enabled {
             do {
                 let syncs = try SyncScheduler(root: root, settings: syncSettings) { outcome in
+                    budget?.poke()
                     var body = WorkerMessageWriter()
                     body.raw([outcome.succeeded ? 1 : 0])
                     body.text(outcome.summary)
@@ -362,11 +392,7 @@ public enum AgentWorker {
                     body.i64(1)
                     channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
                 })
-                signals = try remoteSignals?(root, { syncs.changed() }, { line in
-                    var body = WorkerMessageWriter()
-                    body.text(line)
-                    channel.send(WorkerMessage(kind: .note, body: body.bytes))
-                })
+                signals = try remoteSignals?(root, { syncs.changed() }, noteToAgent)
             } catch {
                 channel.send(WorkerMessage(kind: .synced, body: {
                     var body = WorkerMessageWriter()
@@ -395,6 +421,7 @@ public enum AgentWorker {
                     let reply = hydrate(placeholder, through: descriptor, root: root)
                     close(descriptor)
                     channel.send(WorkerMessage(kind: reply.kind, id: id, body: reply.body))
+                    budget?.poke()
                 }
             case .list:
                 if let descriptor { close(descriptor) }
@@ -409,12 +436,16 @@ public enum AgentWorker {
                     }
                     channel.send(reply)
                 }
+            case .watching:
+                if let descriptor { close(descriptor) }
+                watchFirst.answered(message.id)
             case .fetchAhead, .fillAhead, .endAhead:
                 if let descriptor { close(descriptor) }
                 let request = message
                 readAheads.async(group: underWay) {
                     let reply = readAhead(request, root: root)
                     channel.send(WorkerMessage(kind: reply.kind, id: request.id, body: reply.body))
+                    budget?.poke()
                 }
             default:
                 if let descriptor { close(descriptor) }
@@ -424,6 +455,8 @@ public enum AgentWorker {
         signals?.stop()
         changes?.stop()
         scheduler?.stop()
+        budget?.stop()
+        agentSocket?.stop()
         underWay.wait()
         exit(0)
     }
@@ -529,12 +562,18 @@ private final class SyncedHandler: Sendable {
     private let outcomes = EarlyMessages<SyncScheduler.Outcome>()
     private let lines = EarlyMessages<String>()
     private let leftOuts = EarlyMessages<Int>()
+    private let watchers = Mutex<(@Sendable ([WatchedPlaceholder], pid_t) -> Void)?>(nil)
 
     func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { outcomes.set(body) }
     func setNote(_ body: @escaping @Sendable (String) -> Void) { lines.set(body) }
     func deliver(_ outcome: SyncScheduler.Outcome) { outcomes.deliver(outcome) }
     func note(_ line: String) { lines.deliver(line) }
     func setLeftOut(_ body: @escaping @Sendable (Int) -> Void) { leftOuts.set(body) }
+    func setWatchFirst(_ body: @escaping @Sendable ([WatchedPlaceholder], pid_t) -> Void) { watchers.withLock { $0 = body } }
+    /// Synchronous: the answer goes back once the handler returned (none
+    /// set yet: the agent marks nothing, and the worker's eviction waits
+    /// for the index to be listed again, as any evict's).
+    func watchFirst(_ files: [WatchedPlaceholder], requester: pid_t) { watchers.withLock { $0 }?(files, requester) }
     func leftOut(_ count: Int) { leftOuts.deliver(count) }
 }
 
@@ -571,4 +610,39 @@ private final class IndexWrite: Sendable {
     private let state = Mutex<(fprep_stat, fprep_stat)?>(nil)
     var value: (fprep_stat, fprep_stat)? { state.withLock { $0 } }
     func set(_ before: fprep_stat, _ after: fprep_stat) { state.withLock { $0 = (before, after) } }
+}
+
+/// The worker's side of `watchFirst`: asks the agent to watch files it is
+/// about to evict, and waits for the answer the worker's message loop
+/// delivers.
+final class WatchFirst: Sendable {
+    private let channel: WorkerChannel
+    private let state = Mutex((next: UInt32(0x8000_0000), waiting: [UInt32: DispatchSemaphore]()))
+
+    init(channel: WorkerChannel) { self.channel = channel }
+
+    /// Whether the agent watches `files` now (false: it did not answer in time).
+    func ask(_ files: [WatchedPlaceholder], requester: pid_t) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let id = state.withLock { state -> UInt32 in
+            state.next &+= 1
+            state.waiting[state.next] = done
+            return state.next
+        }
+        var body = WorkerMessageWriter()
+        body.placeholders(files)
+        body.i64(Int64(requester))
+        body.markPlaces(files)
+        guard channel.send(WorkerMessage(kind: .watchFirst, id: id, body: body.bytes)) else {
+            _ = state.withLock { $0.waiting.removeValue(forKey: id) }
+            return false
+        }
+        let answered = done.wait(timeout: .now() + 30) == .success
+        _ = state.withLock { $0.waiting.removeValue(forKey: id) }
+        return answered
+    }
+
+    func answered(_ id: UInt32) {
+        state.withLock { $0.waiting[id] }?.signal()
+    }
 }

@@ -92,6 +92,8 @@ final class EventLoop: @unchecked Sendable {
         // through its own descriptors, recovery reading a half-filled file.
         if ownProcesses.contains(event.pid) { return answer(event.fd, error: 0) }
         guard let key = FileKey(fd: event.fd) else { return answer(event.fd, error: EIO) }
+        // The command making it a placeholder, at work on it (see `AgentLink`).
+        if watchlist.isExempt(key, event.pid) { return answer(event.fd, error: 0) }
         if !refused.isEmpty, let file = running[key]?.placeholder ?? watchlist.placeholder(key),
            let process = refused.refusal(of: event.pid) {
             log.write(.warning, "refused hydration of \(prefix)\(file.path) to \(process): fprep.agent.refuse names it; the access failed with EIO")

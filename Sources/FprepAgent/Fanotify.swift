@@ -61,11 +61,16 @@ final class FanotifyGroup: @unchecked Sendable {
 struct FileKey: Hashable {
     let device: Int64
     let inode: Int64
+    /// An inode number is given again once its file is gone (a sync that
+    /// replaces a placeholder, then makes another): with the generation, a
+    /// new file is never taken for a watched one whose mark died with it.
+    let generation: Int64
 
     init?(fd: Int32) {
         var raw = fprep_stat()
         guard fprep_fstat(fd, &raw) == 0 else { return nil }
         device = raw.dev
         inode = raw.ino
+        generation = fprep_inode_generation(fd)
     }
 }

@@ -77,8 +77,13 @@ final class ReadAhead: @unchecked Sendable {
         var total: Int64 = 0
         for name in names {
             var raw = fprep_stat()
-            guard fprep_lstat_at(dirfd, Self.cString(name), &raw) == 0 else { continue }
-            let key = FileKey(device: raw.dev, inode: raw.ino)
+            guard fprep_lstat_at(dirfd, Self.cString(name), &raw) == 0, raw.mode & 0o170000 == 0o100000 else { continue }
+            // The generation needs the file open (opening raises no event).
+            let file = openat(dirfd, Self.cString(name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard file >= 0 else { continue }
+            let generation = fprep_inode_generation(file)
+            close(file)
+            let key = FileKey(device: raw.dev, inode: raw.ino, generation: generation)
             guard !skip(key), let watched = watchlist.placeholder(key) else { continue }
             if total + raw.size > budget, !chosen.isEmpty { break }
             total += raw.size
@@ -147,8 +152,9 @@ final class ReadAhead: @unchecked Sendable {
 }
 
 extension FileKey {
-    init(device: Int64, inode: Int64) {
+    init(device: Int64, inode: Int64, generation: Int64) {
         self.device = device
         self.inode = inode
+        self.generation = generation
     }
 }

@@ -89,9 +89,12 @@ final class ReplicaServer: @unchecked Sendable {
         // The worker fills files read ahead through descriptors of its own.
         loop.ownProcesses.insert(worker.pid)
         watchlist.watch(placeholders, complete: true)
+        let suffix = namesRoot ? " of \(root)" : ""
+        worker.onNote { line in log.write(.info, line + suffix) }
+        // Files the disk budget evicts are watched before they are placeholders.
+        let watched = watchlist
+        worker.onWatchFirst { files, requester in watched.watch(files, complete: false, exempting: requester) }
         if settings.syncs {
-            let suffix = namesRoot ? " of \(root)" : ""
-            worker.onNote { line in log.write(.info, line + suffix) }
             worker.onLeftOut { count in
                 // Said once: a swap file written every few seconds is no news.
                 if counters.leftOut(count) == count {

@@ -13,6 +13,12 @@ final class Watchlist: @unchecked Sendable {
     /// Put before a path in the log (see `EventLoop`).
     private let prefix: String
     private let files = Mutex<[FileKey: WatchedPlaceholder]>([:])
+    /// Files a command asked to be watched before it makes them
+    /// placeholders (see `AgentLink`), with its process id: its own
+    /// accesses to them (the eviction's punch, a check that reads) go on
+    /// unanswered by a fill, which would wait for the lock it holds.
+    /// Cleared by the next full listing (the command has let the replica go).
+    private let exempt = Mutex<[FileKey: pid_t]>([:])
     /// Only the replica owner's files are marked (nil: anyone's).
     private let owner: ReplicaOwner?
 
@@ -29,7 +35,13 @@ final class Watchlist: @unchecked Sendable {
     func placeholder(_ key: FileKey) -> WatchedPlaceholder? { files.withLock { $0[key] } }
 
     /// No longer watched: hydrated, or found not to be a placeholder.
-    func forget(_ key: FileKey) { _ = files.withLock { $0.removeValue(forKey: key) } }
+    func forget(_ key: FileKey) {
+        _ = files.withLock { $0.removeValue(forKey: key) }
+        _ = exempt.withLock { $0.removeValue(forKey: key) }
+    }
+
+    /// Whether `pid` asked for `key` to be watched before making it a placeholder.
+    func isExempt(_ key: FileKey, _ pid: Int32) -> Bool { exempt.withLock { $0[key] == pid } }
 
     /// Marks the `placeholders` not yet watched; returns how many it marked.
     /// A file already watched takes the listing's path and blob: a sync
@@ -39,11 +51,11 @@ final class Watchlist: @unchecked Sendable {
     /// longer listed are forgotten: a materialize replaced them (their marks
     /// stay on inodes nothing names any more, until the agent exits).
     @discardableResult
-    func watch(_ placeholders: [WatchedPlaceholder], complete: Bool) -> Int {
+    func watch(_ placeholders: [WatchedPlaceholder], complete: Bool, exempting requester: pid_t = 0) -> Int {
         var listed: [FileKey: WatchedPlaceholder] = [:]
         var marked: [FileKey: WatchedPlaceholder] = [:]
         for placeholder in placeholders {
-            var bytes = placeholder.path.bytes.map { CChar(bitPattern: $0) }
+            var bytes = (placeholder.markAt ?? placeholder.path).bytes.map { CChar(bitPattern: $0) }
             bytes.append(0)
             // Never through a symlink, never outside the replica: a folder
             // swapped for a symlink must not make the agent watch a file elsewhere.
@@ -71,6 +83,10 @@ final class Watchlist: @unchecked Sendable {
                 continue
             }
             marked[key] = placeholder
+        }
+        exempt.withLock { exempt in
+            if complete { exempt = [:] }
+            if requester > 0 { for key in listed.keys { exempt[key] = requester } }
         }
         files.withLock { files in
             if complete { files = files.filter { listed[$0.key] != nil } }

@@ -54,6 +54,12 @@ struct WorkerMessage: Sendable {
         /// Changes the change watch left out (one-way): how many batches
         /// of changes were all to ignored items, so started no sync.
         case leftOut = 22
+        /// The worker asks (its own id) the agent to watch these files
+        /// before it evicts them (the disk budget), so that no access finds
+        /// an unwatched placeholder; answered by `watching`.
+        case watchFirst = 23
+        /// The agent watches them (the id of `watchFirst`).
+        case watching = 24
     }
 
     var kind: Kind
@@ -85,6 +91,11 @@ struct WorkerMessageWriter {
             raw(placeholder.blob.bytes)
             data(placeholder.path.bytes)
         }
+    }
+
+    /// Where each of `list` is marked (empty: at its path), after `placeholders(list)`.
+    mutating func markPlaces(_ list: [WatchedPlaceholder]) {
+        for placeholder in list { data(placeholder.markAt?.bytes ?? []) }
     }
 }
 
@@ -125,6 +136,18 @@ struct WorkerMessageReader {
     mutating func placeholder() -> WatchedPlaceholder? {
         guard let blob = raw(20).flatMap({ ObjectID(bytes: $0) }), let path = data(), Self.isRelativePath(path) else { return nil }
         return WatchedPlaceholder(path: RepoPath(bytes: path), blob: blob)
+    }
+
+    /// Reads what `markPlaces` wrote into `list`.
+    mutating func markPlaces(into list: inout [WatchedPlaceholder]) -> Bool {
+        for i in list.indices {
+            guard let place = data() else { return false }
+            if !place.isEmpty {
+                guard Self.isRelativePath(place) else { return false }
+                list[i].markAt = RepoPath(bytes: place)
+            }
+        }
+        return true
     }
 
     mutating func placeholders() -> [WatchedPlaceholder]? {

@@ -56,6 +56,10 @@ struct Status: ParsableCommand {
         if let waiting = report.waitingToPush {
             print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
         }
+        if let problem = report.budgetProblem { print("budget:       \(problem)") }
+        if let budget = report.budget {
+            print("\(BudgetText.summary(budget))\(budget.overBy > 0 ? " ('fprep evict --to-budget' frees it; the agent does by itself)" : "")")
+        }
         if !report.pins.isEmpty {
             print("pinned:       \(report.pins.map { Console.escaped($0) }.joined(separator: ", ")) (kept on this device)")
         }

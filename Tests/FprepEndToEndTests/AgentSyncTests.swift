@@ -113,10 +113,11 @@ struct AgentSyncTests {
             let tip = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
             #expect(waitUntil { (try? s.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) == tip },
                     "\(agent.stderrSoFar)")
-            // The new placeholder is watched: reading it hydrates it.
-            #expect(waitUntil { agent.stderrSoFar.contains("watching 1 new placeholder") }, "\(agent.stderrSoFar)")
+            // The new placeholder is watched from the moment it has its name
+            // (the sync had the agent mark it first): read at once, it hydrates.
             let read = try Shell.run(["/bin/cat", "from-elsewhere.txt"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
             #expect(read.stdout == "pushed elsewhere\n", "\(read)")
+            #expect(agent.stderrSoFar.contains("hydrated from-elsewhere.txt"), "\(agent.stderrSoFar)")
             #expect(stopAgent(agent).status == 0)
         }
     }

@@ -74,10 +74,15 @@ struct fprep_placeholder_job {
     const unsigned char *blob_id;   /* 20 bytes */
     long long mtime_sec;
     int *error;
+    /* Made, not renamed: fprep_rename_placeholders does that, after the
+     * agent serving the replica was asked to watch the temporaries. */
+    int create_only;
 };
 /* Runs the jobs on `threads` threads: on a cold cache the inode reads and
  * allocations of files in scattered folders overlap. */
 void fprep_create_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads);
+/* The renames of jobs made with create_only (jobs whose error is set are skipped). */
+void fprep_rename_placeholders(const struct fprep_placeholder_job *jobs, size_t count, int threads);
 
 /* Looks up (fstatat, no symlink followed at the end) every path beneath
  * dirfd, results dropped, on several threads when the first lookups show a
@@ -313,5 +318,14 @@ int fprep_open_folder_nofollow(int dirfd, const char *name);
 /* Waits up to timeout_ms for the child `pid` to end: 1 ended (`status`
  * set), 0 still running, -1 error. */
 int fprep_wait_child(pid_t pid, int timeout_ms, int *status);
+
+/* The process id of the peer of a connected unix socket, as the kernel
+ * recorded it at connect; -1 on failure. */
+int fprep_peer_pid(int fd);
+
+/* The generation of the open file's inode (FS_IOC_GETVERSION), which
+ * tells a file apart from an earlier one that had the same inode number;
+ * 0 where the file system does not say. */
+long long fprep_inode_generation(int fd);
 
 #endif

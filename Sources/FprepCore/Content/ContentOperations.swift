@@ -266,6 +266,8 @@ struct ContentOperations {
 
     // MARK: evict
 
+    /// With an agent serving the replica, it is asked to watch the files
+    /// first (see `AgentLink`), and they go without a write lease (see `punch`).
     func evict(_ items: [(RepoPath, String)], dryRun: Bool = false) throws -> EvictResult {
         let index = try replica.repository.index()
         var result = EvictResult()
@@ -301,6 +303,17 @@ struct ContentOperations {
             }
             return result
         }
+        var watched = false
+        if case .ask(let watchFirst) = replica.agentWatch {
+            guard watchFirst(candidates.map { WatchedPlaceholder(path: RepoPath(bytes: $0.path), blob: $0.id) }) else {
+                result.refused += candidates.map {
+                    Skipped(path: RepoPath(bytes: $0.path).description,
+                            reason: "the agent serving this replica did not answer a request to watch it first (its content stays; try again, or stop the agent)")
+                }
+                return result
+            }
+            watched = true
+        }
         let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
         // Evict is what frees space: on a full disk its journal record takes the reserve's.
         let operation = try SpaceReserve.using(in: replica.stateFolder) {
@@ -309,7 +322,7 @@ struct ContentOperations {
         var evicted: [RepoPath] = []
         for (done, entry) in candidates.enumerated() {
             let path = RepoPath(bytes: entry.path)
-            if let reason = try punch(entry, path: path, index: index, freed: &result.bytesFreed) {
+            if let reason = try punch(entry, path: path, index: index, freed: &result.bytesFreed, watched: watched) {
                 result.refused.append(Skipped(path: path.description, reason: reason))
             } else {
                 evicted.append(path)
@@ -333,7 +346,17 @@ struct ContentOperations {
 
     /// Frees the blocks of one unmodified materialized file in place; returns
     /// why it was refused instead, if it was.
-    private func punch(_ entry: IndexEntry, path: RepoPath, index: Index, freed: inout Int64) throws -> String? {
+    ///
+    /// A file the agent watches gets no write lease: a write into it raises
+    /// the agent's event first (which waits for this command, then fills
+    /// the placeholder), and the kernel's own open of it for that event
+    /// would wait on the lease until the kernel broke it (45 s). Only a
+    /// program that has it open for writing already (a mapping included)
+    /// keeps it, as the lease would.
+    private func punch(_ entry: IndexEntry, path: RepoPath, index: Index, freed: inout Int64, watched: Bool = false) throws -> String? {
+        if watched, fprep_open_for_writing_elsewhere(replica.rootFolder.fd, cPath(path.bytes)) != 0 {
+            return "it is open for writing in another program; evict it once that program closes it"
+        }
         let fd: Int32
         do {
             fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
@@ -347,8 +370,8 @@ struct ContentOperations {
         // and whoever opens it from now on waits until it is given back, so
         // no write can land between the check below and the punch (it lands
         // in the placeholder afterwards: the user's bytes, kept by sync).
-        let leased = SafeReplace.takeWriteLease(fd)
-        if !leased && errno == EAGAIN { return "it is open in another program; evict it once that program closes it" }
+        let leased = !watched && SafeReplace.takeWriteLease(fd)
+        if !watched, !leased && errno == EAGAIN { return "it is open in another program; evict it once that program closes it" }
         defer { if leased { _ = fprep_release_lease(fd) } }
         var before = fprep_stat()
         guard fprep_fstat(fd, &before) == 0 else { throw SystemError("stat", path.description) }

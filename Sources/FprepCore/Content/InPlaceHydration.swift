@@ -7,10 +7,15 @@ import FprepGit
 public struct WatchedPlaceholder: Sendable {
     public let path: RepoPath
     public let blob: ObjectID
+    /// Where the file is when the agent marks it, if not at `path`: a
+    /// placeholder made under a temporary name, watched before it is
+    /// renamed to `path` (see `AgentLink`).
+    public var markAt: RepoPath?
 
-    public init(path: RepoPath, blob: ObjectID) {
+    public init(path: RepoPath, blob: ObjectID, markAt: RepoPath? = nil) {
         self.path = path
         self.blob = blob
+        self.markAt = markAt
     }
 }
 

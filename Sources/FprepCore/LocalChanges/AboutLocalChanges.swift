@@ -1,4 +1,5 @@
 // What changed on this device: the stat scan of the index (LocalChanges, with the untracked
-// cache), the commit of those changes (LocalCommit), and what git itself did in the replica
+// cache; git's ignore rules for untracked items, IgnoreRules), the commit of those changes
+// (LocalCommit), and what git itself did in the replica
 // (GitNeighbour).
 // May use: Placeholders, Content's placeholder checks, State, Support, FprepGit.

@@ -107,6 +107,7 @@ extension Replica {
                                          off_t(info.size), id.baseAddress, id.count, info.mtime, 0, nil)
             }
             guard created == 0 else { throw SystemError("create placeholder", path.description) }
+            letAgentWatch([WatchedPlaceholder(path: path, blob: entry.id, markAt: path.parent.appending(temporary))])
             let replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
                                           expectsDataless: true)
             switch try replacement.run(isUnchanged: { classifier.state(of: entry, stat: $0) == .dataless }) {

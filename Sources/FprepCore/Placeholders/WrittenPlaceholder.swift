@@ -115,6 +115,7 @@ final class WrittenPlaceholder {
                                      raw.baseAddress, raw.count, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds), nil)
         }
         guard created == 0 else { throw SystemError("create placeholder", path.description) }
+        replica.letAgentWatch([WatchedPlaceholder(path: path, blob: entry.id, markAt: path.parent.appending(temporary))])
         guard fprep_rename_exchange(folder.fd, cPath(temporary), cPath(path.name)) == 0 else {
             let code = errno
             unlinkat(folder.fd, cPath(temporary), 0)

@@ -11,6 +11,9 @@ public final class Replica {
     let store: StateStore
     let repository: Repository
     private var lock: ReplicaLock?
+    /// The agent serving the replica, asked to watch placeholders before
+    /// they are made (see `AgentLink`); looked for once per command.
+    lazy var agentWatch: AgentLink.Need = AgentLink.need(replicaRoot: root)
     let progress: any ProgressReporter
 
     public let remoteURL: String

@@ -201,6 +201,7 @@ extension Replica {
                                          off_t(max(info?.size ?? 0, 0)), id.baseAddress, id.count, info?.mtime ?? 0, 0, nil)
             }
             guard created == 0 else { throw SystemError("create placeholder", path.description) }
+            letAgentWatch([WatchedPlaceholder(path: path, blob: target.id, markAt: path.parent.appending(temporary))])
             if info == nil { try store.setMeta(UnknownSizes.pendingKey, "1") }
         }
         guard let stat else {

@@ -45,6 +45,11 @@ public struct StatusReport: Sendable, Encodable {
     public var ignored: [String]? = nil
     /// The paths pinned to this device ("." for the whole replica).
     public var pins: [String] = []
+    /// The disk budget, when one is set: where the replica stands against
+    /// it (`evicted` is what `evict --to-budget` would evict now).
+    public var budget: BudgetReport? = nil
+    /// Why the budget settings could not be read, when they cannot.
+    public var budgetProblem: String? = nil
 }
 
 extension Replica {
@@ -75,6 +80,12 @@ extension Replica {
         report.gitBytes = gitBytes
         report.ignoreFilesNotRead = scan.unreadIgnoreFiles
         report.pins = try pins()
+        do {
+            let budget = try DiskBudget.load(self)
+            if budget.isSet { report.budget = try enforceBudget(budget, dryRun: true) }
+        } catch let error as FprepError where error.kind == .usage {
+            report.budgetProblem = error.message
+        }
         if listingIgnored { report.ignored = scan.ignored }
         return report
     }

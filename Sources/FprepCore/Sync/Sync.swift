@@ -1001,6 +1001,7 @@ struct SyncApplier {
                                              off_t(size), id.baseAddress, id.count, mtime, 0, nil)
                 }
                 guard created == 0 else { throw SystemError("create placeholder", path.description) }
+                replica.letAgentWatch([WatchedPlaceholder(path: path, blob: new.id, markAt: path.parent.appending(temporary))])
                 kept = try renameInto(folder, temporary, path, replacing: state)
                 try index.add(IndexEntry(path: path.bytes, id: new.id, mode: new.mode.raw,
                                          stat: .placeholder(size: size, mtime: mtime), skipWorktree: true))
@@ -1076,9 +1077,15 @@ struct SyncApplier {
                     ids.append(id)
                     raw.append(fprep_placeholder_job(dirfd: job.folder.fd, temporary: strings[i].0, name: strings[i].1,
                                                      mode: job.entry.mode == .executable ? 0o777 : 0o666, size: off_t(job.size),
-                                                     blob_id: id, mtime_sec: job.mtime, error: firstSlot + i))
+                                                     blob_id: id, mtime_sec: job.mtime, error: firstSlot + i, create_only: 1))
                 }
-                fprep_create_placeholders(raw, raw.count, Int32(min(16, raw.count)))
+                let threads = Int32(min(16, raw.count))
+                fprep_create_placeholders(raw, raw.count, threads)
+                // Watched by the agent (if one serves) before any program can open them by name.
+                applier.replica.letAgentWatch(zip(jobs, errorSlots).compactMap { job, error in
+                    error == 0 ? WatchedPlaceholder(path: job.path, blob: job.entry.id, markAt: job.path.parent.appending(job.temporary)) : nil
+                })
+                fprep_rename_placeholders(raw, raw.count, threads)
                 if let failed = errorSlots.firstIndex(where: { $0 != 0 && $0 != EEXIST }) {
                     throw SystemError("create placeholder", jobs[failed].path.description, errorSlots[failed])
                 }
@@ -1233,6 +1240,7 @@ struct SyncApplier {
                                          opened.mtime.0, Int(opened.mtime.1), nil)
             }
             guard created == 0 else { throw SystemError("create placeholder", path.description) }
+            replica.letAgentWatch([WatchedPlaceholder(path: path, blob: entry.id, markAt: path.parent.appending(temporary))])
         } else {
             let out = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
             guard out >= 0 else { throw SystemError("create", path.description) }

@@ -1,0 +1,93 @@
+import CFprepSys
+import Dispatch
+import FprepCore
+import Glibc
+
+/// The worker's end of `AgentLink`: listens on `.fprep/agent.sock` as the
+/// replica's owner (mode 0600: the owner's commands, and root's, connect)
+/// and passes each request to watch placeholders on to the agent, which
+/// answers once it watches them.
+final class AgentSocket: @unchecked Sendable {
+    private let listener: Int32
+    private let path: String
+    /// Passes a request on, with the process id of the command that asked.
+    private let watch: @Sendable ([WatchedPlaceholder], pid_t) -> Bool
+    private var thread: BlockingThread?
+    private let connections = DispatchQueue(label: "fprep.agent.worker.socket", attributes: .concurrent)
+
+    init(replicaRoot root: String, watch: @escaping @Sendable ([WatchedPlaceholder], pid_t) -> Bool) throws {
+        self.watch = watch
+        let stateFolder = root + "/.fprep"
+        path = stateFolder + "/" + AgentLink.socketName
+        let folder = open(stateFolder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folder >= 0 else { throw FprepError("cannot listen in '\(stateFolder)': \(String(cString: strerror(errno)))") }
+        defer { close(folder) }
+        // A socket a killed worker left is not in use: this worker holds the agent's lock.
+        unlinkat(folder, AgentLink.socketName, 0)
+        listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard listener >= 0 else { throw FprepError("cannot make the agent's socket: \(String(cString: strerror(errno)))") }
+        let old = umask(0o077)
+        let bound = AgentLink.withSocketAddress(folder: folder) { address, length in bind(listener, address, length) }
+        umask(old)
+        guard bound == 0, listen(listener, 16) == 0 else {
+            let why = String(cString: strerror(errno))
+            close(listener)
+            throw FprepError("cannot listen on '\(path)': \(why)")
+        }
+        thread = try BlockingThread { [self] in acceptLoop() }
+    }
+
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        thread?.join()
+        thread = nil
+        close(listener)
+        unlink(path)
+    }
+
+    private func acceptLoop() {
+        while true {
+            let connection = accept(listener, nil, nil)
+            if connection < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return
+            }
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            connections.async { [self] in serve(connection) }
+        }
+    }
+
+    /// Requests until the command closes its end (see `AgentLink.watch`).
+    private func serve(_ connection: Int32) {
+        defer { close(connection) }
+        // Who asks, as the kernel says.
+        let peer = fprep_peer_pid(connection)
+        guard peer > 0 else { return }
+        var pending: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        func line() -> Substring? {
+            while true {
+                if let end = pending.firstIndex(of: 0x0A) {
+                    let text = String(decoding: pending[..<end], as: UTF8.self)
+                    pending.removeSubrange(...end)
+                    return Substring(text)
+                }
+                let n = chunk.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { return nil }
+                pending += chunk[0..<n]
+            }
+        }
+        while let header = line() {
+            let parts = header.split(separator: " ")
+            guard parts.count == 2, parts[0] == "watch", let count = Int(parts[1]), count >= 0, count <= 10_000_000 else { return }
+            var files: [WatchedPlaceholder] = []
+            for _ in 0..<count {
+                guard let text = line(), let file = AgentLink.parseLine(text) else { return }
+                files.append(file)
+            }
+            let answer = Array((watch(files, pid_t(peer)) ? "ok\n" : "no\n").utf8)
+            guard answer.withUnsafeBytes({ send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == answer.count else { return }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import FoundationEssentials
+import Glibc
+import FprepGit
+
+/// How a command tells the agent serving its replica to watch placeholders
+/// before programs can reach them. A placeholder the agent does not watch
+/// reads as zeros; the agent finds new ones when the index changes, so
+/// without this a file evicted, or laid out by a sync, read at once after,
+/// read zeros. Every command that makes a placeholder while an agent
+/// serves asks first: for a new file, before it is renamed into place;
+/// for a file turned back into a placeholder, before its blocks go (an
+/// access then waits for the agent, which fills the file once the command
+/// lets the replica go).
+///
+/// The request goes to `.fprep/agent.sock`, which the agent's worker
+/// listens on as the replica's owner (only the owner, and root, can
+/// connect), and on to the agent. In the worker itself, `inProcess` stands
+/// for the socket.
+public final class AgentLink: @unchecked Sendable {
+    /// The socket's name in `.fprep`.
+    public static let socketName = "agent.sock"
+
+    /// Set in the agent's worker: its own commands (syncs, the disk budget)
+    /// ask the agent directly.
+    nonisolated(unsafe) public static var inProcess: (@Sendable ([WatchedPlaceholder]) -> Bool)?
+
+    private let fd: Int32
+
+    private init(fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
+
+    /// What a command that makes placeholders has to do: nothing (no agent
+    /// serves), or ask the agent.
+    enum Need {
+        case noAgent
+        case ask((_ files: [WatchedPlaceholder]) -> Bool)
+    }
+
+    /// Whether an agent serves the replica at `root`, and how to reach it.
+    /// An agent that serves but cannot be reached (one older than the
+    /// socket) answers every request with false.
+    static func need(replicaRoot root: String) -> Need {
+        if let direct = inProcess { return .ask(direct) }
+        guard InPlaceHydration.servingAgent(replicaRoot: root) != nil else { return .noAgent }
+        guard let link = connect(stateFolder: root + "/" + Replica.stateFolderName) else {
+            return .ask { _ in false }
+        }
+        return .ask { link.watch($0) }
+    }
+
+    private static func connect(stateFolder: String) -> AgentLink? {
+        let folder = open(stateFolder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folder >= 0 else { return nil }
+        defer { close(folder) }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        let connected = withSocketAddress(folder: folder) { address, length in Glibc.connect(fd, address, length) }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return AgentLink(fd: fd)
+    }
+
+    /// The socket's address, reached through the open `.fprep` folder: a
+    /// socket's path may be at most 107 bytes, a replica's path longer.
+    public static func withSocketAddress(folder: Int32, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array("/proc/self/fd/\(folder)/\(socketName)".utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, byte) in bytes.enumerated() where i < raw.count - 1 { raw[i] = byte }
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+    }
+
+    /// One request: `watch N`, then a line per file (blob id, hex of the
+    /// path's bytes, and of where it is now when not there yet); the answer
+    /// `ok` or `no`.
+    private func watch(_ files: [WatchedPlaceholder]) -> Bool {
+        guard !files.isEmpty else { return true }
+        var text = "watch \(files.count)\n"
+        for file in files {
+            text += file.blob.hex + " " + Self.hex(file.path.bytes) + (file.markAt.map { " " + Self.hex($0.bytes) } ?? "") + "\n"
+        }
+        let request = Array(text.utf8)
+        var sent = 0
+        while sent < request.count {
+            let n = request[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            sent += n
+        }
+        var answer: [UInt8] = []
+        var byte: UInt8 = 0
+        while answer.last != 0x0A {
+            let n = recv(fd, &byte, 1, 0)
+            if n < 0 && errno == EINTR { continue }
+            guard n == 1 else { return false }
+            answer.append(byte)
+        }
+        return answer == Array("ok\n".utf8)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Parses one request line (for the worker's side); nil when it does not parse.
+    public static func parseLine(_ line: Substring) -> WatchedPlaceholder? {
+        let parts = line.split(separator: " ")
+        guard parts.count == 2 || parts.count == 3, let blob = ObjectID(hex: String(parts[0])),
+              let path = unhex(parts[1]) else { return nil }
+        var file = WatchedPlaceholder(path: RepoPath(bytes: path), blob: blob)
+        if parts.count == 3 {
+            guard let now = unhex(parts[2]) else { return nil }
+            file.markAt = RepoPath(bytes: now)
+        }
+        return file
+    }
+
+    private static func unhex(_ text: Substring) -> [UInt8]? {
+        guard !text.isEmpty, text.utf8.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        var high: UInt8?
+        for character in text.utf8 {
+            let value: UInt8
+            switch character {
+            case 0x30...0x39: value = character - 0x30
+            case 0x61...0x66: value = character - 0x61 + 10
+            default: return nil
+            }
+            if let h = high { bytes.append(h << 4 | value); high = nil } else { high = value }
+        }
+        return bytes
+    }
+}
+
+extension Replica {
+    /// Has the agent serving the replica (if one does) watch `files`, made
+    /// under their temporary names and not yet renamed into place (see
+    /// `AgentLink`). An agent that does not answer leaves them to its next
+    /// listing, as before there was a link: a sync is not held up by it.
+    func letAgentWatch(_ files: [WatchedPlaceholder]) {
+        guard !files.isEmpty, case .ask(let watch) = agentWatch else { return }
+        _ = watch(files)
+    }
+}
