@@ -70,8 +70,10 @@ struct ReconcileCrashTests {
                 }
                 let process = try box.spawnFprep(["sync"], cwd: replica, env: env)
                 if let marker {
-                    let reached = waitUntil { FileManager.default.fileExists(atPath: marker) }
-                    #expect(reached, "\(step): the sync never reached its \(step)")
+                    // A sync that ends before the step is a failure too: say how it ended.
+                    let reached = waitUntil { FileManager.default.fileExists(atPath: marker) || !process.isRunning }
+                        && FileManager.default.fileExists(atPath: marker)
+                    #expect(reached, "\(step): the sync never reached its \(step): \(process.isRunning ? "still running" : "it ended"); stdout: \(process.stdoutSoFar) stderr: \(process.stderrSoFar)")
                 } else {
                     sleepSeconds(step.hasPrefix("early") ? 0.05 : 0.35)
                 }
