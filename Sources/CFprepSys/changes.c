@@ -24,7 +24,9 @@ int fprep_changes_mark_folder(int group, int dirfd, const char *path) {
      * on the agent's pre-content event pins every filesystem mark of any
      * group, and the group's release then waits for that reader, so a
      * killed agent could not exit until its keeper answered (deadlock). */
-    uint64_t mask = FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_ATTRIB
+    /* FAN_MODIFY too: the change journal must know of a file written and
+     * not yet closed (the queue merges a writer's repeated events). */
+    uint64_t mask = FAN_CLOSE_WRITE | FAN_MODIFY | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_ATTRIB
                     | FAN_ONDIR | FAN_EVENT_ON_CHILD;
     return fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_ONLYDIR | FAN_MARK_DONT_FOLLOW, mask, dirfd, path);
 }

@@ -136,6 +136,9 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
             continue;
         }
         out->blocks += st.st_blocks;
+        /* A file with another link can change through it, where no change
+         * journal of this tree sees: flagged, so such a file is always looked at. */
+        unsigned char linked = (S_ISREG(st.st_mode) && st.st_nlink > 1) ? FPREP_SCAN_LINKED : 0;
         uint32_t mode = be32(entry + 24);
         uint32_t type = mode & 0170000;
         if (type == 0160000) { states[i] = FPREP_SCAN_SUBMODULE; continue; }
@@ -157,7 +160,7 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
                 || ((long long)st.st_ctim.tv_sec == times.checked_sec && (long long)st.st_ctim.tv_nsec >= times.checked_nsec);
             int dataless = S_ISREG(st.st_mode) && mode_ok
                 && (same || (!touched && st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
-            states[i] = dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK;
+            states[i] = (dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK) | linked;
             continue;
         }
         int32_t msec = (int32_t)be32(entry + 8);
@@ -165,7 +168,7 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
         int racy = (long long)msec > index_sec || ((long long)msec == index_sec && (long long)mnsec >= index_nsec);
         int kind_ok = type == 0120000 ? S_ISLNK(st.st_mode)
             : (S_ISREG(st.st_mode) && (((st.st_mode & 0100) != 0) == (mode == 0100755)));
-        states[i] = (same && !racy && kind_ok) ? FPREP_SCAN_CLEAN : FPREP_SCAN_CHECK;
+        states[i] = ((same && !racy && kind_ok) ? FPREP_SCAN_CLEAN : FPREP_SCAN_CHECK) | linked;
     }
 done:
     while (depth > 0) {

@@ -6,17 +6,22 @@ import Glibc
 /// The worker's end of `AgentLink`: listens on `.fprep/agent.sock` as the
 /// replica's owner (mode 0600: the owner's commands, and root's, connect)
 /// and passes each request to watch placeholders on to the agent, which
-/// answers once it watches them.
+/// answers once it watches them; and asks the change journal what
+/// changed since a point (see `ChangeJournal`).
 final class AgentSocket: @unchecked Sendable {
     private let listener: Int32
     private let path: String
     /// Passes a request on, with the process id of the command that asked.
     private let watch: @Sendable ([WatchedPlaceholder], pid_t) -> Bool
+    /// Answers what changed since a point (the change journal).
+    private let journal: @Sendable (JournalToken?) -> JournalAnswer?
     private var thread: BlockingThread?
     private let connections = DispatchQueue(label: "fprep.agent.worker.socket", attributes: .concurrent)
 
-    init(replicaRoot root: String, watch: @escaping @Sendable ([WatchedPlaceholder], pid_t) -> Bool) throws {
+    init(replicaRoot root: String, journal: @escaping @Sendable (JournalToken?) -> JournalAnswer?,
+         watch: @escaping @Sendable ([WatchedPlaceholder], pid_t) -> Bool) throws {
         self.watch = watch
+        self.journal = journal
         let stateFolder = root + "/.fprep"
         path = stateFolder + "/" + AgentLink.socketName
         let folder = open(stateFolder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -80,6 +85,12 @@ final class AgentSocket: @unchecked Sendable {
         }
         while let header = line() {
             let parts = header.split(separator: " ")
+            if parts.count == 3, parts[0] == "changes" {
+                guard let point = AgentLink.parsePoint(epoch: parts[1], sequence: parts[2]) else { return }
+                let answer = AgentLink.encode(journal(point))
+                guard answer.withUnsafeBytes({ send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == answer.count else { return }
+                continue
+            }
             guard parts.count == 2, parts[0] == "watch", let count = Int(parts[1]), count >= 0, count <= 10_000_000 else { return }
             var files: [WatchedPlaceholder] = []
             for _ in 0..<count {

@@ -367,13 +367,6 @@ public enum AgentWorker {
         // evicts the agent watches first (see `WatchFirst`).
         let watchFirst = WatchFirst(channel: channel)
         AgentLink.inProcess = { watchFirst.ask($0, requester: 0) }  // the worker's own accesses pass already
-        let agentSocket: AgentSocket?
-        do {
-            agentSocket = try AgentSocket(replicaRoot: root) { watchFirst.ask($0, requester: $1) }
-        } catch {
-            agentSocket = nil
-            noteToAgent("\(SyncScheduler.message(error)); placeholders other commands make are watched when the index changes")
-        }
         let budget = try? BudgetKeeper(root: root, note: noteToAgent)
         if syncSettings.enabled {
             do {
@@ -387,11 +380,6 @@ public enum AgentWorker {
                     channel.send(WorkerMessage(kind: .synced, body: body.bytes))
                 }
                 scheduler = syncs
-                changes = try ChangeWatch(root: root, onChange: { syncs.changed() }, onLeftOut: {
-                    var body = WorkerMessageWriter()
-                    body.i64(1)
-                    channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
-                })
                 signals = try remoteSignals?(root, { syncs.changed() }, noteToAgent)
             } catch {
                 channel.send(WorkerMessage(kind: .synced, body: {
@@ -400,6 +388,28 @@ public enum AgentWorker {
                     return body.bytes
                 }()))
             }
+        }
+        // The change journal is kept whether or not the agent syncs:
+        // status and sync read it instead of scanning the tree.
+        let syncs = scheduler
+        do {
+            changes = try ChangeWatch(root: root, onChange: { syncs?.changed() }, onLeftOut: {
+                guard syncs != nil else { return }
+                var body = WorkerMessageWriter()
+                body.i64(1)
+                channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
+            })
+        } catch {
+            noteToAgent("\(SyncScheduler.message(error)); status and sync look at every file")
+        }
+        let journal: @Sendable (JournalToken?) -> JournalAnswer? = { [changes] point in changes?.changes(since: point) }
+        AgentLink.inProcessJournal = journal
+        let agentSocket: AgentSocket?
+        do {
+            agentSocket = try AgentSocket(replicaRoot: root, journal: journal) { watchFirst.ask($0, requester: $1) }
+        } catch {
+            agentSocket = nil
+            noteToAgent("\(SyncScheduler.message(error)); placeholders other commands make are watched when the index changes")
         }
         let hydrations = DispatchQueue(label: "fprep.agent.worker.hydrate", attributes: .concurrent)
         let listings = DispatchQueue(label: "fprep.agent.worker.list")

@@ -1,5 +1,6 @@
 import CFprepSys
 import FprepCore
+import Dispatch
 import Glibc
 
 /// Follows what programs change in a replica, for the worker's own syncs:
@@ -11,8 +12,10 @@ import Glibc
 /// by their process id. Folders that arrive (made, moved in, or laid out
 /// by a sync) are marked as they come; a folder moved within the replica
 /// makes every folder be marked again, since the paths known for them
-/// changed. A change only says "sync soon": what changed is found by the
-/// sync's scan, so a lost event (an overflow) costs nothing but a sync.
+/// changed. A change says "sync soon" (the worker's own writes and pure
+/// writes of a file still open do not), and every change goes into the
+/// replica's `ChangeJournal`, which commands ask instead of scanning; a
+/// lost event (an overflow) is a gap in it, which costs one full scan.
 final class ChangeWatch: @unchecked Sendable {
     private let root: String
     private let rootFD: Int32
@@ -27,6 +30,12 @@ final class ChangeWatch: @unchecked Sendable {
     /// Folder handle (type and bytes) → its path relative to the root.
     private var folders: [[UInt8]: [UInt8]] = [:]
     private var thread: BlockingThread?
+    /// What changed, for commands that ask (see `changes(since:)`).
+    let journal = ChangeJournal()
+    /// Where cookies are made (`.fprep/cookies`), and its handle's key: a
+    /// cookie's event comes after every event of changes made before it.
+    private static let cookieFolder = ".fprep" + "/cookies"
+    private var cookieKey: [UInt8] = []
 
     /// `onLeftOut` is called for each batch of changes all to ignored
     /// items, which starts no sync.
@@ -50,8 +59,53 @@ final class ChangeWatch: @unchecked Sendable {
             close(rootFD)
             throw error
         }
+        markCookieFolder()
         markTree(below: [])
         thread = try BlockingThread { [self] in follow() }
+    }
+
+    /// What the journal says changed since `point`, once every change made
+    /// before the call is in it (a cookie file made now, and its event
+    /// waited for); nil when the cookie never comes.
+    func changes(since point: JournalToken?) -> JournalAnswer? {
+        guard !cookieKey.isEmpty else { return nil }
+        let (number, arrived) = journal.askCookie()
+        let name = Array("\(Self.cookieFolder)/\(number)".utf8).map { CChar(bitPattern: $0) } + [0]
+        let fd = openat(rootFD, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            journal.forgetCookie(number)
+            return nil
+        }
+        close(fd)
+        defer { unlinkat(rootFD, name, 0) }
+        guard arrived.wait(timeout: .now() + .seconds(10)) == .success else {
+            journal.forgetCookie(number)
+            return nil
+        }
+        return journal.answer(since: point)
+    }
+
+    /// Makes (empty) and follows the cookie folder; without it the journal answers nothing.
+    private func markCookieFolder() {
+        let path = Array(Self.cookieFolder.utf8).map { CChar(bitPattern: $0) } + [0]
+        _ = mkdirat(rootFD, path, 0o700)
+        let fd = openat(rootFD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if fd >= 0, let listing = fdopendir(fd) {
+            // Cookies a killed worker left.
+            while let entry = readdir(listing) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix(while: { $0 != 0 })) }
+                if name.allSatisfy({ (0x30...0x39).contains($0) }), !name.isEmpty {
+                    unlinkat(dirfd(listing), name.map { CChar(bitPattern: $0) } + [0], 0)
+                }
+            }
+            closedir(listing)
+        } else if fd >= 0 {
+            close(fd)
+        }
+        var handle = fprep_change_event()
+        guard fprep_changes_mark_folder(group, rootFD, path) == 0,
+              fprep_changes_folder_handle(rootFD, path, &handle) == 0 else { return }
+        cookieKey = Self.key(handle)
     }
 
     /// Folders followed now.
@@ -85,6 +139,10 @@ final class ChangeWatch: @unchecked Sendable {
             // of changes all to ignored items (a swap file, build output)
             // starts no sync.
             var changedPaths: [[UInt8]] = []
+            // For the journal: every change, whoever made it.
+            var journaled: [[UInt8]] = []
+            var gap = false
+            var cookies: UInt64 = 0
             while true {
                 let count = events.withUnsafeMutableBufferPointer { fprep_changes_read(group, $0.baseAddress, $0.count) }
                 if count <= 0 { break }
@@ -93,11 +151,32 @@ final class ChangeWatch: @unchecked Sendable {
                         // Folders made meanwhile may have gone unmarked.
                         changed = true
                         remark = true
+                        gap = true
                         continue
                     }
-                    if event.pid != own {
-                        let name = withUnsafeBytes(of: event.name) { Array($0.prefix(Int(event.name_length))) }
-                        if !name.isEmpty, let parent = folders[Self.key(event)] {
+                    let key = Self.key(event)
+                    let name = withUnsafeBytes(of: event.name) { Array($0.prefix(Int(event.name_length))) }
+                    if key == cookieKey {
+                        if event.mask & UInt64(FPREP_CHANGE_ARRIVED) != 0, let number = UInt64(String(decoding: name, as: UTF8.self)) {
+                            cookies = max(cookies, number)
+                        }
+                        continue
+                    }
+                    let parent = folders[key]
+                    if !name.isEmpty {
+                        if let parent {
+                            let path = parent.isEmpty ? name : parent + [0x2F] + name
+                            if !(parent.isEmpty && (name == Array(".git".utf8) || name == Array(".fprep".utf8))) {
+                                journaled.append(path)
+                            }
+                        } else {
+                            gap = true
+                        }
+                    }
+                    // A write to a file still open says nothing to sync yet: its close will.
+                    let onlyWritten = event.mask & ~UInt64(FPREP_CHANGE_ON_FOLDER) == UInt64(FPREP_CHANGE_MODIFIED)
+                    if event.pid != own && !onlyWritten {
+                        if !name.isEmpty, let parent {
                             changedPaths.append(parent.isEmpty ? name : parent + [0x2F] + name)
                         } else {
                             changed = true
@@ -117,6 +196,11 @@ final class ChangeWatch: @unchecked Sendable {
             } else {
                 for path in arrived { markTree(below: path) }
             }
+            // Recorded once new folders are followed: a command told of the
+            // changes up to its cookie looks at them after this.
+            if gap { journal.gap() }
+            journal.record(journaled)
+            if cookies > 0 { journal.cookiesArrived(upTo: cookies) }
             if changed || (!changedPaths.isEmpty && leftOut?.allLeftOut(changedPaths) != true) {
                 onChange()
             } else if !changedPaths.isEmpty {

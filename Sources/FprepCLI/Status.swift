@@ -10,6 +10,8 @@ struct Status: ParsableCommand {
         discussion: """
             Counts come from a stat scan of every item (content is read only for materialized files whose stat changed). Logical size is what the files hold at the anchor; bytes on disk is what the replica takes, its tree, .git and .fprep together.
 
+            While 'fprep agent' serves the replica, it journals what programs change in it, and status looks only at what changed since the last scan ("scan: journal"; the folder count and the tree's share of bytes on disk are then the last full scan's). A gap in the journal (an agent restart, an event overflow), another index, changed ignore-rule files or an hour since the last full scan mean one full scan. --full-scan looks at everything anyway.
+
             Untracked files and folders that git's ignore rules match (.gitignore files in the tree, .git/info/exclude, core.excludesFile) are left out of the changes and never synced; --ignored lists them. A file the remote has stays synced whatever the rules say, and so does a dataless file moved to an ignored name (its content is only on the remote).
             """
     )
@@ -19,12 +21,15 @@ struct Status: ParsableCommand {
     @Flag(help: "Also list the untracked items the ignore rules leave out (a folder once, with a trailing /).")
     var ignored = false
 
+    @Flag(help: "Look at every item, even where the agent's change journal could say what changed.")
+    var fullScan = false
+
     @Flag(help: "Print the report as JSON.")
     var json = false
 
     func run() throws {
         let opened = try replica.open("status", exclusive: false)
-        let report = try opened.status(listingIgnored: ignored)
+        let report = try opened.status(listingIgnored: ignored, fullScan: fullScan)
         if json { return try JSONOutput.print(report) }
         print("replica:      \(report.root)")
         print("domain:       \(report.domain)")
@@ -34,6 +39,9 @@ struct Status: ParsableCommand {
         print("logical size: \(humanSize(report.logicalSize))\(report.sizeUnknown > 0 ? ", and \(count(report.sizeUnknown, "file")) of unknown size" : "")")
         if report.sizeUnknown > 0 { print("sizes:        size unknown for \(count(report.sizeUnknown, "file")): \(UnknownSizes.hint(report.sizeUnknown))") }
         print("on disk:      \(humanSize(report.bytesOnDisk)) (.git: \(humanSize(report.gitBytes)); 'fprep gc' gives back content git fetched by itself)")
+        if report.scan == "journal" {
+            print("scan:         the agent's change journal (what changed since the last full scan; --full-scan looks at everything)")
+        }
         if let unfinished = opened.unfinished {
             print("unfinished:   an interrupted operation waits to be finished (\(unfinished)); the changes below may be its own")
         }

@@ -88,6 +88,11 @@ public final class Index {
     /// on its stat data alone.
     public var fileTime: (seconds: Int64, nanoseconds: Int64) { stamp.map { ($0.mtime, $0.mtimeNanoseconds) } ?? (0, 0) }
 
+    /// The trailing checksum of the file as last read or written here
+    /// (empty for an index that does not exist): which version of the
+    /// index a record made from it belongs to.
+    public private(set) var checksum: [UInt8] = []
+
     /// Reads `path` (an index that does not exist is empty).
     public init(path: String) throws {
         filePath = path
@@ -103,11 +108,13 @@ public final class Index {
         owned = []
         slots = []
         storage = .empty
+        checksum = []
         stamp = current
         guard current != nil else { return }
         let (storage, slots) = try IndexStorage.read(filePath)
         self.storage = storage
         self.slots = slots
+        checksum = storage.checksum
     }
 
     /// Whether fprep wrote the index file as it is now on disk: false once
@@ -260,6 +267,7 @@ public final class Index {
             throw GitError(code: .other(-1), message: "cannot rename '\(lock)': \(String(cString: strerror(code)))", function: "index write")
         }
         stamp = FileStamp(path: filePath)
+        self.checksum = checksum
         // Only a speed-up: without it (a crash here, a full disk) the next
         // read walks the entries.
         EntryOffsets.write(offsets, indexChecksum: checksum, beside: filePath)
@@ -489,6 +497,8 @@ private struct FileStamp: Equatable {
 final class IndexStorage {
     let base: UnsafeRawPointer
     let count: Int
+    /// The file's trailing checksum, when read from a file.
+    var checksum: [UInt8] = []
     private let release: () -> Void
 
     init(base: UnsafeRawPointer, count: Int, release: @escaping () -> Void) {
@@ -548,6 +558,7 @@ final class IndexStorage {
         }
         let file = IndexStorage(base: UnsafeRawPointer(mapped), count: size) { munmap(mapped, size) }
         guard memcmp(file.base, "DIRC", 4) == 0 else { throw failure("is not an index file") }
+        file.checksum = Array(UnsafeRawBufferPointer(start: file.base + size - 20, count: 20))
         let version = file.u32(4)
         let entries = Int(file.u32(8))
         guard (2...4).contains(version) else { throw failure("has version \(version), which fprep does not read") }
@@ -558,6 +569,7 @@ final class IndexStorage {
         let result: IndexStorage
         if version == 4 {
             let (buffer, offsets, next) = try decodeVersion4(file, entries: entries, end: end, failure: failure)
+            buffer.checksum = file.checksum
             result = buffer
             slots = offsets
             at = next

@@ -102,6 +102,7 @@ enum {
     FPREP_SCAN_CHECK = 2,      /* changed stat data: the caller looks closer */
     FPREP_SCAN_MISSING = 3,    /* gone (or its folder is) */
     FPREP_SCAN_SUBMODULE = 4,
+    FPREP_SCAN_LINKED = 0x10,  /* a bit on the state: a regular file with more than one link */
 };
 /* One folder the entries live in, in the order first met (the root first). */
 struct fprep_scan_dir {
@@ -259,8 +260,8 @@ struct fprep_change_event {
  * needed); -1 with errno. */
 int fprep_changes_init(void);
 /* Follows the folder `path` beneath `dirfd` (never through a symlink):
- * creates, deletes, moves, attribute changes and closes after writing of
- * what is in it. */
+ * creates, deletes, moves, attribute changes, writes and closes after
+ * writing of what is in it. */
 int fprep_changes_mark_folder(int group, int dirfd, const char *path);
 /* Fills the folder fields of `event` (handle_type, handle_bytes, handle)
  * with the handle of the folder `path` beneath `dirfd`, as events carry it. */
@@ -270,6 +271,7 @@ int fprep_changes_folder_handle(int dirfd, const char *path, struct fprep_change
  * | FAN_MOVED_TO). */
 enum {
     FPREP_CHANGE_OVERFLOW = 0x00004000,
+    FPREP_CHANGE_MODIFIED = 0x00000002,
     FPREP_CHANGE_ON_FOLDER = 0x40000000,
     FPREP_CHANGE_ARRIVED = 0x00000100 | 0x00000080,
     FPREP_CHANGE_MOVED = 0x00000040 | 0x00000080,

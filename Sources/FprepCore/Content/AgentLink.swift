@@ -104,6 +104,95 @@ public final class AgentLink: @unchecked Sendable {
         return answer == Array("ok\n".utf8)
     }
 
+    /// Set in the agent's worker: what its own syncs ask the journal.
+    nonisolated(unsafe) public static var inProcessJournal: (@Sendable (JournalToken?) -> JournalAnswer?)?
+
+    /// What the change journal of the agent serving the replica at `root`
+    /// says changed since `point`; nil when no agent serves it, or its
+    /// worker keeps no journal (the caller scans, and keeps no record).
+    static func journalChanges(replicaRoot root: String, since point: JournalToken?) -> JournalAnswer? {
+        if let direct = inProcessJournal { return direct(point) }
+        guard InPlaceHydration.servingAgent(replicaRoot: root) != nil,
+              let link = connect(stateFolder: root + "/" + Replica.stateFolderName) else { return nil }
+        return link.changes(since: point)
+    }
+
+    /// One request: `changes EPOCH N` (`changes - 0` for no point); the
+    /// answer `full EPOCH N`, `since EPOCH N COUNT` and a line per path (hex
+    /// of its bytes), or `none`.
+    private func changes(since point: JournalToken?) -> JournalAnswer? {
+        let request = Array("changes \(point?.epoch ?? "-") \(point?.sequence ?? 0)\n".utf8)
+        var sent = 0
+        while sent < request.count {
+            let n = request[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            sent += n
+        }
+        var reader = LineReader(fd: fd)
+        guard let header = reader.line() else { return nil }
+        let parts = header.split(separator: " ")
+        guard parts.count >= 3, let sequence = UInt64(parts[2]) else { return nil }
+        let now = JournalToken(epoch: String(parts[1]), sequence: sequence)
+        switch parts[0] {
+        case "full" where parts.count == 3:
+            return .full(now)
+        case "since" where parts.count == 4:
+            guard let count = Int(parts[3]), count >= 0 else { return nil }
+            var paths: [[UInt8]] = []
+            paths.reserveCapacity(count)
+            for _ in 0..<count {
+                guard let line = reader.line(), let path = Self.unhex(Substring(line)) else { return nil }
+                paths.append(path)
+            }
+            return .since(now, paths)
+        default:
+            return nil
+        }
+    }
+
+    /// Lines from a socket, read a buffer at a time.
+    struct LineReader {
+        let fd: Int32
+        var pending: [UInt8] = []
+
+        mutating func line() -> String? {
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while true {
+                if let end = pending.firstIndex(of: 0x0A) {
+                    let text = String(decoding: pending[..<end], as: UTF8.self)
+                    pending.removeSubrange(...end)
+                    return text
+                }
+                let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { return nil }
+                pending += chunk[0..<n]
+            }
+        }
+    }
+
+    /// The answer line(s) for the worker's side of a `changes` request.
+    public static func encode(_ answer: JournalAnswer?) -> [UInt8] {
+        switch answer {
+        case nil:
+            return Array("none\n".utf8)
+        case .full(let now)?:
+            return Array("full \(now.epoch) \(now.sequence)\n".utf8)
+        case .since(let now, let paths)?:
+            var text = "since \(now.epoch) \(now.sequence) \(paths.count)\n"
+            for path in paths { text += hex(path) + "\n" }
+            return Array(text.utf8)
+        }
+    }
+
+    /// Parses a `changes` request's point (for the worker's side).
+    public static func parsePoint(epoch: Substring, sequence: Substring) -> JournalToken?? {
+        guard let number = UInt64(sequence) else { return nil }
+        if epoch == "-" { return .some(nil) }
+        return .some(JournalToken(epoch: String(epoch), sequence: number))
+    }
+
     static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = []
@@ -125,7 +214,7 @@ public final class AgentLink: @unchecked Sendable {
         return file
     }
 
-    private static func unhex(_ text: Substring) -> [UInt8]? {
+    static func unhex(_ text: Substring) -> [UInt8]? {
         guard !text.isEmpty, text.utf8.count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []
         var high: UInt8?

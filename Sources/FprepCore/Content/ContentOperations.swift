@@ -220,7 +220,7 @@ struct ContentOperations {
         Trace.mark("rename")
         guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
         Trace.mark("syncfs")
-        try index.write()
+        try replica.writeIndexKeepingJournal(index, lookAgainAt: materialized.map(\.0.bytes))
         Trace.mark("index write")
         try replica.store.transaction {
             try replica.store.recordMaterialized(materialized, at: now)
@@ -329,7 +329,7 @@ struct ContentOperations {
             }
             if done % 64 == 0 { replica.progress.report("evicting", done: done, total: candidates.count) }
         }
-        try index.write()
+        try replica.writeIndexKeepingJournal(index, lookAgainAt: evicted.map(\.bytes))
         try replica.store.transaction {
             try replica.store.forgetMaterialized(evicted)
             try replica.store.endOperation(operation)
@@ -484,7 +484,7 @@ struct ContentOperations {
             }
         }
         if journal.inPlace == true { InPlaceHydration.removeQuarantine(journal.token, replicaRoot: replica.root) }
-        try index.write()
+        try replica.writeIndexKeepingJournal(index, lookAgainAt: dataless.map(\.bytes))
         try replica.store.transaction {
             try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
             try replica.store.forgetMaterialized(dataless)

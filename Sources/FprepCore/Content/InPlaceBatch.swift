@@ -105,7 +105,9 @@ extension Replica {
             // Several files: one flush of the filesystem before the index
             // says they are content, not one fsync each.
             if fillable.count > 1, fprep_syncfs(rootFolder.fd) != 0 { throw SystemError("syncfs", root) }
-            try index.write()
+            // Filled through the event's descriptor, which raises no change
+            // event: the entries now say materialized, as the disk does.
+            try writeIndexKeepingJournal(index)
         }
         let now = Int64(Date().timeIntervalSince1970)
         try store.transaction {

@@ -75,8 +75,21 @@ struct LocalChangeSet {
     /// Placeholders a program wrote into: the commit keeps their bytes as
     /// conflict copies (`WrittenPlaceholder`).
     var writtenPlaceholders: [IndexEntry] = []
+    /// Tracked files with more than one link: they can change through a
+    /// link no change journal of this tree sees (see `JournalRecord`).
+    var linked: [[UInt8]] = []
+    /// The paths of `skipped`.
+    var specialPaths: [[UInt8]] = []
+    /// Whether the change journal, not a walk of everything, found this.
+    var fromJournal = false
 
     var isEmpty: Bool { removed.isEmpty && written.isEmpty && writtenPlaceholders.isEmpty }
+
+    /// What a change journal's record keeps to look at again: every path
+    /// that differs from the index, and files a journal may not see change.
+    var pathsToLookAtAgain: [[UInt8]] {
+        removed.map(\.bytes) + written.map(\.path.bytes) + writtenPlaceholders.map(\.path) + linked + specialPaths
+    }
 
     /// A tracked item whose content, mode or kind changed on disk; a FIFO,
     /// socket or device in its place is skipped (never read, never a deletion).
@@ -114,6 +127,7 @@ struct LocalChangeSet {
 
     /// A FIFO, socket or device node in the replica: reported, left alone.
     mutating func recordSpecial(_ path: RepoPath, _ stat: FileStat) {
+        specialPaths.append(path.bytes)
         skipped.append(Skipped(path: path.description, reason: ContentRefusal(path: path.description, reason: .notAFile(stat.kindDescription)).why))
     }
 }
@@ -154,9 +168,40 @@ struct LocalScanner {
     /// Folders never scanned: fprep's and git's own.
     static let ignoredTopLevel: Set<[UInt8]> = [Array(".git".utf8), Array(Replica.stateFolderName.utf8)]
 
-    func scan() throws -> LocalChangeSet {
-        if let set = try scanInPlace() { return set }
-        return try scanByWalking()
+    /// How this scan used the agent's change journal.
+    final class JournalUse {
+        /// The journal point the scan began at; nil without a journal.
+        var point: JournalToken?
+        /// The record the next scan starts from, as this one leaves it.
+        var record: JournalRecord?
+    }
+    let journal = JournalUse()
+
+    /// The local changes. `usingJournal`: when the agent serving the
+    /// replica journals its changes and the last scan left a record, only
+    /// what changed since is looked at (see `JournalRecord`); else every
+    /// item, and a record is left for the next scan.
+    func scan(usingJournal: Bool = false) throws -> LocalChangeSet {
+        if usingJournal {
+            let record = JournalRecord.load(replica)
+            switch AgentLink.journalChanges(replicaRoot: replica.root, since: record?.point) {
+            case .since(let now, let paths)?:
+                journal.point = now
+                if let record, let set = try scanJournaled(record, changed: paths) { return set }
+            case .full(let now)?:
+                journal.point = now
+            case nil:
+                break
+            }
+        }
+        guard let set = try scanInPlace() else { return try scanByWalking() }
+        if let point = journal.point, set.unreadIgnoreFiles.isEmpty {
+            journal.record = JournalRecord(index: index.checksum, point: point, rules: JournalRecord.ruleFilesStamp(replica),
+                                           fullScanAt: Int64(Date().timeIntervalSince1970), treeBytes: set.treeBytes,
+                                           folderCount: set.folderCount, paths: set.pathsToLookAtAgain + strays.paths.map(\.bytes))
+            journal.record?.save(replica)
+        }
+        return set
     }
 
     /// The scan as git's index does it: every entry's file looked at once
@@ -199,50 +244,12 @@ struct LocalScanner {
                 }
             }
         }
-        let classifier = StateClassifier(root: replica.rootFolder, index: index)
-        let sizes = try replica.store.blobInfoLookup()
         var set = LocalChangeSet()
         var added: [(RepoPath, FileStat)] = []
         var deleted: [IndexEntry] = []
         var bytes = fileBlocks * 512
-        var clean = 0, dataless = 0, modified = 0, gone = 0
-        for position in 0..<count {
-            switch Int32(states[position]) {
-            case Int32(FPREP_SCAN_CLEAN): clean += 1
-            case Int32(FPREP_SCAN_DATALESS): dataless += 1
-            case Int32(FPREP_SCAN_SUBMODULE): continue
-            case Int32(FPREP_SCAN_MISSING):
-                gone += 1
-                if let entry = index.entry(at: position) { deleted.append(entry) }
-            default:
-                guard let entry = index.entry(at: position) else { continue }
-                let path = RepoPath(bytes: entry.path)
-                guard let stat = replica.rootFolder.stat(path) else {
-                    gone += 1
-                    deleted.append(entry)
-                    continue
-                }
-                let state = classifier.state(of: entry, stat: stat)
-                switch state {
-                case .dataless: dataless += 1; continue
-                case .materialized: clean += 1; continue
-                case .deleted: gone += 1
-                case .modified: modified += 1
-                }
-                if stat.isDirectory {
-                    // A file turned into a folder: the file is gone; what
-                    // is in the folder comes as new files.
-                    deleted.append(entry)
-                    bytes += try collectNew(path, into: &added, set: &set)
-                    continue
-                }
-                if let marked = try markedPlaceholder(path, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
-                    set.recordMarked(path, stat, marked)
-                } else {
-                    set.recordModified(entry, stat, classifier: classifier)
-                }
-            }
-        }
+        let tally = try classify(states, count: count, position: { $0 }, into: &set, added: &added, deleted: &deleted, bytes: &bytes)
+        let (clean, dataless, modified, gone) = (tally[.materialized] ?? 0, tally[.dataless] ?? 0, tally[.modified] ?? 0, tally[.deleted] ?? 0)
         set.items = clean + dataless + modified + gone
         for (state, n) in [(ItemState.materialized, clean), (.dataless, dataless), (.modified, modified), (.deleted, gone)] where n > 0 {
             set.counts[state] = n
@@ -289,6 +296,57 @@ struct LocalScanner {
         return try finish(set, added: added, deleted: deleted)
     }
 
+    /// Looks closer at the entries the stat scan could not settle (`states`
+    /// as `fprep_scan_index` left them, the `k`th for the index entry at
+    /// `position(k)`), records what changed in `set`, and counts the
+    /// entries by state. A file with other links is noted in `set.linked`.
+    func classify(_ states: [UInt8], count: Int, position: (Int) -> Int, into set: inout LocalChangeSet,
+                  added: inout [(RepoPath, FileStat)], deleted: inout [IndexEntry], bytes: inout Int64) throws -> [ItemState: Int] {
+        let classifier = StateClassifier(root: replica.rootFolder, index: index)
+        let sizes = try replica.store.blobInfoLookup()
+        var clean = 0, dataless = 0, modified = 0, gone = 0
+        for k in 0..<count {
+            let position = position(k)
+            if states[k] & UInt8(FPREP_SCAN_LINKED) != 0, let path = index.path(at: position) { set.linked.append(path) }
+            switch Int32(states[k] & 0x0F) {
+            case Int32(FPREP_SCAN_CLEAN): clean += 1
+            case Int32(FPREP_SCAN_DATALESS): dataless += 1
+            case Int32(FPREP_SCAN_SUBMODULE): continue
+            case Int32(FPREP_SCAN_MISSING):
+                gone += 1
+                if let entry = index.entry(at: position) { deleted.append(entry) }
+            default:
+                guard let entry = index.entry(at: position) else { continue }
+                let path = RepoPath(bytes: entry.path)
+                guard let stat = replica.rootFolder.stat(path) else {
+                    gone += 1
+                    deleted.append(entry)
+                    continue
+                }
+                let state = classifier.state(of: entry, stat: stat)
+                switch state {
+                case .dataless: dataless += 1; continue
+                case .materialized: clean += 1; continue
+                case .deleted: gone += 1
+                case .modified: modified += 1
+                }
+                if stat.isDirectory {
+                    // A file turned into a folder: the file is gone; what
+                    // is in the folder comes as new files.
+                    deleted.append(entry)
+                    bytes += try collectNew(path, into: &added, set: &set)
+                    continue
+                }
+                if let marked = try markedPlaceholder(path, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
+                    set.recordMarked(path, stat, marked)
+                } else {
+                    set.recordModified(entry, stat, classifier: classifier)
+                }
+            }
+        }
+        return [.materialized: clean, .dataless: dataless, .modified: modified, .deleted: gone]
+    }
+
     /// The names in `folderPath` the index has neither as a file nor as a
     /// folder (fprep's own and git's folders, and fprep's temporary files,
     /// left out).
@@ -310,7 +368,7 @@ struct LocalScanner {
     /// Every file and symlink below `path` (a folder the index knows nothing
     /// under) that the ignore rules do not leave out, as new; returns the
     /// disk space they take (ignored folders' content not counted).
-    private func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)], set: inout LocalChangeSet) throws -> Int64 {
+    func collectNew(_ path: RepoPath, into added: inout [(RepoPath, FileStat)], set: inout LocalChangeSet) throws -> Int64 {
         guard let folder = try? replica.rootFolder.folder(path) else { return 0 }
         var bytes: Int64 = 0
         for name in try folder.entryNames() where !isTemporary(name, in: path.bytes) {
@@ -329,7 +387,7 @@ struct LocalScanner {
 
     /// Whether the ignore rules leave out the untracked item at `path`;
     /// recorded in `set` when they do.
-    private func isIgnored(_ path: RepoPath, _ stat: FileStat, in set: inout LocalChangeSet) -> Bool {
+    func isIgnored(_ path: RepoPath, _ stat: FileStat, in set: inout LocalChangeSet) -> Bool {
         guard ignoreRules.isIgnored(path, isFolder: stat.isDirectory) else { return false }
         set.ignored.append(path.description + (stat.isDirectory ? "/" : ""))
         set.ignoredItems.append((path, stat))
@@ -453,7 +511,7 @@ struct LocalScanner {
 
     /// Pairs deleted entries with new files of the same content as moves,
     /// and lists the changes.
-    private func finish(_ scanned: LocalChangeSet, added: [(RepoPath, FileStat)], deleted: [IndexEntry]) throws -> LocalChangeSet {
+    func finish(_ scanned: LocalChangeSet, added: [(RepoPath, FileStat)], deleted: [IndexEntry]) throws -> LocalChangeSet {
         var set = scanned
         var added = added
         if deleted.contains(where: \.skipWorktree), !set.ignoredItems.isEmpty {
@@ -461,6 +519,10 @@ struct LocalScanner {
         }
         set.ignored.sort()
         set.unreadIgnoreFiles = ignoreRules.unread.map(\.description).sorted()
+        // In path order, whatever order the scan met them in: which of two
+        // new files with one content is the move never depends on how the
+        // changes were found (a walk, the change journal).
+        added.sort { $0.0.bytes.lexicographicallyPrecedes($1.0.bytes) }
         // Moves: a deleted entry and a new file with the same content. A
         // moved placeholder carries its blob id in its attributes; other new
         // files are hashed only when some deleted entry could match.

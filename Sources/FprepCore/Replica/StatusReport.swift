@@ -50,20 +50,26 @@ public struct StatusReport: Sendable, Encodable {
     public var budget: BudgetReport? = nil
     /// Why the budget settings could not be read, when they cannot.
     public var budgetProblem: String? = nil
+    /// How local changes were found: "journal" (what the agent's change
+    /// journal named since the last scan; folder count and sizes are the
+    /// last full scan's) or "full" (every item looked at).
+    public var scan: String = "full"
 }
 
 extension Replica {
     /// Scans every item with `lstat` (content is read only for materialized
     /// files whose stat changed, and for new files that may be moves) and
     /// sums up the replica.
-    public func status(listingIgnored: Bool = false) throws -> StatusReport {
+    /// `fullScan` looks at every item even when the agent's change journal
+    /// could say what changed (listing ignored items always does).
+    public func status(listingIgnored: Bool = false, fullScan: Bool = false) throws -> StatusReport {
         let index = try repository.index()
         Trace.mark("read index")
         // What git staged, reset or checked out shows as the change it is
         // (in memory: status writes nothing).
         let head = try gitHeadState()
         if head.commitsAhead == 0 { try realignIndexGitWrote(index, write: false) }
-        let scan = try LocalScanner(replica: self, index: index).scan()
+        let scan = try LocalScanner(replica: self, index: index).scan(usingJournal: !listingIgnored && !fullScan)
         Trace.mark("scan")
         defer { Trace.mark("disk use") }
         let pending = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
@@ -87,6 +93,7 @@ extension Replica {
             report.budgetProblem = error.message
         }
         if listingIgnored { report.ignored = scan.ignored }
+        report.scan = scan.fromJournal ? "journal" : "full"
         return report
     }
 }

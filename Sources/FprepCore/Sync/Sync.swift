@@ -48,6 +48,18 @@ public struct SyncReport: Sendable, Encodable {
     public var gitReadPlaceholders: [String] = []
 }
 
+extension SyncReport {
+    /// Paths this sync committed, kept beside or left waiting: the next
+    /// journal scan looks at them again (see `JournalRecord`).
+    var journalPaths: [[UInt8]] {
+        var paths: [String] = []
+        for change in localChanges { paths.append(change.path); if let from = change.from { paths.append(from) } }
+        for conflict in conflicts { paths += [conflict.path, conflict.copy] }
+        paths += waitingForWriters + pinnedMaterialized
+        return paths.map { Array($0.utf8) }
+    }
+}
+
 /// The journal payload of a sync: the two anchors it moves between.
 struct SyncJournal: Codable {
     var from: String?
@@ -121,11 +133,16 @@ extension Replica {
             report.gitCommitsTaken = try adoptGitCommits(head)
         }
         var index: Index?
+        // The scan's journal point, for the record this sync leaves (see
+        // `JournalRecord`); an incoming sync carries the last record over.
+        var journalScanner: LocalScanner?
+        let indexBefore = incoming ? (try? repository.index().checksum) : nil
         if !incoming {
             var scanned = try repository.index()
             try realignIndexGitWrote(scanned)
             var scanner = LocalScanner(replica: self, index: scanned)
-            var scan = try scanner.scan()
+            var scan = try scanner.scan(usingJournal: true)
+            journalScanner = scanner
             if !scanner.ignoreRules.unread.isEmpty, materializeRuleFiles(scanner.ignoreRules.unread) {
                 // Rules fprep could not read (a `.gitignore` still a
                 // placeholder): with their content here (and in the index
@@ -133,6 +150,7 @@ extension Replica {
                 scanned = try repository.index()
                 scanner = LocalScanner(replica: self, index: scanned)
                 scan = try scanner.scan()
+                journalScanner = nil
             }
             index = scanned
             if !scanner.strays.paths.isEmpty {
@@ -140,6 +158,7 @@ extension Replica {
                 // What they became (conflict copies of bytes a program
                 // wrote) is committed by this sync, not the next one.
                 scan = try LocalScanner(replica: self, index: scanned).scan()
+                journalScanner = nil
             }
             report.keptLocal += scan.skipped
             if deferOpenForWriting {
@@ -232,8 +251,28 @@ extension Replica {
         Trace.mark("shared metadata")
         report.from = startAnchor?.hex
         report.to = anchor?.hex
+        leaveJournalRecord(scanner: journalScanner, indexBefore: indexBefore, report: report)
         finished = true
         return report
+    }
+
+    /// What the next scan starts from: the point this sync's scan began
+    /// at, against the index as the sync leaves it, with the paths the scan
+    /// found changed and what the sync itself changed, to look at again
+    /// (what it laid out on disk is in the journal already).
+    private func leaveJournalRecord(scanner: LocalScanner?, indexBefore: [UInt8]?, report: SyncReport) {
+        guard let after = try? repository.index().checksum else { return }
+        if let indexBefore {
+            JournalRecord.carry(self, from: indexBefore, to: after, paths: report.journalPaths)
+            return
+        }
+        guard let scanner, var record = scanner.journal.record else {
+            JournalRecord.remove(self)
+            return
+        }
+        record.index = after
+        record.paths += report.journalPaths
+        record.save(self)
     }
 
     private enum PushOutcome {
