@@ -27,6 +27,9 @@ final class ChangeJournal: Sendable {
         var cookiesAsked: UInt64 = 0
         var cookiesSeen: UInt64 = 0
         var waiting: [UInt64: DispatchSemaphore] = [:]
+        /// Folders of the tree that could not be followed (out of marks):
+        /// changes there go unseen, so no answer is given with paths.
+        var unfollowed = 0
     }
     private let state = Mutex(State())
 
@@ -61,6 +64,14 @@ final class ChangeJournal: Sendable {
         }
     }
 
+    /// How many folders of the tree are not followed now.
+    func setUnfollowed(_ count: Int) {
+        state.withLock { state in
+            if count > 0 { state.next += 1; state.validFrom = state.next; state.entries = [] }
+            state.unfollowed = count
+        }
+    }
+
     /// A number for the next cookie, and the semaphore its arrival signals.
     func askCookie() -> (UInt64, DispatchSemaphore) {
         state.withLock { state in
@@ -92,7 +103,8 @@ final class ChangeJournal: Sendable {
     func answer(since point: JournalToken?) -> JournalAnswer {
         state.withLock { state in
             let now = JournalToken(epoch: epoch, sequence: state.next)
-            guard let point, point.epoch == epoch, point.sequence >= state.validFrom, point.sequence <= state.next else {
+            guard state.unfollowed == 0, let point, point.epoch == epoch, point.sequence >= state.validFrom,
+                  point.sequence <= state.next else {
                 return .full(now)
             }
             var seen = Set<[UInt8]>()

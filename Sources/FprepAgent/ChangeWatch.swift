@@ -36,6 +36,9 @@ final class ChangeWatch: @unchecked Sendable {
     /// cookie's event comes after every event of changes made before it.
     private static let cookieFolder = ".fprep" + "/cookies"
     private var cookieKey: [UInt8] = []
+    /// Folders whose mark failed (the user's fanotify mark limit): the
+    /// journal answers nothing with paths while there are any.
+    private var unmarked = Set<[UInt8]>()
 
     /// `onLeftOut` is called for each batch of changes all to ignored
     /// items, which starts no sync.
@@ -61,6 +64,7 @@ final class ChangeWatch: @unchecked Sendable {
         }
         markCookieFolder()
         markTree(below: [])
+        journal.setUnfollowed(unmarked.count)
         thread = try BlockingThread { [self] in follow() }
     }
 
@@ -192,10 +196,12 @@ final class ChangeWatch: @unchecked Sendable {
             }
             if remark {
                 folders = [:]
+                unmarked = []
                 markTree(below: [])
             } else {
                 for path in arrived { markTree(below: path) }
             }
+            journal.setUnfollowed(unmarked.count)
             // Recorded once new folders are followed: a command told of the
             // changes up to its cookie looks at them after this.
             if gap { journal.gap() }
@@ -215,7 +221,11 @@ final class ChangeWatch: @unchecked Sendable {
         var pending = [start]
         while let relative = pending.popLast() {
             let path = (relative.isEmpty ? Array(".".utf8) : relative).map { CChar(bitPattern: $0) } + [0]
-            guard fprep_changes_mark_folder(group, rootFD, path) == 0 else { continue }
+            guard fprep_changes_mark_folder(group, rootFD, path) == 0 else {
+                if errno != ENOENT && errno != ENOTDIR { unmarked.insert(relative) }
+                continue
+            }
+            unmarked.remove(relative)
             var handle = fprep_change_event()
             if fprep_changes_folder_handle(rootFD, path, &handle) == 0 { folders[Self.key(handle)] = relative }
             let fd = openat(rootFD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)

@@ -35,6 +35,9 @@ struct ScanBench: ParsableCommand {
     @Option(help: ArgumentHelp("The fprep binary (default: next to fprep-bench).", valueName: "path"))
     var fprep: String?
 
+    @Flag(help: "Also run `fprep agent` on the replica (as root) and time status and sync reading its change journal, with the agent's idle CPU and memory.")
+    var agent = false
+
     @Flag(help: "Print one JSON object instead of the table.")
     var json = false
 
@@ -100,6 +103,26 @@ struct ScanBench: ParsableCommand {
         let moved = Array(chosen.dropFirst(modified.count + deleted.count).prefix(changes / 10))
         let added = (0..<(changes - modified.count - deleted.count - moved.count)).map { "bench-new/n\($0).txt" }
         try subprocess.run(Command([fprep, "materialize", "-C", replica] + modified))
+        // The agent starts before the changes: its journal holds them.
+        var served: Process?
+        if agent {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: fprep)
+            process.arguments = ["agent", "-C", replica]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            try process.run()
+            served = process
+            let pidFile = replica + "/.fprep/agent.pid"
+            let deadline = Date().addingTimeInterval(600)
+            while (try? String(contentsOfFile: pidFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) != "\(process.processIdentifier)" {
+                guard process.isRunning, Date() < deadline else { throw BenchError.message("fprep agent did not start on \(replica)") }
+                usleep(20_000)
+            }
+            note("agent serving; a first status leaves the journal record")
+            try subprocess.run(Command([fprep, "status", "-C", replica, "--json"]))
+        }
+        defer { served?.terminate(); served?.waitUntilExit() }
         for root in [replica, checkout] {
             for path in modified { try Data("edited by the scan benchmark\n".utf8).write(to: URL(fileURLWithPath: root + "/" + path)) }
             for path in deleted { try FileManager.default.removeItem(atPath: root + "/" + path) }
@@ -124,6 +147,25 @@ struct ScanBench: ParsableCommand {
             statusWarm.append(try timed(status, cold: false))
         }
         let found = try subprocess.run(scan).stdoutText.components(separatedBy: "\"kind\"").count - 1
+        var journal: [String: Any] = [:]
+        if let served {
+            note("timing status through the change journal")
+            var warm: [Double] = [], cold: [Double] = []
+            for _ in 0..<max(1, runs) {
+                cold.append(try timed(scan, cold: true))
+                warm.append(try timed(scan, cold: false))
+            }
+            let report = try JSONSerialization.jsonObject(with: Data(try subprocess.run(scan).stdoutText.utf8)) as? [String: Any]
+            let used = report?["scan"] as? String == "journal"
+            // The agent and its worker at rest: CPU over 10 s, and memory.
+            let pids = [served.processIdentifier] + childProcesses(of: served.processIdentifier)
+            let before = pids.map(cpuTicks).reduce(0, +)
+            sleep(10)
+            let idle = Double(pids.map(cpuTicks).reduce(0, +) - before) / Double(sysconf(Int32(_SC_CLK_TCK))) / 10
+            journal = ["statusWarm": median(warm), "statusCold": median(cold), "usedJournal": used,
+                       "ratioWarm": median(warm) / median(statusWarm), "idleCPU": idle,
+                       "rssBytes": pids.map(residentBytes).reduce(0, +)]
+        }
         note("timing the syncs")
         let sync = try timed(Command([fprep, "sync", "-C", replica, "--json"]), cold: true)
         settle(dropCaches: dropCaches)
@@ -139,9 +181,10 @@ struct ScanBench: ParsableCommand {
             "fprepSync": sync, "gitAddCommitPush": gitSync,
         ]
         if json {
-            let object: [String: Any] = ["files": files, "changes": changes, "changesFound": found, "cachesDropped": dropCaches,
+            var object: [String: Any] = ["files": files, "changes": changes, "changesFound": found, "cachesDropped": dropCaches,
                                          "seconds": figures, "scanRatioWarm": median(scanWarm) / median(statusWarm),
                                          "scanRatioCold": median(scanCold) / median(statusCold)]
+            if !journal.isEmpty { object["journal"] = journal }
             print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]), as: UTF8.self))
         } else {
             func f(_ x: Double) -> String { String(format: "%.3f s", x) }
@@ -154,6 +197,42 @@ struct ScanBench: ParsableCommand {
                   fprep sync     \(f(sync))
                   git add -A; commit; push   \(f(gitSync))
                 """)
+            if let warm = journal["statusWarm"] as? Double, let cold = journal["statusCold"] as? Double,
+               let idle = journal["idleCPU"] as? Double, let rss = journal["rssBytes"] as? Int {
+                print("""
+                    with fprep agent serving (change journal\(journal["usedJournal"] as? Bool == true ? "" : " NOT USED"))
+                      fprep status   warm \(f(warm))   cold \(f(cold))   ratio to git status warm \(String(format: "%.3f", warm / median(statusWarm)))×   (target ≤ 0.1×)
+                      agent at rest  CPU \(String(format: "%.4f", idle)) of a core, RSS \(rss / 1_048_576) MiB (agent and worker)
+                    """)
+            }
         }
     }
+}
+
+/// The processes whose parent is `pid` (from /proc).
+func childProcesses(of pid: Int32) -> [Int32] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { Int32($0) }.filter { child in
+        guard let text = try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return false }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 2 && Int32(fields[1]) == pid
+    }
+}
+
+/// User and system CPU ticks a process used.
+func cpuTicks(_ pid: Int32) -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return 0 }
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    guard fields.count > 13 else { return 0 }
+    return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+}
+
+/// A process's resident memory.
+func residentBytes(_ pid: Int32) -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+    }
+    return 0
 }
