@@ -68,27 +68,13 @@ final class AgentSocket: @unchecked Sendable {
         // Who asks, as the kernel says.
         let peer = fprep_peer_pid(connection)
         guard peer > 0 else { return }
-        var pending: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        func line() -> Substring? {
-            while true {
-                if let end = pending.firstIndex(of: 0x0A) {
-                    let text = String(decoding: pending[..<end], as: UTF8.self)
-                    pending.removeSubrange(...end)
-                    return Substring(text)
-                }
-                let n = chunk.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { return nil }
-                pending += chunk[0..<n]
-            }
-        }
+        var reader = AgentLink.LineReader(fd: connection)
+        func line() -> Substring? { reader.line().map { Substring($0) } }
         while let header = line() {
             let parts = header.split(separator: " ")
             if parts.count == 3, parts[0] == "changes" {
                 guard let point = AgentLink.parsePoint(epoch: parts[1], sequence: parts[2]) else { return }
-                let answer = AgentLink.encode(journal(point))
-                guard answer.withUnsafeBytes({ send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == answer.count else { return }
+                guard AgentLink.sendAll(AgentLink.encode(journal(point)), to: connection) else { return }
                 continue
             }
             guard parts.count == 2, parts[0] == "watch", let count = Int(parts[1]), count >= 0, count <= 10_000_000 else { return }
@@ -97,8 +83,7 @@ final class AgentSocket: @unchecked Sendable {
                 guard let text = line(), let file = AgentLink.parseLine(text) else { return }
                 files.append(file)
             }
-            let answer = Array((watch(files, pid_t(peer)) ? "ok\n" : "no\n").utf8)
-            guard answer.withUnsafeBytes({ send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == answer.count else { return }
+            guard AgentLink.sendAll(Array((watch(files, pid_t(peer)) ? "ok\n" : "no\n").utf8), to: connection) else { return }
         }
     }
 }

@@ -85,23 +85,9 @@ public final class AgentLink: @unchecked Sendable {
         for file in files {
             text += file.blob.hex + " " + Self.hex(file.path.bytes) + (file.markAt.map { " " + Self.hex($0.bytes) } ?? "") + "\n"
         }
-        let request = Array(text.utf8)
-        var sent = 0
-        while sent < request.count {
-            let n = request[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return false }
-            sent += n
-        }
-        var answer: [UInt8] = []
-        var byte: UInt8 = 0
-        while answer.last != 0x0A {
-            let n = recv(fd, &byte, 1, 0)
-            if n < 0 && errno == EINTR { continue }
-            guard n == 1 else { return false }
-            answer.append(byte)
-        }
-        return answer == Array("ok\n".utf8)
+        guard Self.sendAll(Array(text.utf8), to: fd) else { return false }
+        var reader = LineReader(fd: fd)
+        return reader.line() == "ok"
     }
 
     /// Set in the agent's worker: what its own syncs ask the journal.
@@ -121,14 +107,7 @@ public final class AgentLink: @unchecked Sendable {
     /// answer `full EPOCH N`, `since EPOCH N COUNT` and a line per path (hex
     /// of its bytes), or `none`.
     private func changes(since point: JournalToken?) -> JournalAnswer? {
-        let request = Array("changes \(point?.epoch ?? "-") \(point?.sequence ?? 0)\n".utf8)
-        var sent = 0
-        while sent < request.count {
-            let n = request[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return nil }
-            sent += n
-        }
+        guard Self.sendAll(Array("changes \(point?.epoch ?? "-") \(point?.sequence ?? 0)\n".utf8), to: fd) else { return nil }
         var reader = LineReader(fd: fd)
         guard let header = reader.line() else { return nil }
         let parts = header.split(separator: " ")
@@ -151,19 +130,38 @@ public final class AgentLink: @unchecked Sendable {
         }
     }
 
-    /// Lines from a socket, read a buffer at a time.
-    struct LineReader {
+    /// Writes all of `bytes` to the socket `fd`; false when it closed.
+    public static func sendAll(_ bytes: [UInt8], to fd: Int32) -> Bool {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            sent += n
+        }
+        return true
+    }
+
+    /// Lines from a socket, read a buffer at a time (both ends use it).
+    public struct LineReader {
         let fd: Int32
         var pending: [UInt8] = []
 
-        mutating func line() -> String? {
-            var chunk = [UInt8](repeating: 0, count: 65536)
+        public init(fd: Int32) { self.fd = fd }
+
+        /// Where the next line starts in `pending`.
+        var start = 0
+
+        public mutating func line() -> String? {
             while true {
-                if let end = pending.firstIndex(of: 0x0A) {
-                    let text = String(decoding: pending[..<end], as: UTF8.self)
-                    pending.removeSubrange(...end)
+                if let end = pending[start...].firstIndex(of: 0x0A) {
+                    let text = String(decoding: pending[start..<end], as: UTF8.self)
+                    start = end + 1
+                    if start == pending.count { pending.removeAll(keepingCapacity: true); start = 0 }
                     return text
                 }
+                if start > 0 { pending.removeFirst(start); start = 0 }
+                var chunk = [UInt8](repeating: 0, count: 65536)
                 let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n < 0 && errno == EINTR { continue }
                 guard n > 0 else { return nil }
