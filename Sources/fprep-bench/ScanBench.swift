@@ -106,19 +106,7 @@ struct ScanBench: ParsableCommand {
         // The agent starts before the changes: its journal holds them.
         var served: Process?
         if agent {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: fprep)
-            process.arguments = ["agent", "-C", replica]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-            try process.run()
-            served = process
-            let pidFile = replica + "/.fprep/agent.pid"
-            let deadline = Date().addingTimeInterval(600)
-            while (try? String(contentsOfFile: pidFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) != "\(process.processIdentifier)" {
-                guard process.isRunning, Date() < deadline else { throw BenchError.message("fprep agent did not start on \(replica)") }
-                usleep(20_000)
-            }
+            served = try startAgent(fprep: fprep, replica: replica)
             note("agent serving; a first status leaves the journal record")
             try subprocess.run(Command([fprep, "status", "-C", replica, "--json"]))
         }
@@ -137,7 +125,10 @@ struct ScanBench: ParsableCommand {
         }
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         var scanWarm: [Double] = [], scanCold: [Double] = [], statusWarm: [Double] = [], statusCold: [Double] = []
-        let scan = Command([fprep, "status", "-C", replica, "--json"])
+        // The scan of every item, whether or not an agent serves; then, with
+        // one, status as it runs by default (through the change journal).
+        let scan = Command([fprep, "status", "-C", replica, "--json", "--full-scan"])
+        let journaled = Command([fprep, "status", "-C", replica, "--json"])
         let status = Command(["git", "status", "--porcelain"], directory: checkout)
         note("timing the scan")
         for _ in 0..<max(1, runs) {
@@ -152,17 +143,18 @@ struct ScanBench: ParsableCommand {
             note("timing status through the change journal")
             var warm: [Double] = [], cold: [Double] = []
             for _ in 0..<max(1, runs) {
-                cold.append(try timed(scan, cold: true))
-                warm.append(try timed(scan, cold: false))
+                cold.append(try timed(journaled, cold: true))
+                warm.append(try timed(journaled, cold: false))
             }
-            let report = try JSONSerialization.jsonObject(with: Data(try subprocess.run(scan).stdoutText.utf8)) as? [String: Any]
+            let report = try JSONSerialization.jsonObject(with: Data(try subprocess.run(journaled).stdoutText.utf8)) as? [String: Any]
             let used = report?["scan"] as? String == "journal"
+            let foundByJournal = (report?["changes"] as? [Any])?.count ?? -1
             // The agent and its worker at rest: CPU over 10 s, and memory.
             let pids = [served.processIdentifier] + childProcesses(of: served.processIdentifier)
             let before = pids.map(cpuTicks).reduce(0, +)
             sleep(10)
             let idle = Double(pids.map(cpuTicks).reduce(0, +) - before) / Double(sysconf(Int32(_SC_CLK_TCK))) / 10
-            journal = ["statusWarm": median(warm), "statusCold": median(cold), "usedJournal": used,
+            journal = ["statusWarm": median(warm), "statusCold": median(cold), "usedJournal": used, "changesFound": foundByJournal,
                        "ratioWarm": median(warm) / median(statusWarm), "idleCPU": idle,
                        "rssBytes": pids.map(residentBytes).reduce(0, +)]
         }
@@ -200,7 +192,7 @@ struct ScanBench: ParsableCommand {
             if let warm = journal["statusWarm"] as? Double, let cold = journal["statusCold"] as? Double,
                let idle = journal["idleCPU"] as? Double, let rss = journal["rssBytes"] as? Int {
                 print("""
-                    with fprep agent serving (change journal\(journal["usedJournal"] as? Bool == true ? "" : " NOT USED"))
+                    with fprep agent serving (change journal\(journal["usedJournal"] as? Bool == true ? "" : " NOT USED"); \(journal["changesFound"] as? Int ?? -1) changes reported)
                       fprep status   warm \(f(warm))   cold \(f(cold))   ratio to git status warm \(String(format: "%.3f", warm / median(statusWarm)))×   (target ≤ 0.1×)
                       agent at rest  CPU \(String(format: "%.4f", idle)) of a core, RSS \(rss / 1_048_576) MiB (agent and worker)
                     """)
@@ -209,30 +201,3 @@ struct ScanBench: ParsableCommand {
     }
 }
 
-/// The processes whose parent is `pid` (from /proc).
-func childProcesses(of pid: Int32) -> [Int32] {
-    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-    return entries.compactMap { Int32($0) }.filter { child in
-        guard let text = try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8),
-              let close = text.lastIndex(of: ")") else { return false }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        return fields.count > 2 && Int32(fields[1]) == pid
-    }
-}
-
-/// User and system CPU ticks a process used.
-func cpuTicks(_ pid: Int32) -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return 0 }
-    let fields = text[text.index(after: close)...].split(separator: " ")
-    guard fields.count > 13 else { return 0 }
-    return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
-}
-
-/// A process's resident memory.
-func residentBytes(_ pid: Int32) -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
-    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
-    }
-    return 0
-}

@@ -72,6 +72,9 @@ struct SyncBench: ParsableCommand {
     @Flag(help: "Keep the caches between steps (as root they are dropped before each timed step): every figure is then a warm one, as for a replica in daily use.")
     var warm = false
 
+    @Flag(help: "Run the both-ways sync with `fprep agent` serving its replica (as root): the sync reads the agent's change journal instead of scanning.")
+    var agent = false
+
     @Flag(help: "Regenerate the remotes even when the cached ones match.")
     var regenerate = false
 
@@ -167,9 +170,10 @@ struct SyncBench: ParsableCommand {
         let status = try RawDiff(subprocess.run(Command(["git", "-C", generator.remotePath, "diff-tree", "-r", "-z",
                                                          SyncCycle.renameOption, base, new])).stdout).counts
 
-        let cycle = SyncCycle(work: work, files: files, url: url, fprep: fprep, remote: generator.remotePath,
+        var cycle = SyncCycle(work: work, files: files, url: url, fprep: fprep, remote: generator.remotePath,
                               base: base, new: new, materializeList: listPath, newSizes: newSizes,
                               subprocess: subprocess, floors: floors, dropCaches: dropCaches)
+        cycle.agent = agent
         try cycle.clear()
         for run in 1...runs { try cycle.prepare(run, log: step) }
         step("publish \(new) on main and run the post-receive manifest step")

@@ -88,6 +88,9 @@ struct SyncCycle {
     let subprocess: Subprocess
     let floors: FilesystemFloors
     let dropCaches: Bool
+    /// Whether the both-ways sync runs with `fprep agent` serving the
+    /// replica (its change journal instead of a scan).
+    var agent = false
 
     func replica(_ run: Int) -> String { "\(work)/sync-replica-\(files)-\(run)" }
     func bothWaysReplica(_ run: Int) -> String { "\(work)/sync-replica-both-\(files)-\(run)" }
@@ -160,8 +163,14 @@ struct SyncCycle {
             result.failures.append(error.description)
             return result
         }
-        log("run \(run): fprep sync (both ways) in a second replica")
+        log("run \(run): fprep sync (both ways) in a second replica\(agent ? ", with the agent serving it" : "")")
         do {
+            var served: Process?
+            if agent {
+                served = try startAgent(fprep: fprep, replica: bothWaysReplica(run))
+                _ = try subprocess.run(Command([fprep, "status", "-C", bothWaysReplica(run), "--json"]))  // leaves the journal record
+            }
+            defer { served?.terminate(); served?.waitUntilExit() }
             let sync = try timed(Command([fprep, "sync", "-C", bothWaysReplica(run), "--json"]))
             result.fprepSyncBothWays = sync.seconds
             let outcome = try SyncCycle.syncOutcome(sync.stdout)

@@ -30,7 +30,20 @@ public enum UnknownSizes {
 
     static func census(_ index: Index, sizes: (ObjectID) throws -> BlobInfo?) throws -> Census {
         var census = Census()
-        for position in 0..<index.count {
+        // Only placeholders of 0 bytes can be of unknown size: picked from
+        // the entries' bytes in place (skip-worktree, size 0), so a large
+        // index is not decoded entry by entry.
+        let candidates: [Int] = index.withEntryLayout { base, offsets in
+            var found: [Int] = []
+            for (position, offset) in offsets.enumerated() {
+                let entry = base + Int(offset)
+                let size = UInt32(entry[36]) << 24 | UInt32(entry[37]) << 16 | UInt32(entry[38]) << 8 | UInt32(entry[39])
+                let extended = entry[60] & 0x40 != 0
+                if size == 0, extended, entry[62] & 0x40 != 0 { found.append(position) }
+            }
+            return found
+        } ?? Array(0..<index.count)
+        for position in candidates {
             guard let entry = index.entry(at: position), entry.skipWorktree, entry.stat.fileSize == 0,
                   FileMode(raw: entry.mode).isFile, entry.id != emptyBlob else { continue }
             if let info = try sizes(entry.id) {

@@ -1,0 +1,51 @@
+import Foundation
+import Glibc
+
+/// Starts `fprep agent -C replica` (as root) and waits until it serves the
+/// replica (its pid in `.fprep/agent.pid`).
+func startAgent(fprep: String, replica: String) throws -> Process {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: fprep)
+    process.arguments = ["agent", "-C", replica]
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    let pidFile = replica + "/.fprep/agent.pid"
+    let deadline = Date().addingTimeInterval(600)
+    while (try? String(contentsOfFile: pidFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) != "\(process.processIdentifier)" {
+        guard process.isRunning, Date() < deadline else {
+            process.terminate()
+            throw BenchError.message("fprep agent did not start on \(replica) (it needs root and fanotify pre-content events)")
+        }
+        usleep(20_000)
+    }
+    return process
+}
+
+/// The processes whose parent is `pid` (from /proc).
+func childProcesses(of pid: Int32) -> [Int32] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { Int32($0) }.filter { child in
+        guard let text = try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return false }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 2 && Int32(fields[1]) == pid
+    }
+}
+
+/// User and system CPU ticks a process used.
+func cpuTicks(_ pid: Int32) -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return 0 }
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    guard fields.count > 13 else { return 0 }
+    return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+}
+
+/// A process's resident memory.
+func residentBytes(_ pid: Int32) -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+    }
+    return 0
+}
