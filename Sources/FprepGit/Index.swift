@@ -93,6 +93,20 @@ public final class Index {
     /// index a record made from it belongs to.
     public private(set) var checksum: [UInt8] = []
 
+    /// The trailing checksum of the index file at `path` as it is on disk,
+    /// read without the entries (empty when there is none): for a holder of
+    /// the replica's lock, which no one else writes the index under.
+    public static func checksumOnDisk(_ path: String) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_size >= 32 else { return [] }
+        var trailer = [UInt8](repeating: 0, count: 20)
+        let n = trailer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 20, off_t(info.st_size) - 20) }
+        return n == 20 ? trailer : []
+    }
+
     /// Reads `path` (an index that does not exist is empty).
     public init(path: String) throws {
         filePath = path

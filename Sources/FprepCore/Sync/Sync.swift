@@ -136,7 +136,7 @@ extension Replica {
         // The scan's journal point, for the record this sync leaves (see
         // `JournalRecord`); an incoming sync carries the last record over.
         var journalScanner: LocalScanner?
-        let indexBefore = incoming ? (try? repository.index().checksum) : nil
+        let indexBefore = incoming ? Index.checksumOnDisk(gitDirectory + "/index") : nil
         if !incoming {
             var scanned = try repository.index()
             try realignIndexGitWrote(scanned)
@@ -261,7 +261,8 @@ extension Replica {
     /// found changed and what the sync itself changed, to look at again
     /// (what it laid out on disk is in the journal already).
     private func leaveJournalRecord(scanner: LocalScanner?, indexBefore: [UInt8]?, report: SyncReport) {
-        guard let after = try? repository.index().checksum else { return }
+        let after = Index.checksumOnDisk(gitDirectory + "/index")
+        guard !after.isEmpty else { return }
         if let indexBefore {
             JournalRecord.carry(self, from: indexBefore, to: after, paths: report.journalPaths)
             return
