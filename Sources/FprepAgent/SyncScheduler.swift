@@ -15,7 +15,8 @@ public protocol RemoteSignals: AnyObject, Sendable {
 public typealias RemoteSignalsStarter = @Sendable (_ root: String, _ onPush: @escaping @Sendable () -> Void,
                                                    _ note: @escaping @Sendable (String) -> Void) throws -> (any RemoteSignals)?
 
-/// The worker's own syncs of its replica (`fprep.agent.sync`, opt-in): a sync
+/// The worker's own syncs of its replica (`fprep.agent.sync`, on unless a
+/// replica's config turns it off): a sync
 /// shortly after the user's changes settle (`fprep.agent.syncDelay`
 /// milliseconds after the last one, at most 10 times that after the first:
 /// a burst of saves is one sync, and a folder that never stops changing
@@ -27,9 +28,9 @@ public typealias RemoteSignalsStarter = @Sendable (_ root: String, _ onPush: @es
 /// only while it syncs (a busy replica is tried again a second later).
 final class SyncScheduler: @unchecked Sendable {
     struct Settings: Sendable {
-        /// Off unless the replica's config turns it on: the model test with
-        /// the agent syncing still finds failures (see the README).
-        var enabled = false
+        /// On unless the replica's config turns it off (`fprep.agent.sync
+        /// false`: the agent only hydrates).
+        var enabled = true
         var delay: Double = 1
         var pollSeconds: Double = 60
 

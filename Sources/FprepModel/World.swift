@@ -270,11 +270,20 @@ final class World {
 
     /// `actor` removes what is at `path` on purpose: the tokens it knew there are no longer required.
     private func removeKnowingly(_ path: String, isReplica: Bool) {
-        guard let e = entry(path) else { return }
-        if e == .directory {
-            for name in listFolder(path) { removeKnowingly(path + "/" + text(name), isReplica: isReplica) }
-        } else if e.isFile {
-            dropped.formUnion(knownTokens(path, isReplica: isReplica))
+        // Only what was looked at is removed: with the agent syncing, a
+        // file read here may be a folder by the time it is removed (a sync
+        // laid one out in its place), and what is in that folder is dropped
+        // knowingly too, as a user's `rm -r` would.
+        for _ in 0..<8 {
+            guard let e = entry(path) else { return }
+            if e == .directory {
+                chmod(path, 0o755)
+                for name in listFolder(path) { removeKnowingly(path + "/" + text(name), isReplica: isReplica) }
+                if rmdir(path) == 0 || errno == ENOENT { return }
+            } else {
+                if e.isFile { dropped.formUnion(knownTokens(path, isReplica: isReplica)) }
+                if unlink(path) == 0 || errno == ENOENT { return }
+            }
         }
         removeTree(path)
     }
