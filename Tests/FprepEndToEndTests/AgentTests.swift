@@ -111,6 +111,29 @@ struct AgentTests {
         }
     }
 
+    @Test("a placeholder moved or copied with its marks and read before a sync gets its content; the sync records a move and an add, never zeros")
+    func movedPlaceholderReads() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            defer { _ = stopAgent(agent) }
+            #expect(rename(replica + "/bin.dat", replica + "/moved.dat") == 0)
+            let moved = try s.python(readProgram, ["moved.dat"], cwd: replica)
+            #expect(moved.status == 0 && moved.stdoutData == pseudoRandomBytes(10_000, seed: 1), "a moved placeholder reads its content: \(moved.status) \(moved.stderr)")
+            let copy = try Shell.run(["/bin/cp", "-a", "docs/readme.md", "copy.md"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(copy.status == 0, "\(copy)")
+            let copied = try Shell.run(["/bin/cat", "copy.md"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(copied.status == 0 && Data(copied.stdout.utf8) == remote.files["docs/readme.md"], "a copy with the marks reads the content: \(copied)")
+            let sync = try s.fprepJSON(["sync"], cwd: replica)
+            let kinds = sync.objects("localChanges").map { "\($0.string("kind") ?? "") \($0.string("path") ?? "")" }.sorted()
+            #expect(kinds == ["added copy.md", "moved moved.dat"], "\(sync)")
+            #expect(try s.git(["show", "main:moved.dat"], cwd: remote.path).stdoutData == pseudoRandomBytes(10_000, seed: 1))
+            #expect(try s.git(["show", "main:copy.md"], cwd: remote.path).stdoutData == remote.files["docs/readme.md"])
+        }
+    }
+
     @Test("files that are not placeholders never meet the agent: materialized, changed by a program, fprep's own")
     func nonPlaceholdersAreNotWatched() throws {
         try withSandbox { s in

@@ -15,6 +15,13 @@ struct JournalTests {
         return (counts + changes).joined(separator: "\n")
     }
 
+    /// Waits until status reads the journal: the agent's worker starts
+    /// following changes just after the agent is ready, and until then a
+    /// status scans everything (and leaves no record).
+    private func waitForJournal(_ box: Sandbox, _ replica: String) -> Bool {
+        waitUntil { (try? box.fprepJSON(["status"], cwd: replica))?.string("scan") == "journal" }
+    }
+
     /// Files and folders of the tree (not .git, .fprep), relative, sorted.
     private func listing(_ root: String) -> (files: [String], folders: [String]) {
         var files: [String] = [], folders: [String] = []
@@ -39,7 +46,7 @@ struct JournalTests {
             try box.fprepOK(["materialize", "d00"], cwd: replica)
             let agent = try box.startAgent(replica)
             defer { _ = stopAgent(agent) }
-            _ = try box.fprepJSON(["status"], cwd: replica)  // the first scan leaves the record
+            #expect(waitForJournal(box, replica))
 
             // A fixed seed in CI; FPREP_JOURNAL_SEED tries others.
             let seed = ProcessInfo.processInfo.environment["FPREP_JOURNAL_SEED"].flatMap(UInt64.init) ?? 20261125
@@ -58,10 +65,8 @@ struct JournalTests {
                         try Data("new \(round)\n".utf8).write(to: URL(fileURLWithPath: at(name)))
                         done.append("create \(name)")
                     case 1:
-                        guard let file, let handle = FileHandle(forWritingAtPath: at(file)) else { continue }
-                        handle.seekToEndOfFile()
-                        handle.write(Data("more \(round)\n".utf8))
-                        handle.closeFile()
+                        guard let file else { continue }
+                        #expect(append(at(file), "more \(round)\n"), "append to \(file)")
                         done.append("append \(file)")
                     case 2:
                         guard let file else { continue }
@@ -99,11 +104,7 @@ struct JournalTests {
                         guard let file else { continue }
                         let other = folder + "link-\(round)-\(random.below(1000)).bin"
                         link(at(file), at(other))
-                        if let handle = FileHandle(forWritingAtPath: at(other)) {
-                            handle.seekToEndOfFile()
-                            handle.write(Data("through the link \(round)\n".utf8))
-                            handle.closeFile()
-                        }
+                        #expect(append(at(other), "through the link \(round)\n"), "append through \(other)")
                         done.append("link \(file) \(other)")
                     default:
                         guard let file else { continue }
@@ -134,7 +135,7 @@ struct JournalTests {
             _ = try box.clone(remote.path, replica)
             var agent = try box.startAgent(replica)
             #expect(try box.fprepJSON(["status"], cwd: replica).string("scan") == "full", "no record yet")
-            #expect(try box.fprepJSON(["status"], cwd: replica).string("scan") == "journal")
+            #expect(waitForJournal(box, replica))
             // Written just before asking: the answer must include it.
             for i in 0..<20 {
                 try Data("x\(i)\n".utf8).write(to: URL(fileURLWithPath: replica + "/quick-\(i).txt"))
@@ -152,10 +153,21 @@ struct JournalTests {
             let first = try box.fprepJSON(["status"], cwd: replica)
             #expect(first.string("scan") == "full", "another journal's point is never answered with paths")
             #expect(first.objects("changes").contains { $0.string("path") == "after.txt" })
+            #expect(waitForJournal(box, replica))
             let second = try box.fprepJSON(["status"], cwd: replica)
             #expect(second.string("scan") == "journal" && summary(second) == summary(first))
         }
     }
+}
+
+/// Appends `text` to the file at `path` (a failed write, such as the
+/// agent's EIO, is a false, not a crash of the test process).
+private func append(_ path: String, _ text: String) -> Bool {
+    let fd = open(path, O_WRONLY | O_APPEND)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    let bytes = Array(text.utf8)
+    return bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
 }
 
 /// A small deterministic generator (SplitMix64): one seed, one sequence.

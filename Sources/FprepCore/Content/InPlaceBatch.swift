@@ -17,7 +17,7 @@ extension Replica {
         var results = [Result<InPlaceOutcome, any Error>?](repeating: nil, count: files.count)
         // Looked at before anything is journaled: only files still
         // placeholders at their path, at the size the index gave them.
-        var fillable: [(position: Int, entry: IndexEntry, size: Int64)] = []
+        var fillable: [(position: Int, entry: IndexEntry, size: Int64, tracked: Bool)] = []
         // Where each file is now: its listed path, or where a sync moved it.
         var paths = files.map(\.path)
         for (position, file) in files.enumerated() {
@@ -31,7 +31,7 @@ extension Replica {
                 results[position] = .success(.notAPlaceholder("it holds data"))
                 continue
             }
-            guard let (path, entry) = placeholderEntry(of: file.fd, opened, listedAt: file.path, in: index) else {
+            guard let (path, entry, tracked) = placeholderEntry(of: file.fd, opened, listedAt: file.path, in: index) else {
                 // Holding no data and no placeholder of the index's: its
                 // content is not known here, and zeros are never an answer
                 // (an empty file has none to give).
@@ -48,20 +48,23 @@ extension Replica {
                 results[position] = .success(.notAPlaceholder("a program changed its size"))
                 continue
             }
-            fillable.append((position, entry, opened.size))
+            fillable.append((position, entry, opened.size, tracked))
         }
         guard !fillable.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
 
         let odb = try repository.objectDatabase()
         let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
-        let journal = ContentJournal(token: token, paths: fillable.map { Data(paths[$0.position].bytes) }, inPlace: true)
+        // Journaled: the tracked files, which recovery finds at their path.
+        // A moved placeholder's partial fill, were the agent killed, keeps
+        // its marks: the scan keeps its bytes beside it, never as content.
+        let journal = ContentJournal(token: token, paths: fillable.filter(\.tracked).map { Data(paths[$0.position].bytes) }, inPlace: true)
         let operation = try store.beginOperation("materialize", payload: journal.encoded())
         var filled: [(RepoPath, ObjectID)] = []
         // A file whose failed write could not be punched back: the journal
         // stays open, for the next command to settle.
         var unsettled = false
-        for (position, entry, size) in fillable {
+        for (position, entry, size, tracked) in fillable {
             let (path, fd) = (paths[position], files[position].fd)
             do {
                 let blob: Blob
@@ -89,13 +92,16 @@ extension Replica {
                         }
                         throw error
                     }
+                    // A placeholder the user moved or copied has no entry
+                    // of its own until a sync: its content is all it gets.
+                    guard tracked else { return Int64(bytes.count) }
                     var updated = entry
                     updated.skipWorktree = false
                     updated.stat = StatData(FileStat(after))
                     try index.add(updated)
                     return Int64(bytes.count)
                 }
-                filled.append((path, entry.id))
+                if tracked { filled.append((path, entry.id)) }
                 results[position] = .success(.hydrated(bytes: written))
             } catch {
                 results[position] = .failure(error)
@@ -124,24 +130,30 @@ extension Replica {
     /// `opened`): the one at `listed` when that path still names this very
     /// file, else the one a sync moved it to (same inode, the blob its
     /// marks name; the agent lists placeholders again only after the sync,
-    /// and an access in between must not miss them). Nil when no
-    /// placeholder entry names this file.
-    func placeholderEntry(of fd: Int32, _ opened: fprep_stat, listedAt listed: RepoPath, in index: Index) -> (RepoPath, IndexEntry)? {
+    /// and an access in between must not miss them), else — for a
+    /// placeholder the user moved or copied (`mv`, `cp -a`; the marks go
+    /// with it) and opened before a sync — a placeholder entry of the blob
+    /// its marks name, not its own (`tracked` false: the fill gives it
+    /// its content and leaves the index alone; the sync finds the move).
+    /// Nil when no placeholder entry has the blob.
+    func placeholderEntry(of fd: Int32, _ opened: fprep_stat, listedAt listed: RepoPath, in index: Index) -> (RepoPath, IndexEntry, tracked: Bool)? {
         func isThisFile(_ path: RepoPath) -> Bool {
             guard let onDisk = rootFolder.stat(path) else { return false }
             return onDisk.device == opened.dev && onDisk.inode == opened.ino
         }
         if let entry = index.entry(path: listed.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile, isThisFile(listed) {
-            return (listed, entry)
+            return (listed, entry, true)
         }
         var raw = [UInt8](repeating: 0, count: 20)
         guard fprep_get_xattr(fd, "user.fprep.blob", &raw, raw.count) == 20, let blob = ObjectID(bytes: raw) else { return nil }
+        var sameBlob: IndexEntry?
         for position in 0..<index.count {
             guard let entry = index.entry(at: position), entry.id == blob, entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
             let path = RepoPath(bytes: entry.path)
-            if isThisFile(path) { return (path, entry) }
+            if isThisFile(path) { return (path, entry, true) }
+            if sameBlob == nil, UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize { sameBlob = entry }
         }
-        return nil
+        return sameBlob.map { (listed, $0, false) }
     }
 }
 
