@@ -368,33 +368,15 @@ public enum AgentWorker {
         let watchFirst = WatchFirst(channel: channel)
         AgentLink.inProcess = { watchFirst.ask($0, requester: 0) }  // the worker's own accesses pass already
         let budget = try? BudgetKeeper(root: root, note: noteToAgent)
-        if syncSettings.enabled {
-            do {
-                let syncs = try SyncScheduler(root: root, settings: syncSettings) { outcome in
-                    budget?.poke()
-                    var body = WorkerMessageWriter()
-                    body.raw([outcome.succeeded ? 1 : 0])
-                    body.text(outcome.summary)
-                    body.i64(Int64(outcome.waiting))
-                    body.text(outcome.anchor)
-                    channel.send(WorkerMessage(kind: .synced, body: body.bytes))
-                }
-                scheduler = syncs
-                signals = try remoteSignals?(root, { syncs.changed() }, noteToAgent)
-            } catch {
-                channel.send(WorkerMessage(kind: .synced, body: {
-                    var body = WorkerMessageWriter()
-                    body.raw([0]); body.text(SyncScheduler.message(error)); body.i64(0); body.text("")
-                    return body.bytes
-                }()))
-            }
-        }
-        // The change journal is kept whether or not the agent syncs:
-        // status and sync read it instead of scanning the tree.
-        let syncs = scheduler
+        // The change watch first, then the syncs: a change made before the
+        // watch follows the tree is found by the first sync (which begins
+        // after it), and every later one by the watch; the other order lost
+        // a save made in between. The journal is kept whether or not the
+        // agent syncs: status and sync read it instead of scanning the tree.
+        let syncsOnceStarted = Mutex<SyncScheduler?>(nil)
         do {
-            changes = try ChangeWatch(root: root, onChange: { syncs?.changed() }, onLeftOut: {
-                guard syncs != nil else { return }
+            changes = try ChangeWatch(root: root, onChange: { syncsOnceStarted.withLock { $0 }?.changed() }, onLeftOut: {
+                guard syncsOnceStarted.withLock({ $0 }) != nil else { return }
                 var body = WorkerMessageWriter()
                 body.i64(1)
                 channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
@@ -410,6 +392,28 @@ public enum AgentWorker {
         } catch {
             agentSocket = nil
             noteToAgent("\(SyncScheduler.message(error)); placeholders other commands make are watched when the index changes")
+        }
+        if syncSettings.enabled {
+            do {
+                let syncs = try SyncScheduler(root: root, settings: syncSettings) { outcome in
+                    budget?.poke()
+                    var body = WorkerMessageWriter()
+                    body.raw([outcome.succeeded ? 1 : 0])
+                    body.text(outcome.summary)
+                    body.i64(Int64(outcome.waiting))
+                    body.text(outcome.anchor)
+                    channel.send(WorkerMessage(kind: .synced, body: body.bytes))
+                }
+                scheduler = syncs
+                syncsOnceStarted.withLock { $0 = syncs }
+                signals = try remoteSignals?(root, { syncs.changed() }, noteToAgent)
+            } catch {
+                channel.send(WorkerMessage(kind: .synced, body: {
+                    var body = WorkerMessageWriter()
+                    body.raw([0]); body.text(SyncScheduler.message(error)); body.i64(0); body.text("")
+                    return body.bytes
+                }()))
+            }
         }
         let hydrations = DispatchQueue(label: "fprep.agent.worker.hydrate", attributes: .concurrent)
         let listings = DispatchQueue(label: "fprep.agent.worker.list")
