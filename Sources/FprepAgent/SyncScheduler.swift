@@ -31,7 +31,7 @@ final class SyncScheduler: @unchecked Sendable {
         /// On unless the replica's config turns it off (`fprep.agent.sync
         /// false`: the agent only hydrates).
         var enabled = true
-        var delay: Double = 1
+        var delay: Double = 0.5
         var pollSeconds: Double = 60
 
         init() {}
