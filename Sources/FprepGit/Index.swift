@@ -203,6 +203,18 @@ public final class Index {
         return try slots.withUnsafeBufferPointer { try body(base, $0) }
     }
 
+    /// The fields a count reads from an entry of `withEntryLayout` in place,
+    /// without decoding the entry (git's layout: big-endian, flags at 60).
+    public struct EntryFields {
+        private let at: UnsafePointer<UInt8>
+        public init(_ at: UnsafePointer<UInt8>) { self.at = at }
+        private func u32(_ offset: Int) -> UInt32 { UInt32(bigEndian: UnsafeRawPointer(at).loadUnaligned(fromByteOffset: offset, as: UInt32.self)) }
+        private func u16(_ offset: Int) -> UInt16 { UInt16(bigEndian: UnsafeRawPointer(at).loadUnaligned(fromByteOffset: offset, as: UInt16.self)) }
+        public var mode: UInt32 { u32(24) }
+        public var fileSize: UInt32 { u32(36) }
+        public var skipWorktree: Bool { u16(60) & 0x4000 != 0 && u16(62) & 0x4000 != 0 }
+    }
+
     /// The path of the entry at position `i`.
     public func path(at i: Int) -> [UInt8]? {
         settle()

@@ -349,6 +349,36 @@ struct AgentTests {
         }
     }
 
+    @Test("kill -9 of the agent in the middle of filling a placeholder the user moved: the next command makes it a placeholder again, and sync commits the move, not the partial bytes")
+    func killMidWriteOfAMovedPlaceholder() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica, env: ["FPREP_TEST_KILL_AGENT_AFTER_BYTES": "4096"])
+            #expect(rename(replica + "/bin.dat", replica + "/moved.dat") == 0)
+            let read = try s.python(readProgram, ["moved.dat"], cwd: replica)
+            #expect(read.status != 0 && read.stdoutData.isEmpty, "a reader never gets part of a file: \(read.status), \(read.stdoutData.count) bytes")
+            let died = agent.wait(timeout: 30)
+            #expect(died.killedBySignal == SIGKILL, "\(died)")
+
+            let status = try s.fprepJSON(["status", "-C", replica])
+            let changes = status.objects("changes").map { "\($0.string("kind") ?? "") \($0.string("path") ?? "")" }
+            #expect(changes == ["moved moved.dat"], "the move, and nothing written: \(status)")
+            #expect(xattrString(replica + "/moved.dat", "user.fprep.state") == "dataless")
+            #expect(lstatInfo(replica + "/moved.dat")?.blocks == 0, "the half-written bytes are freed")
+            let before = try s.remoteTree(remote.path)
+            try s.fprepOK(["sync", "-C", replica])
+            let after = try s.remoteTree(remote.path)
+            #expect(after["bin.dat"] == nil && after["moved.dat"]?.id == before["bin.dat"]?.id && after.count == before.count,
+                    "sync pushed the move only: \(after.keys.sorted())")
+            let again = try s.startAgent(replica)
+            let second = try s.python(readProgram, ["moved.dat"], cwd: replica)
+            #expect(second.stdoutData == pseudoRandomBytes(10_000, seed: 1))
+            _ = stopAgent(again)
+        }
+    }
+
     @Test("refusals: not root, a filesystem without pre-content events")
     func refusals() throws {
         try withSandbox { s in

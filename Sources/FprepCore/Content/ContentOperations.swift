@@ -37,6 +37,17 @@ struct ContentJournal: Codable {
     /// An agent's hydration: the content was being written into the file
     /// itself (no temporary), from the agent's quarantine of `token`.
     var inPlace: Bool? = nil
+    /// An agent's fills of placeholders the user moved or copied before a
+    /// sync (no index entry at their path): recovery finds them by path and
+    /// knows their content by the blob named here, not by an entry.
+    var untracked: [UntrackedFill]? = nil
+
+    struct UntrackedFill: Codable {
+        var path: Data
+        var blob: String
+        var seconds: Int64
+        var nanoseconds: Int
+    }
 
     func encoded() -> [UInt8] { Array((try? JSONEncoder().encode(self)) ?? Data()) }
     static func decode(_ bytes: [UInt8]) -> ContentJournal? { try? JSONDecoder().decode(Self.self, from: Data(bytes)) }
@@ -473,7 +484,8 @@ struct ContentOperations {
                 entry.stat = StatData(FileStat(after))
                 try index.add(entry)
                 materialized.append((path, entry.id))
-            } else if journal.inPlace == true, try replica.settlePartialInPlace(entry, path: path, token: journal.token) {
+            } else if journal.inPlace == true, try replica.settlePartialInPlace(entry.id, mtime: (Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds)),
+                                                                               path: path, token: journal.token) {
                 // An agent died while writing it: only fprep's bytes are
                 // there, never to be taken for the user's.
                 guard let after = replica.rootFolder.stat(path) else { continue }
@@ -483,6 +495,9 @@ struct ContentOperations {
                 dataless.append(path)
             }
         }
+        for fill in journal.untracked ?? [] {
+            try settleUntrackedFill(fill, token: journal.token)
+        }
         if journal.inPlace == true { InPlaceHydration.removeQuarantine(journal.token, replicaRoot: replica.root) }
         try replica.writeIndexKeepingJournal(index, lookAgainAt: dataless.map(\.bytes))
         try replica.store.transaction {
@@ -491,6 +506,27 @@ struct ContentOperations {
             try replica.store.endOperation(record.id)
         }
         replica.removeFetchQuarantines()
+    }
+
+    /// Settles an agent's fill of a placeholder that has no entry at its
+    /// path (moved by the user before a sync), killed midway: whole content
+    /// loses its marks (a file, which the scan pairs as the move it is);
+    /// fprep's partial bytes become the placeholder again; anything else —
+    /// another file there, bytes a program wrote — is left for the scan,
+    /// which keeps it.
+    private func settleUntrackedFill(_ fill: ContentJournal.UntrackedFill, token: String) throws {
+        let path = RepoPath(bytes: Array(fill.path))
+        guard let blob = ObjectID(hex: fill.blob), let stat = replica.rootFolder.stat(path), stat.isRegular,
+              Self.isMarkedDataless(replica.rootFolder, path), Self.placeholderBlob(replica.rootFolder, path) == blob,
+              !Self.holdsNoData(replica.rootFolder, path, stat) else { return }
+        if let bytes = try? replica.rootFolder.readFile(path), try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == blob {
+            guard let fd = try? replica.rootFolder.openRegular(path, flags: O_RDWR).fd else { return }
+            defer { close(fd) }
+            _ = fprep_clear_placeholder_marks(fd)
+            _ = fprep_set_mtime(fd, fill.seconds, fill.nanoseconds)
+        } else {
+            _ = try replica.settlePartialInPlace(blob, mtime: (fill.seconds, fill.nanoseconds), path: path, token: token)
+        }
     }
 
     /// Whether `path` holds the entry's placeholder laid out again at the

@@ -55,10 +55,15 @@ extension Replica {
         let odb = try repository.objectDatabase()
         let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
-        // Journaled: the tracked files, which recovery finds at their path.
-        // A moved placeholder's partial fill, were the agent killed, keeps
-        // its marks: the scan keeps its bytes beside it, never as content.
-        let journal = ContentJournal(token: token, paths: fillable.filter(\.tracked).map { Data(paths[$0.position].bytes) }, inPlace: true)
+        // Journaled, so a kill midway leaves no partial fill taken for the
+        // user's bytes: the tracked files by path (recovery reads their
+        // entries), the moved ones by path and the blob that fills them.
+        let untracked = fillable.filter { !$0.tracked }.map {
+            ContentJournal.UntrackedFill(path: Data(paths[$0.position].bytes), blob: $0.entry.id.hex,
+                                         seconds: Int64($0.entry.stat.mtimeSeconds), nanoseconds: Int($0.entry.stat.mtimeNanoseconds))
+        }
+        let journal = ContentJournal(token: token, paths: fillable.filter(\.tracked).map { Data(paths[$0.position].bytes) }, inPlace: true,
+                                     untracked: untracked.isEmpty ? nil : untracked)
         let operation = try store.beginOperation("materialize", payload: journal.encoded())
         var filled: [(RepoPath, ObjectID)] = []
         // A file whose failed write could not be punched back: the journal
@@ -133,9 +138,10 @@ extension Replica {
     /// and an access in between must not miss them), else — for a
     /// placeholder the user moved or copied (`mv`, `cp -a`; the marks go
     /// with it) and opened before a sync — a placeholder entry of the blob
-    /// its marks name, not its own (`tracked` false: the fill gives it
-    /// its content and leaves the index alone; the sync finds the move).
-    /// Nil when no placeholder entry has the blob.
+    /// its marks name, not its own, with the path the file has now
+    /// (`tracked` false: the fill gives it its content and leaves the index
+    /// alone; the sync finds the move). Nil when no placeholder entry has
+    /// the blob, or the file is not in the replica any more.
     func placeholderEntry(of fd: Int32, _ opened: fprep_stat, listedAt listed: RepoPath, in index: Index) -> (RepoPath, IndexEntry, tracked: Bool)? {
         func isThisFile(_ path: RepoPath) -> Bool {
             guard let onDisk = rootFolder.stat(path) else { return false }
@@ -153,7 +159,26 @@ extension Replica {
             if isThisFile(path) { return (path, entry, true) }
             if sameBlob == nil, UInt32(truncatingIfNeeded: opened.size) == entry.stat.fileSize { sameBlob = entry }
         }
-        return sameBlob.map { (listed, $0, false) }
+        // Filled where it is now (the agent's list names where it was), and
+        // journaled there: a placeholder moved out of the replica, or
+        // unlinked, is not one fprep can settle after a crash.
+        guard let entry = sameBlob, let here = currentPath(of: fd, opened) else { return nil }
+        return (here, entry, false)
+    }
+
+    /// Where in the replica the file open as `fd` is now (the kernel's name
+    /// for the descriptor, checked against the file's inode), or nil when
+    /// it is outside the replica or has no name.
+    func currentPath(of fd: Int32, _ opened: fprep_stat) -> RepoPath? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        let name = Array(buffer[0..<count].map { UInt8(bitPattern: $0) })
+        let prefix = Array((root + "/").utf8)
+        guard name.count > prefix.count, Array(name[0..<prefix.count]) == prefix else { return nil }
+        let path = RepoPath(bytes: Array(name[prefix.count...]))
+        guard let onDisk = rootFolder.stat(path), onDisk.device == opened.dev, onDisk.inode == opened.ino else { return nil }
+        return path
     }
 }
 

@@ -175,12 +175,12 @@ extension Replica {
     /// own partial write), so it becomes a placeholder again. Returns false
     /// when some byte is neither: a program wrote into it, and those bytes
     /// are the user's (sync keeps them).
-    func settlePartialInPlace(_ entry: IndexEntry, path: RepoPath, token: String) throws -> Bool {
+    func settlePartialInPlace(_ id: ObjectID, mtime: (seconds: Int64, nanoseconds: Int), path: RepoPath, token: String) throws -> Bool {
         let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
         let odb = try repository.objectDatabase()
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
         // Without the blob nothing tells fprep's bytes from the user's: keep them.
-        guard let blob = try? repository.blob(entry.id) else { return false }
+        guard let blob = try? repository.blob(id) else { return false }
         guard let (fd, stat) = try? rootFolder.openRegular(path, flags: O_RDWR) else { return false }
         defer { close(fd) }
         let onlyOurs = try blob.withContent { expected -> Bool in
@@ -192,9 +192,8 @@ extension Replica {
         }
         guard onlyOurs else { return false }
         var after = stat_t()
-        let id = entry.id.bytes
-        guard fprep_punch_to_placeholder(fd, id, id.count, Int64(entry.stat.mtimeSeconds),
-                                         Int(entry.stat.mtimeNanoseconds), &after) == 0 else {
+        let raw = id.bytes
+        guard fprep_punch_to_placeholder(fd, raw, raw.count, mtime.seconds, mtime.nanoseconds, &after) == 0 else {
             throw SystemError("free the blocks of", path.description)
         }
         return true

@@ -154,13 +154,9 @@ extension LocalScanner {
     private static func countFlags(_ base: UnsafePointer<UInt8>, _ offsets: UnsafeBufferPointer<Int32>) -> (skipped: Int, submodules: Int) {
         var skipped = 0, submodules = 0
         for offset in offsets {
-            let entry = base + Int(offset)
-            let mode = UInt32(entry[24]) << 24 | UInt32(entry[25]) << 16 | UInt32(entry[26]) << 8 | UInt32(entry[27])
-            if mode & 0o170000 == 0o160000 { submodules += 1; continue }
-            let flags = UInt16(entry[60]) << 8 | UInt16(entry[61])
-            guard flags & 0x4000 != 0 else { continue }
-            let extended = UInt16(entry[62]) << 8 | UInt16(entry[63])
-            if extended & 0x4000 != 0 { skipped += 1 }
+            let entry = Index.EntryFields(base + Int(offset))
+            if entry.mode & 0o170000 == 0o160000 { submodules += 1; continue }
+            if entry.skipWorktree { skipped += 1 }
         }
         return (skipped, submodules)
     }

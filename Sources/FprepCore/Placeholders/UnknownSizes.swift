@@ -36,10 +36,8 @@ public enum UnknownSizes {
         let candidates: [Int] = index.withEntryLayout { base, offsets in
             var found: [Int] = []
             for (position, offset) in offsets.enumerated() {
-                let entry = base + Int(offset)
-                let size = UInt32(entry[36]) << 24 | UInt32(entry[37]) << 16 | UInt32(entry[38]) << 8 | UInt32(entry[39])
-                let extended = entry[60] & 0x40 != 0
-                if size == 0, extended, entry[62] & 0x40 != 0 { found.append(position) }
+                let entry = Index.EntryFields(base + Int(offset))
+                if entry.fileSize == 0, entry.skipWorktree { found.append(position) }
             }
             return found
         } ?? Array(0..<index.count)
