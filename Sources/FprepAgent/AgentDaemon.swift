@@ -144,6 +144,7 @@ private final class Supervisor {
                 status.waitingToSync = counted.waitingToSync
             }
             if counted.changesIgnored > 0 { status.changesIgnored = counted.changesIgnored }
+            if state == .serving { status.remoteChanges = counted.remoteChanges }
             return status
         }
         let status = AgentDaemonStatus(pid: getpid(), started: started, stateFolder: registry.folder, replicas: replicas)

@@ -57,6 +57,9 @@ public struct ReplicaStatus: Codable, Sendable, Equatable {
     /// Batches of changes the agent saw that were all to items the ignore
     /// rules leave out (swap files, build output): no sync started for them.
     public var changesIgnored: Int?
+    /// How the agent hears of remote changes (its syncs on only): the push
+    /// service it follows, if the replica has one, and the poll's interval.
+    public var remoteChanges: RemoteChangesStatus?
 
     public init(path: String, state: State, placeholders: Int = 0, hydrated: Int = 0, failed: Int = 0,
                 lastError: String? = nil, lastErrorAt: String? = nil) {
@@ -67,6 +70,29 @@ public struct ReplicaStatus: Codable, Sendable, Equatable {
         self.failed = failed
         self.lastError = lastError
         self.lastErrorAt = lastErrorAt
+    }
+}
+
+/// How a serving agent hears that the remote moved: the push service's
+/// stream (`fprep watch --service URL` recorded it) and the `git ls-remote`
+/// poll (`fprep.agent.pollSeconds`, 0: never).
+public struct RemoteChangesStatus: Codable, Sendable, Equatable {
+    /// The push service's address; nil when the replica has none recorded.
+    public var service: String?
+    /// Whether its event stream is open now.
+    public var connected: Bool
+    /// When it last connected or was lost (UTC, ISO 8601).
+    public var since: String?
+    /// Why the stream was lost or could not open (nil while connected).
+    public var lost: String?
+    public var pollSeconds: Double
+
+    public init(service: String?, connected: Bool, since: String? = nil, lost: String? = nil, pollSeconds: Double) {
+        self.service = service
+        self.connected = connected
+        self.since = since
+        self.lost = lost
+        self.pollSeconds = pollSeconds
     }
 }
 
@@ -113,6 +139,7 @@ final class ReplicaCounters: Sendable {
         var lastSyncFailed = false
         var waitingToSync = 0
         var changesIgnored = 0
+        var remoteChanges: RemoteChangesStatus?
     }
 
     private let state = Mutex(Snapshot())
@@ -150,6 +177,17 @@ final class ReplicaCounters: Sendable {
     /// The change watch left a batch of changes out (all ignored); returns
     /// how many so far.
     func leftOut(_ count: Int) -> Int { state.withLock { $0.changesIgnored += count; return $0.changesIgnored } }
+
+    /// How the worker hears of remote changes now (the push service
+    /// connected or lost, or none); dated here.
+    func remoteChanges(_ update: RemoteChangesStatus) {
+        let now = AgentLog.timestamp()
+        state.withLock {
+            var update = update
+            update.since = update.service == nil ? nil : now
+            $0.remoteChanges = update
+        }
+    }
 
     /// The replica cannot be served (counted nowhere, but shown).
     func refused(_ message: String) {

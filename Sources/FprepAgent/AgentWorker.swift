@@ -120,6 +120,14 @@ final class WorkerClient: @unchecked Sendable {
                 if let count = body.i64() { synced.leftOut(Int(count)) }
                 continue
             }
+            if message.kind == .remoteChanges {
+                var body = WorkerMessageReader(message.body)
+                if let service = body.text(), let connected = body.raw(1)?.first, let lost = body.text(), let poll = body.i64() {
+                    synced.remoteChanges(RemoteChangesStatus(service: service.isEmpty ? nil : service, connected: connected != 0,
+                                                             lost: lost.isEmpty ? nil : lost, pollSeconds: Double(poll) / 1000))
+                }
+                continue
+            }
             if message.kind == .synced {
                 var body = WorkerMessageReader(message.body)
                 if let ok = body.raw(1)?.first, let summary = body.text(), let waiting = body.i64(), let anchor = body.text() {
@@ -142,6 +150,10 @@ final class WorkerClient: @unchecked Sendable {
     /// Calls `handler` with each batch of changes the worker's change watch
     /// left out (all to ignored items).
     func onLeftOut(_ handler: @escaping @Sendable (Int) -> Void) { synced.setLeftOut(handler) }
+
+    /// Calls `handler` each time the worker's way of hearing of remote
+    /// changes changes (the push service connected or lost).
+    func onRemoteChanges(_ handler: @escaping @Sendable (RemoteChangesStatus) -> Void) { synced.setRemoteChanges(handler) }
 
     /// Calls `handler` with each line the worker has for the log.
     func onNote(_ handler: @escaping @Sendable (String) -> Void) { synced.setNote(handler) }
@@ -406,7 +418,18 @@ public enum AgentWorker {
                 }
                 scheduler = syncs
                 syncsOnceStarted.withLock { $0 = syncs }
-                signals = try remoteSignals?(root, { syncs.changed() }, noteToAgent)
+                let pollMilliseconds = Int64((syncSettings.pollSeconds * 1000).rounded())
+                let tellAgent: @Sendable (String, String?) -> Void = { service, lost in
+                    var body = WorkerMessageWriter()
+                    body.text(service)
+                    body.raw([lost == nil && !service.isEmpty ? 1 : 0])
+                    body.text(lost ?? "")
+                    body.i64(pollMilliseconds)
+                    channel.send(WorkerMessage(kind: .remoteChanges, body: body.bytes))
+                }
+                // Until the stream opens, it is not connected.
+                tellAgent("", nil)
+                signals = try remoteSignals?(root, { syncs.changed() }, tellAgent, noteToAgent)
             } catch {
                 channel.send(WorkerMessage(kind: .synced, body: {
                     var body = WorkerMessageWriter()
@@ -576,6 +599,7 @@ private final class SyncedHandler: Sendable {
     private let outcomes = EarlyMessages<SyncScheduler.Outcome>()
     private let lines = EarlyMessages<String>()
     private let leftOuts = EarlyMessages<Int>()
+    private let remote = EarlyMessages<RemoteChangesStatus>()
     private let watchers = Mutex<(@Sendable ([WatchedPlaceholder], pid_t) -> Void)?>(nil)
 
     func set(_ body: @escaping @Sendable (SyncScheduler.Outcome) -> Void) { outcomes.set(body) }
@@ -589,6 +613,8 @@ private final class SyncedHandler: Sendable {
     /// for the index to be listed again, as any evict's).
     func watchFirst(_ files: [WatchedPlaceholder], requester: pid_t) { watchers.withLock { $0 }?(files, requester) }
     func leftOut(_ count: Int) { leftOuts.deliver(count) }
+    func setRemoteChanges(_ body: @escaping @Sendable (RemoteChangesStatus) -> Void) { remote.set(body) }
+    func remoteChanges(_ status: RemoteChangesStatus) { remote.deliver(status) }
 }
 
 /// Messages for a handler that may not be set yet: the first 64 are kept

@@ -101,6 +101,7 @@ final class ReplicaServer: @unchecked Sendable {
                     log.write(.info, "changes only to items the ignore rules leave out\(suffix) start no sync (counted by 'fprep agent status')")
                 }
             }
+            worker.onRemoteChanges { counters.remoteChanges($0) }
             worker.onSynced { outcome in
                 counters.synced(outcome)
                 if outcome.succeeded {

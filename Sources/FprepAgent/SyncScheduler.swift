@@ -10,9 +10,11 @@ public protocol RemoteSignals: AnyObject, Sendable {
 }
 
 /// Starts the remote's signals for the replica at a root, or nil when it has
-/// none (no push service recorded): `onPush` when the remote moved, `note`
-/// for one line in the agent's log.
+/// none (no push service recorded): `onPush` when the remote moved,
+/// `connection` when the service's stream opens (nil) or is lost (why),
+/// `note` for one line in the agent's log.
 public typealias RemoteSignalsStarter = @Sendable (_ root: String, _ onPush: @escaping @Sendable () -> Void,
+                                                   _ connection: @escaping @Sendable (_ service: String, _ lost: String?) -> Void,
                                                    _ note: @escaping @Sendable (String) -> Void) throws -> (any RemoteSignals)?
 
 /// The worker's own syncs of its replica (`fprep.agent.sync`, on unless a

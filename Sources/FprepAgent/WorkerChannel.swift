@@ -60,6 +60,10 @@ struct WorkerMessage: Sendable {
         case watchFirst = 23
         /// The agent watches them (the id of `watchFirst`).
         case watching = 24
+        /// How the worker hears of remote changes now (one-way): the push
+        /// service's address (empty: none), connected (one byte), why it
+        /// was lost, the poll's interval in milliseconds.
+        case remoteChanges = 25
     }
 
     var kind: Kind

@@ -169,6 +169,11 @@ struct AgentStatusCommand: ParsableCommand {
     @Flag(help: "Print the report as JSON.")
     var json = false
 
+    /// 60 → "60 s", 0.5 → "0.5 s".
+    static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+    }
+
     private struct Report: Encodable {
         let running: Bool
         let pid: Int32?
@@ -218,6 +223,19 @@ struct AgentStatusCommand: ParsableCommand {
                     print("  \(count(waiting, "local change")) waiting (open for writing)")
                 }
             }
+            if let remote = replica.remoteChanges {
+                let poll = remote.pollSeconds > 0 ? "polls the remote every \(Self.seconds(remote.pollSeconds))" : "never polls the remote (fprep.agent.pollSeconds 0)"
+                if let service = remote.service {
+                    let since = remote.since.map { " since \($0)" } ?? ""
+                    if remote.connected {
+                        print("  push service \(service): connected\(since); the agent also \(poll)")
+                    } else {
+                        print("  push service \(service): not connected\(since)\(remote.lost.map { " (\($0))" } ?? ""); the agent \(poll)")
+                    }
+                } else {
+                    print("  no push service (set one with 'fprep watch --service URL'); the agent \(poll)")
+                }
+            }
             if let ignored = replica.changesIgnored {
                 print("  changes only to ignored items: \(count(ignored, "time")) (no sync started)")
             }
@@ -241,8 +259,8 @@ struct AgentWorkerCommand: ParsableCommand {
     var root: String
 
     func run() throws {
-        try AgentWorker.serve(root: root) { root, onPush, note in
-            try PushFollower.start(root: root, onPush: onPush, note: note)
+        try AgentWorker.serve(root: root) { root, onPush, connection, note in
+            try PushFollower.start(root: root, onPush: onPush, connection: connection, note: note)
         }
     }
 }

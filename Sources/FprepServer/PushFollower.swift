@@ -17,15 +17,20 @@ public final class PushFollower: @unchecked Sendable {
 
     /// Starts following; nil when the replica has no push service recorded.
     /// `note`: one line for the agent's log (connected, lost, registered).
+    /// `connection`: the stream opened (nil) or was lost (why), for the agent's status.
     public static func start(root: String, onPush: @escaping @Sendable () -> Void,
+                             connection: @escaping @Sendable (_ service: String, _ lost: String?) -> Void = { _, _ in },
                              note: @escaping @Sendable (String) -> Void) throws -> PushFollower? {
         let (settings, domain, branch) = try withReplica(root, command: "agent") { replica in (try replica.pushSettings(), replica.domain, replica.branch) }
         guard let address = settings.service, let url = ServiceURL(address) else { return nil }
-        return PushFollower(url: url, settings: settings, root: root, domain: domain, branch: branch, onPush: onPush, note: note)
+        connection(address, "connecting")
+        return PushFollower(url: url, settings: settings, root: root, domain: domain, branch: branch, onPush: onPush,
+                            connection: { connection(address, $0) }, note: note)
     }
 
     private init(url: ServiceURL, settings: PushSettings, root: String, domain: String, branch: String,
-                 onPush: @escaping @Sendable () -> Void, note: @escaping @Sendable (String) -> Void) {
+                 onPush: @escaping @Sendable () -> Void, connection: @escaping @Sendable (String?) -> Void,
+                 note: @escaping @Sendable (String) -> Void) {
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         client = HTTPClient(group: group)
         let stream = ServiceStream(device: DeviceClient(service: url, client: client), root: root, domain: domain, branch: branch,
@@ -36,6 +41,7 @@ public final class PushFollower: @unchecked Sendable {
         task = Task {
             await stream.follow(shared, onOpen: {
                 connected.set(true)
+                connection(nil)
                 note("connected to the push service \(url)")
             }, onPush: { event in
                 guard let payload = try? JSONCoding.decode(PushPayload.self, from: Array(event.data.utf8)), payload.domain == domain else { return }
@@ -50,6 +56,7 @@ public final class PushFollower: @unchecked Sendable {
             }, onDrop: { reason in
                 if connected.get() { note("lost the push service (\(reason)); polling the remote until it is back") }
                 connected.set(false)
+                connection(reason)
             })
         }
     }

@@ -170,6 +170,41 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("fprep agent status shows how each replica hears of remote changes: the push service connected, then lost when it stops; a replica without one polls")
+    func statusShowsThePushService() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s, poll: 0)
+            let other = s.at("other")
+            _ = try s.clone(remote.path, other)
+            try s.gitOK(["-C", other, "config", "fprep.agent.pollSeconds", "90"])
+            let service = try s.startService(remote.path)
+            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", service.url])
+            #expect(waitUntil { watch.stdoutSoFar.contains("connected to") }, "\(watch.stdoutSoFar)")
+            watch.signal(SIGTERM)
+            #expect(watch.wait(timeout: patienceSeconds).status == 0)
+
+            try s.agentCommand(["add", replica], syncs: true)
+            try s.agentCommand(["add", other], syncs: true)
+            let agent = try s.startAgentDaemon()
+            func remoteChanges(_ root: String) -> [String: Any]? { (try? s.agentReplicaStatus(root))?["remoteChanges"] as? [String: Any] }
+            #expect(waitUntil { remoteChanges(replica)?["connected"] as? Bool == true }, "\(String(describing: remoteChanges(replica))) \(agent.stderrSoFar)")
+            let connected = remoteChanges(replica) ?? [:]
+            #expect(connected["service"] as? String == service.url && connected["pollSeconds"] as? Double == 0 && connected["since"] is String, "\(connected)")
+            #expect(waitUntil { remoteChanges(other)?["pollSeconds"] as? Double == 90 }, "\(String(describing: remoteChanges(other)))")
+            #expect(remoteChanges(other)?["service"] == nil && remoteChanges(other)?["connected"] as? Bool == false)
+            let text = try s.agentCommand(["status"])
+            #expect(text.stdout.contains("push service \(service.url): connected since "), "\(text)")
+            #expect(text.stdout.contains("no push service (set one with 'fprep watch --service URL'); the agent polls the remote every 90 s"), "\(text)")
+
+            #expect(service.stop().status == 0)
+            #expect(waitUntil { remoteChanges(replica)?["connected"] as? Bool == false }, "\(String(describing: remoteChanges(replica)))")
+            #expect(remoteChanges(replica)?["lost"] is String, "\(String(describing: remoteChanges(replica)))")
+            let lost = try s.agentCommand(["status"])
+            #expect(lost.stdout.contains("push service \(service.url): not connected since "), "\(lost)")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("fprep agent status shows each replica's last sync and what it did; a bad setting is refused in one line")
     func statusShowsSyncs() throws {
         try withSandbox { s in
