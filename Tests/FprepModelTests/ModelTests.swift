@@ -25,6 +25,12 @@ let ciSeeds: [UInt64] = Array(1...24)
 /// Actions per CI case (after the setup).
 let ciSteps = 16
 
+/// The seeds CI runs again with `fprep agent` serving the first device
+/// (issue 11.6): it hydrates what the actions read and syncs by itself
+/// between and during them, so these cases also check the agent's own
+/// syncs and the change journal against the model (about 3 s each).
+let ciAgentSeeds: [UInt64] = Array(1...8)
+
 /// Seconds an fprep command may take in CI before it counts as a hang:
 /// generous, because CI runs the suites in parallel on two cores; a real
 /// hang still shows, it only takes longer to.
@@ -80,6 +86,20 @@ struct ModelTests {
             let without = Kind.allCases.filter { !ciKinds.contains($0) }.map(\.rawValue).joined(separator: ",")
             Issue.record("""
                 seed \(seed) fails (replay: fprep-model --seed \(seed) --steps \(ciSteps)\
+                \(without.isEmpty ? "" : " --without \(without)")\(ciLongNames ? "" : " --no-long-names") --verbose):
+                \(ModelRunner.report(testCase, failure))
+                """)
+        }
+    }
+
+    @Test("fixed seeds, with the agent hydrating and syncing on the first device", arguments: ciAgentSeeds)
+    func seedWithTheAgent(_ seed: UInt64) throws {
+        let testCase = Case.generate(seed: seed, steps: ciSteps, kinds: ciKinds, longNames: ciLongNames)
+        let outcome = ModelRunner.run(testCase, options: RunOptions(fprep: fprepBinary, timeout: ciTimeout, agent: true))
+        if let failure = outcome.failure {
+            let without = Kind.allCases.filter { !ciKinds.contains($0) }.map(\.rawValue).joined(separator: ",")
+            Issue.record("""
+                seed \(seed) with the agent fails (replay: fprep-model --agent --seed \(seed) --steps \(ciSteps)\
                 \(without.isEmpty ? "" : " --without \(without)")\(ciLongNames ? "" : " --no-long-names") --verbose):
                 \(ModelRunner.report(testCase, failure))
                 """)
