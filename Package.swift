@@ -72,12 +72,22 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // `fprep serve --mirror`: a hosted remote's webhook, its local mirror,
+        // sizes and push signals for it (a companion of the service).
+        .target(
+            name: "FprepMirror",
+            dependencies: [
+                "FprepServer", "FprepCore", "FprepGit",
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         // Hydration on access: `fprep agent`, on fanotify pre-content events.
         .target(name: "FprepAgent", dependencies: ["FprepCore", "FprepGit", "CFprepSys"]),
         .target(
             name: "FprepCLI",
             dependencies: [
-                "FprepCore", "FprepServer", "FprepAgent",
+                "FprepCore", "FprepServer", "FprepMirror", "FprepAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             plugins: ["BuildInfo"]
@@ -118,7 +128,8 @@ let package = Package(
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
         .testTarget(name: "FprepServerTests", dependencies: ["FprepServer", "FprepCore", "FprepGit"]),
-        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep"], exclude: ["Golden"]),
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep", .product(name: "Crypto", package: "swift-crypto")],
+                    exclude: ["Golden"]),
         .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),
     ],
     swiftLanguageModes: [.v6]

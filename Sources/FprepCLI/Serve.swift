@@ -2,6 +2,7 @@ import ArgumentParser
 import FoundationEssentials
 import Glibc
 import FprepCore
+import FprepMirror
 import FprepServer
 
 struct Serve: ParsableCommand {
@@ -15,14 +16,26 @@ struct Serve: ParsableCommand {
 
             State (devices, token hashes, active enumerators, numbered events) is in fprep/service.db and survives a restart. Stop with SIGINT or SIGTERM.
 
+            A hosted remote (GitHub, GitLab, Gitea, Forgejo) runs no hook: with --mirror URL the service keeps --remote PATH as a bare mirror of URL (made when missing, with every blob) and takes the host's push webhook at POST /v1/webhook, content type application/json, verified with the secret in --webhook-secret-file (GitHub's X-Hub-Signature-256, GitLab's X-Gitlab-Token, Gitea's and Forgejo's X-Gitea-Signature). Each delivery is answered at once and queues a pass: fetch the host, publish the pushed blobs' sizes to the host's size manifest (refs/fprep/sizes), and record push signals in the mirror's outbox as the hook does. A redelivered id does nothing; a sweep fetches every --sweep-interval seconds for pushes the host never announced. git's credentials (a credential helper, an ssh key) must let the service fetch and push URL.
+
             Example: fprep serve --remote ~/remotes/photos.git --listen 127.0.0.1:7411
+            Example: fprep serve --mirror https://github.com/me/photos.git --remote ~/mirrors/photos.git --webhook-secret-file ~/.config/fprep/photos.secret --listen 0.0.0.0:7411
             """
     )
 
     @OptionGroup var output: OutputOptions
 
-    @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks).", valueName: "PATH"))
+    @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks), or with --mirror the mirror's folder.", valueName: "PATH"))
     var remote: String
+
+    @Option(help: ArgumentHelp("Serve a hosted remote: keep --remote PATH as its mirror and take its push webhook.", valueName: "URL"))
+    var mirror: String?
+
+    @Option(name: .customLong("webhook-secret-file"), help: ArgumentHelp("The file holding the secret given to the host's webhook (with --mirror).", valueName: "FILE"))
+    var webhookSecretFile: String?
+
+    @Option(name: .customLong("sweep-interval"), help: "Seconds between fetches of the host that catch pushes without a webhook (with --mirror).")
+    var sweepSeconds = 300.0
 
     @Option(help: ArgumentHelp("Address to listen on; port 0 lets the system choose.", valueName: "HOST:PORT"))
     var listen = "127.0.0.1:7411"
@@ -82,7 +95,19 @@ struct Serve: ParsableCommand {
         guard coalesceMilliseconds >= 0, throttleMilliseconds >= 0, heartbeatSeconds > 0, pollSeconds > 0, tokenLifetime > 0 else {
             throw FprepError(.usage, "the intervals and the token lifetime must be positive")
         }
+        guard sweepSeconds > 0 else { throw FprepError(.usage, "--sweep-interval must be positive") }
         var options = PushServer.Options(remote: remote)
+        if let mirror {
+            guard let webhookSecretFile else {
+                throw FprepError(.usage, "--mirror needs --webhook-secret-file FILE, a file holding the secret given to the host's webhook")
+            }
+            var settings = HostedMirror.Options(url: mirror, path: remote, secret: try HostedMirror.readSecret(path: webhookSecretFile))
+            settings.sweepInterval = .milliseconds(Int64(sweepSeconds * 1000))
+            options.companion = try HostedMirror(settings)
+            options.maxBodyBytes = HostedMirror.maxBodyBytes
+        } else if webhookSecretFile != nil {
+            throw FprepError(.usage, "--webhook-secret-file is for --mirror URL (a hosted remote's webhook)")
+        }
         options.host = String(listen[..<colon]).trimmingBrackets
         options.port = port
         options.rateLimit = rateLimit

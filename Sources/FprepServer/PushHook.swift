@@ -10,9 +10,11 @@ public enum PushHook {
     /// What the hook did, for its log line.
     public struct Result: Sendable {
         public let recorded: Int
-        public let poked: Bool
+        public var poked: Bool
         /// The outbox was held: the signals wait in its spool.
         public var spooled = false
+        /// The remote's git directory as libgit2 resolved it.
+        var gitDirectory: String
     }
 
     /// How long the hook waits for an outbox another process holds.
@@ -23,11 +25,24 @@ public enum PushHook {
     @discardableResult
     public static func run(gitDirectory: String, updates: [PostReceive.Update],
                            pokeTimeoutMilliseconds: Int = 200) throws -> Result {
+        let recorded = try record(gitDirectory: gitDirectory, updates: updates)
+        guard recorded.recorded > 0 else { return recorded }
+        let folder = PushFolder(remote: recorded.gitDirectory)
+        guard let address = try Repository(openingAt: gitDirectory).config().string(PushFolder.serviceKey),
+              let url = ServiceURL(address), let secret = folder.secret() else { return recorded }
+        var result = recorded
+        result.poked = Poke.send(url.with(path: "/v1/outbox/poke"), bearer: secret, timeoutMilliseconds: pokeTimeoutMilliseconds)
+        return result
+    }
+
+    /// Records the push signals of `updates` in `gitDirectory`'s outbox (or
+    /// its spool), without the poke: the hook's durable part, which a
+    /// mirror of a hosted remote runs inside the service it would poke.
+    public static func record(gitDirectory: String, updates: [PostReceive.Update]) throws -> Result {
         let branches = updates.filter { $0.reference.hasPrefix("refs/heads/") && !$0.new.isZero }
-        guard !branches.isEmpty else { return Result(recorded: 0, poked: false, spooled: false) }
+        guard !branches.isEmpty else { return Result(recorded: 0, poked: false, spooled: false, gitDirectory: gitDirectory) }
         let repository = try Repository(openingAt: gitDirectory)
-        let config = try repository.config()
-        let domain = try config.string("fprep.domain") ?? RemoteInfo.defaultDomain(forFolder: gitDirectory)
+        let domain = try repository.config().string("fprep.domain") ?? RemoteInfo.defaultDomain(forFolder: gitDirectory)
         var pushes: [(domain: String, reference: String, old: String, new: String, containers: [String])] = []
         for update in branches {
             let containers = try PushSignals.containers(repository, from: update.old, to: update.new)
@@ -48,9 +63,6 @@ public enum PushHook {
             try Outbox.spool(pushes, at: now, path: folder.outboxPath)
             spooled = true
         }
-        guard let address = try config.string(PushFolder.serviceKey), let url = ServiceURL(address),
-              let secret = folder.secret() else { return Result(recorded: pushes.count, poked: false, spooled: spooled) }
-        let poked = Poke.send(url.with(path: "/v1/outbox/poke"), bearer: secret, timeoutMilliseconds: pokeTimeoutMilliseconds)
-        return Result(recorded: pushes.count, poked: poked, spooled: spooled)
+        return Result(recorded: pushes.count, poked: false, spooled: spooled, gitDirectory: repository.gitDirectory)
     }
 }

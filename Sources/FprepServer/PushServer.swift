@@ -20,6 +20,9 @@ public enum PushServer {
         public var pollInterval: Duration = .seconds(2)
         public var maxBodyBytes = 64 * 1024
         public var configure: @Sendable (inout ServiceConfiguration) -> Void = { _ in }
+        /// A part run beside the service (a hosted remote's mirror), started
+        /// once the service listens and stopped before it.
+        public var companion: (any ServiceCompanion)?
 
         public init(remote: String) { self.remote = remote }
     }
@@ -46,7 +49,8 @@ public enum PushServer {
         let client = HTTPClient(group: group)
         let service = try await PushService(configuration: configuration, folder: folder, client: client)
         let api = ServiceAPI(service: service, hookSecret: secret,
-                             limiter: RateLimiter(rate: options.rateLimit, burst: options.rateBurst))
+                             limiter: RateLimiter(rate: options.rateLimit, burst: options.rateBurst),
+                             companion: options.companion)
         let server: HTTPServer
         do {
             server = try await HTTPServer.start(host: options.host, port: options.port, group: group,
@@ -71,6 +75,7 @@ public enum PushServer {
                 await service.maintain()
             }
         }
+        options.companion?.start(readOutbox: { await service.drainOutbox() }, log: configuration.log)
         let heart = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: configuration.heartbeat)
@@ -81,6 +86,7 @@ public enum PushServer {
         configuration.log("stopping (signal \(signal))")
         poller.cancel()
         heart.cancel()
+        await options.companion?.stop()
         await service.shutdown()
         await server.stop()
         await service.maintain()

@@ -14,6 +14,7 @@ import NIOHTTP1
 /// | `POST /v1/enumerators` | `{container, active, lifetime?}`: an enumerator opened or closed |
 /// | `GET /v1/events` | the device's pushes as server-sent events; `Last-Event-ID` resumes |
 /// | `POST /v1/outbox/poke` | the hook, with the remote's secret: read the outbox now |
+/// | a companion's paths | what the companion answers (`POST /v1/webhook` of a mirror) |
 ///
 /// Every call but health and poke needs the device's bearer token. Each
 /// client address has a request budget (429 past it).
@@ -21,6 +22,8 @@ struct ServiceAPI: Sendable {
     let service: PushService
     let hookSecret: String
     let limiter: RateLimiter
+    /// The part beside the service that answers its own paths, if any.
+    var companion: (any ServiceCompanion)?
 
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
         let admission = limiter.admit(request.client)
@@ -36,6 +39,7 @@ struct ServiceAPI: Sendable {
     }
 
     private func route(_ request: HTTPRequest) async throws(APIError) -> HTTPResponse {
+        if let companion, companion.paths.contains(request.path) { return await companion.handle(request) }
         switch (request.method, request.path) {
         case (.GET, "/v1/health"):
             return .json(["status": "ok"])

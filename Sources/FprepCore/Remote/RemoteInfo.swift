@@ -21,6 +21,14 @@ public struct RemoteInfo: Sendable, Equatable {
         "fprep remote\n\ndomain: \(domain)\nbranch: \(branch)\nformat: 1\n"
     }
 
+    /// What a replica cloned from `url` takes for its domain, reading
+    /// `repository` (which fetched the remote's `refs/fprep/info` to
+    /// `reference`): the remote's own info, else the default for the folder
+    /// a clone of `url` makes. A mirror of a hosted remote serves that domain.
+    public static func domain(of url: String, in repository: Repository, reference: String) throws -> String {
+        try read(repository, reference: reference)?.domain ?? defaultDomain(forFolder: Cloner.defaultDirectory(for: url))
+    }
+
     /// Reads the info commit at `reference`; nil when there is none.
     static func read(_ repository: Repository, reference: String) throws -> RemoteInfo? {
         guard let id = try repository.referenceTarget(reference) else { return nil }

@@ -26,15 +26,8 @@ public enum SizeManifest {
     @discardableResult
     public static func extend(_ repository: Repository, from old: ObjectID?, to new: ObjectID,
                               time: Int64, times: [ObjectID: Int64] = [:]) throws -> Int {
-        let odb = try repository.objectDatabase()
-        var seen = Set<ObjectID>()
-        var lines: [String] = []
-        for delta in try TreeDiff(repository).deltas(from: old, to: new) {
-            guard let entry = delta.new, entry.mode != .submodule, !seen.contains(entry.id) else { continue }
-            seen.insert(entry.id)
-            guard let size = try odb.size(of: entry.id) else { continue }
-            lines.append(line(entry.id, size: Int64(size), time: times[entry.id] ?? time))
-        }
+        let listing = try lines(repository, from: old, to: new, time: time, times: times)
+        let (seen, lines) = (listing.blobs, listing.lines)
         guard !seen.isEmpty else { return 0 }
         // Two pushes may extend the manifest at once: retry on a moved tip.
         for attempt in 1...5 {
@@ -50,6 +43,32 @@ public enum SizeManifest {
         return seen.count
     }
 
+    /// The manifest lines of the blobs that appear between the trees `old`
+    /// and `new` (every blob of `new` when `old` is nil), sizes from the
+    /// object headers of `repository`, which must hold the blobs; blobs in
+    /// `known` (listed already) are left out. `blobs` counts every new blob
+    /// seen, listed or not.
+    public static func lines(_ repository: Repository, from old: ObjectID?, to new: ObjectID, time: Int64,
+                             times: [ObjectID: Int64] = [:], skipping known: Set<ObjectID> = []) throws
+        -> (blobs: Set<ObjectID>, lines: [String]) {
+        let odb = try repository.objectDatabase()
+        var seen = Set<ObjectID>()
+        var lines: [String] = []
+        for delta in try TreeDiff(repository).deltas(from: old, to: new) {
+            guard let entry = delta.new, entry.mode != .submodule, !seen.contains(entry.id) else { continue }
+            seen.insert(entry.id)
+            guard !known.contains(entry.id), let size = try odb.size(of: entry.id) else { continue }
+            lines.append(line(entry.id, size: Int64(size), time: times[entry.id] ?? time))
+        }
+        return (seen, lines)
+    }
+
+    /// Every blob the manifest chain from `tip` lists (a mirror that
+    /// publishes a whole branch leaves out what devices published already).
+    public static func listedBlobs(_ repository: Repository, from tip: ObjectID) throws -> Set<ObjectID> {
+        Set(try entries(repository, from: tip, stoppingAt: nil).map(\.0))
+    }
+
     /// One manifest line: `<id> <size> <time>`.
     static func line(_ id: ObjectID, size: Int64, time: Int64) -> String {
         "\(id.hex) \(size) \(time)\n"
@@ -59,7 +78,7 @@ public enum SizeManifest {
     /// new chain) and returns the last one; nil when there is nothing to list.
     /// At most `linesPerCommit` blobs a commit: the first manifest of a large
     /// tree must not be one commit of megabytes.
-    static func append(_ lines: [String], to parent: ObjectID?, in repository: Repository, time: Int64) throws -> ObjectID? {
+    public static func append(_ lines: [String], to parent: ObjectID?, in repository: Repository, time: Int64) throws -> ObjectID? {
         guard !lines.isEmpty else { return nil }
         let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)
         var commit = parent

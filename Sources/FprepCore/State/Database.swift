@@ -100,6 +100,9 @@ package final class Database {
         }
     }
 
+    /// Rows the last INSERT, UPDATE or DELETE changed (`sqlite3_changes`).
+    package var changes: Int { Int(sqlite3_changes(handle)) }
+
     package var userVersion: Int {
         get throws {
             let statement = try prepare("PRAGMA user_version")
