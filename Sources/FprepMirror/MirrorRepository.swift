@@ -63,6 +63,10 @@ struct MirrorRepository: Sendable {
             guard existing == url else {
                 throw FprepError(.usage, "'\(path)' mirrors '\(existing)', not '\(url)'; give --remote another folder")
             }
+            // `git clone --mirror` sets it, and git then refuses a push of
+            // one ref ("--mirror can't be combined with refspecs"): the
+            // manifest's push would never go.
+            if try config.string("remote.origin.mirror") != nil { try config.set("remote.origin.mirror", "false") }
             return
         }
         try config.set("remote.origin.url", url)
