@@ -3,7 +3,20 @@ import Glibc
 
 /// Starts `fprep agent -C replica` (as root) and waits until it serves the
 /// replica (its pid in `.fprep/agent.pid`).
-func startAgent(fprep: String, replica: String) throws -> Process {
+///
+/// `syncs`: whether the agent syncs by itself (its default). A bench that
+/// times fprep's own commands with the agent only journaling turns it off,
+/// or the agent's catch-up sync would take in (or push) the very changes
+/// the command is timed on.
+func startAgent(fprep: String, replica: String, syncs: Bool) throws -> Process {
+    let setting = Process()
+    setting.executableURL = URL(fileURLWithPath: "/usr/bin/git")
+    setting.arguments = ["-C", replica, "config", "fprep.agent.sync", syncs ? "true" : "false"]
+    try setting.run()
+    setting.waitUntilExit()
+    guard setting.terminationStatus == 0 else {
+        throw BenchError.message("git config fprep.agent.sync in \(replica) failed (exit \(setting.terminationStatus))")
+    }
     let process = Process()
     process.executableURL = URL(fileURLWithPath: fprep)
     process.arguments = ["agent", "-C", replica]

@@ -106,7 +106,7 @@ struct ScanBench: ParsableCommand {
         // The agent starts before the changes: its journal holds them.
         var served: Process?
         if agent {
-            served = try startAgent(fprep: fprep, replica: replica)
+            served = try startAgent(fprep: fprep, replica: replica, syncs: false)
             note("agent serving; a first status leaves the journal record")
             try subprocess.run(Command([fprep, "status", "-C", replica, "--json"]))
         }

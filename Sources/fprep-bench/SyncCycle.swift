@@ -167,7 +167,7 @@ struct SyncCycle {
         do {
             var served: Process?
             if agent {
-                served = try startAgent(fprep: fprep, replica: bothWaysReplica(run))
+                served = try startAgent(fprep: fprep, replica: bothWaysReplica(run), syncs: false)
                 _ = try subprocess.run(Command([fprep, "status", "-C", bothWaysReplica(run), "--json"]))  // leaves the journal record
             }
             defer { served?.terminate(); served?.waitUntilExit() }
