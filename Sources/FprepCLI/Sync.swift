@@ -67,6 +67,9 @@ struct Sync: ParsableCommand {
             printError("fprep: \(why)commit \(waiting.prefix(12)) waits to be pushed; run 'fprep sync' again when the remote is reachable")
             throw ExitCode(1)
         }
+        if let collected = report.fetchedContentCollected {
+            print("gave back \(humanSize(collected.bytesFreed)) of content git fetched by itself into .git (\(count(collected.blobs, "file")); above fprep.gcThreshold)")
+        }
         if !report.pinnedMaterialized.isEmpty {
             print("materialized \(count(report.pinnedMaterialized.count, "file")) under pins")
         }

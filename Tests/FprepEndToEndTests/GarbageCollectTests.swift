@@ -46,4 +46,40 @@ struct GarbageCollectTests {
             #expect(try box.fprepJSON(["status"], cwd: replica).objects("changes").isEmpty)
         }
     }
+
+    @Test("a sync gives fetched content back once it passes fprep.gcThreshold, not below it; a bad threshold stops the sync in one line before anything")
+    func syncCollectsAboveTheThreshold() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            _ = try box.gitOK(["log", "-p", "-1"], cwd: replica)
+            let grown = try box.fprepJSON(["status"], cwd: replica).int("gitBytes") ?? 0
+            let packs = packFiles(replica)
+
+            // The default threshold (256 MiB) is far above these few files.
+            let under = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(under["fetchedContentCollected"] == nil, "\(under)")
+            #expect(packFiles(replica) == packs)
+
+            try box.gitOK(["config", "fprep.gcThreshold", "nonsense"], cwd: replica)
+            let refused = try box.fprep(["sync"], cwd: replica)
+            expectOneLineError(refused, mentioning: ["fprep.gcThreshold", "nonsense", "256m"])
+            #expect(refused.status == 64, "\(refused)")
+
+            try box.gitOK(["config", "fprep.gcThreshold", "1k"], cwd: replica)
+            let above = try box.fprepJSON(["sync"], cwd: replica)
+            let collected = above["fetchedContentCollected"] as? [String: Any] ?? [:]
+            #expect((collected["blobs"] as? Int ?? 0) >= 5 && (collected["bytesFreed"] as? Int ?? 0) >= 12_000, "\(above)")
+            let after = try box.fprepJSON(["status"], cwd: replica).int("gitBytes") ?? 0
+            #expect(after <= grown - 12_000, "\(grown) → \(after)")
+            // What is left holds more than fetched content: the next sync reads no pack index again and collects nothing.
+            let again = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(again["fetchedContentCollected"] == nil, "\(again)")
+            let text = try box.fprepOK(["sync"], cwd: replica)
+            #expect(!text.stdout.contains("gave back"), "\(text)")
+            try box.fprepOK(["materialize", "bin.dat"], cwd: replica)
+            #expect(contents(replica + "/bin.dat") == remote.files["bin.dat"])
+        }
+    }
 }

@@ -22,12 +22,8 @@ public struct DiskBudget: Sendable, Equatable {
                 self = .percent(value)
                 return
             }
-            let units: [Character: Int64] = ["k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40]
-            var number = Substring(trimmed)
-            var unit: Int64 = 1
-            if let last = number.last, let scale = units[last] { unit = scale; number = number.dropLast() }
-            guard let value = Int64(number), value >= 0, value <= Int64.max / unit else { return nil }
-            self = .bytes(value * unit)
+            guard let bytes = ByteSize.parse(trimmed) else { return nil }
+            self = .bytes(bytes)
         }
 
         /// Bytes, for a file system of `total` bytes.

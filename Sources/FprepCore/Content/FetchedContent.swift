@@ -10,6 +10,11 @@ public struct GarbageReport: Sendable, Encodable {
     public var bytesFreed: Int64 = 0
     /// What the object store takes afterwards.
     public var bytesLeft: Int64 = 0
+    /// Promisor packs that hold more than fetched content (commits, trees,
+    /// symlink targets): never removed, and not read again after a sync.
+    var kept: [String] = []
+
+    private enum CodingKeys: String, CodingKey { case packs, blobs, bytesFreed, bytesLeft }
 }
 
 extension Replica {
@@ -22,6 +27,11 @@ extension Replica {
     /// need them. Packs holding anything else (commits, trees, the symlink
     /// targets a layout needs) stay whole.
     public func collectGarbage(dryRun: Bool) throws -> GarbageReport {
+        try collectGarbage(dryRun: dryRun, skipping: [])
+    }
+
+    /// `skipping`: packs known to hold more than fetched content.
+    private func collectGarbage(dryRun: Bool, skipping known: Set<String>) throws -> GarbageReport {
         var report = GarbageReport()
         let packFolder = gitDirectory + "/objects/pack"
         let odb = try repository.objectDatabase()
@@ -33,6 +43,10 @@ extension Replica {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: packFolder)) ?? []
         for promisor in names.filter({ $0.hasSuffix(".promisor") }).sorted() {
             let base = String(promisor.dropLast(".promisor".count))
+            if known.contains(base) {
+                report.kept.append(base)
+                continue
+            }
             guard let ids = Self.packObjectIDs(packFolder + "/" + base + ".idx"), !ids.isEmpty else { continue }
             var onlyFetchedBlobs = true
             for id in ids {
@@ -41,7 +55,10 @@ extension Replica {
                     break
                 }
             }
-            guard onlyFetchedBlobs else { continue }
+            guard onlyFetchedBlobs else {
+                report.kept.append(base)
+                continue
+            }
             let files = [".pack", ".idx", ".rev", ".promisor", ".bitmap"].map { packFolder + "/" + base + $0 }
             let bytes = files.reduce(Int64(0)) { total, path in
                 var info = stat()
@@ -57,6 +74,45 @@ extension Replica {
         if !dryRun && !report.packs.isEmpty { try odb.refresh() }
         report.bytesLeft = diskUsage(of: gitDirectory + "/objects") - (dryRun ? report.bytesFreed : 0)
         return report
+    }
+
+    /// The default of `fprep.gcThreshold`.
+    static let defaultGarbageThreshold: Int64 = 256 << 20
+    /// The store's list of promisor packs that hold more than fetched
+    /// content, so a sync does not read their indexes again.
+    static let packsKeptKey = "gc_packs_kept"
+
+    /// `fprep.gcThreshold` (default 256m; 0: never), read before a sync
+    /// does anything, so a bad setting stops it with one line.
+    func garbageThreshold() throws -> Int64 {
+        guard let text = try setting("fprep.gcThreshold") else { return Self.defaultGarbageThreshold }
+        guard let bytes = ByteSize.parse(text) else {
+            throw FprepError(.usage, "fprep.gcThreshold is '\(text)', not a size in bytes, in \(root)/.git/config; set it to a size such as 256m, or 0 to never give fetched content back after a sync")
+        }
+        return bytes
+    }
+
+    /// After a sync: once the packs that may hold only content git fetched
+    /// by itself take more than `threshold` bytes, they are given back as
+    /// `fprep gc` gives them back. Under it, the cost is one listing of the
+    /// pack folder: packs already found to hold more than fetched content
+    /// are remembered in the store and not read again.
+    func collectGarbage(above threshold: Int64) throws -> GarbageReport? {
+        guard threshold > 0 else { return nil }
+        let packFolder = gitDirectory + "/objects/pack"
+        let known = Set((try store.meta(Self.packsKeptKey) ?? "").split(separator: ",").map(String.init))
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: packFolder)) ?? []
+        var candidates: Int64 = 0
+        for promisor in names where promisor.hasSuffix(".promisor") {
+            let base = String(promisor.dropLast(".promisor".count))
+            guard !known.contains(base) else { continue }
+            var info = stat()
+            if lstat(packFolder + "/" + base + ".pack", &info) == 0 { candidates += Int64(info.st_blocks) * 512 }
+        }
+        guard candidates > threshold else { return nil }
+        let report = try collectGarbage(dryRun: false, skipping: known)
+        try store.setMeta(Self.packsKeptKey, report.kept.joined(separator: ","))
+        return report.packs.isEmpty ? nil : report
     }
 
     /// The object ids a pack index (version 2) lists; nil when it is not one.

@@ -46,6 +46,9 @@ public struct SyncReport: Sendable, Encodable {
     /// Files that commits made with git took from placeholders (their
     /// zeros, not their content): those commits were set aside (`gitBackup`).
     public var gitReadPlaceholders: [String] = []
+    /// Content git fetched by itself that the sync gave back, once it
+    /// passed `fprep.gcThreshold` (as `fprep gc` does).
+    public var fetchedContentCollected: GarbageReport?
 }
 
 extension SyncReport {
@@ -100,6 +103,7 @@ extension Replica {
         if incoming { ReadAhead.start([gitDirectory + "/index"] + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
         var report = SyncReport()
         let startAnchor = anchor
+        let garbageThreshold = try garbageThreshold()
         // Fetched content is never kept past the command: a sync that
         // fails (a full disk, most of all) leaves no quarantine or
         // half-written pack taking space; a resumed sync fetches again.
@@ -249,6 +253,10 @@ extension Replica {
         // Tags and favorites of every device, merged.
         try SharedMetadata(replica: self).synchronize()
         Trace.mark("shared metadata")
+        // Content `git log -p` or `git show` fetched into .git, given back
+        // once it takes more than the threshold (never what the sync needs:
+        // it fetched into a quarantine and wrote the files).
+        report.fetchedContentCollected = try collectGarbage(above: garbageThreshold)
         report.from = startAnchor?.hex
         report.to = anchor?.hex
         leaveJournalRecord(scanner: journalScanner, indexBefore: indexBefore, report: report)
