@@ -65,7 +65,7 @@ public enum UnknownSizes {
     /// and how to fix it.
     public static func hint(_ count: Int) -> String {
         "the remote's size manifest does not list \(count == 1 ? "it" : "them") (0 bytes on disk until it does); "
-            + "run 'fprep install-hooks' on the remote, or let the devices that push use a current fprep, then 'fprep sync'"
+            + "run 'fprep install-hooks' on the remote (for a hosted one, GitHub or GitLab: 'fprep serve --mirror URL'), or let the devices that push use a current fprep, then 'fprep sync'"
     }
 }
 
