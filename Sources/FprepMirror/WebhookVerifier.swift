@@ -18,7 +18,7 @@ public enum WebhookRejection: Error, Sendable, Equatable {
 /// | host | event header | signature | delivery id |
 /// | --- | --- | --- | --- |
 /// | GitHub | `X-GitHub-Event` | `X-Hub-Signature-256: sha256=HEX` (HMAC-SHA256) | `X-GitHub-Delivery` |
-/// | GitLab | `X-Gitlab-Event` | `X-Gitlab-Token`: the secret itself | `X-Gitlab-Event-UUID`, `Idempotency-Key` |
+/// | GitLab | `X-Gitlab-Event` | `X-Gitlab-Token`: the secret itself | `Idempotency-Key`, else `X-Gitlab-Event-UUID` |
 /// | Gitea, Forgejo | `X-Gitea-Event`, `X-Forgejo-Event` | `X-Gitea-Signature`, `X-Forgejo-Signature`: HEX (HMAC-SHA256) | `X-Gitea-Delivery`, `X-Forgejo-Delivery` |
 ///
 /// Gitea sends GitHub's headers too, so it is recognised first.
@@ -45,7 +45,9 @@ public struct WebhookVerifier: Sendable {
         } else if let name = headers.first(name: "x-gitlab-event") {
             host = .gitlab
             event = name
-            id = headers.first(name: "x-gitlab-event-uuid") ?? headers.first(name: "idempotency-key")
+            // Idempotency-Key (GitLab 17.4 and later) is the one kept the same
+            // on a retry of a delivery; the event's UUID before that.
+            id = headers.first(name: "idempotency-key") ?? headers.first(name: "x-gitlab-event-uuid")
             // Hashed first, so that the comparison's time says nothing of
             // the secret's length either.
             guard let token = headers.first(name: "x-gitlab-token"),
