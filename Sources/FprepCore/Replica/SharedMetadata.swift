@@ -26,6 +26,10 @@ struct SharedMetadata {
     static let reference = "refs/fprep/meta"
     static let trackingReference = "refs/remotes/origin-fprep/meta"
     static let header = "fprep meta v1"
+    /// The store's note of the chain tip last folded with no pending
+    /// operations ("" for no chain; "-" after a fold with pending ones; absent
+    /// until the first fold).
+    static let foldedKey = "meta_folded_tip"
 
     let replica: Replica
 
@@ -83,6 +87,12 @@ struct SharedMetadata {
     /// Rebuilds the local tags and favorites from the remote's chain plus
     /// the pending operations.
     func fold(remoteTip: ObjectID?) throws {
+        // Nothing new since the last fold (the usual sync: no tag or
+        // favorite changed anywhere): the tables are what a fold would
+        // write, so neither the chain nor a transaction is needed.
+        let folded = remoteTip?.hex ?? ""
+        let pending = try pendingOperations()
+        if pending.isEmpty, try replica.store.meta(Self.foldedKey) == folded { return }
         // The chain is walked from its tip; its commits, reversed, are oldest
         // first, and each device's operations keep that order (then the
         // pending ones) when several fall in the same second.
@@ -96,7 +106,7 @@ struct SharedMetadata {
             })
             queue += commit.parentIDs
         }
-        let ordered = Array(commits.reversed().joined()) + (try pendingOperations().map(\.1))
+        let ordered = Array(commits.reversed().joined()) + pending.map(\.1)
         let operations = ordered.enumerated()
             .sorted { ($0.element.time, $0.element.device, $0.offset) < ($1.element.time, $1.element.device, $1.offset) }
             .map(\.element)
@@ -127,6 +137,8 @@ struct SharedMetadata {
                 for name in names { try replica.store.setTag(RepoPath(identifier: path), name, present: true, at: now) }
             }
             for path in favorites { try replica.store.setFavorite(RepoPath(identifier: path), present: true, at: now) }
+            // Only a fold of the chain alone can be skipped next time.
+            try replica.store.setMeta(Self.foldedKey, pending.isEmpty ? folded : "-")
         }
     }
 }
