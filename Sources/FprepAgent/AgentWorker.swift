@@ -429,7 +429,7 @@ public enum AgentWorker {
                 }
                 // Until the stream opens, it is not connected.
                 tellAgent("", nil)
-                signals = try remoteSignals?(root, { syncs.changed() }, tellAgent, noteToAgent)
+                signals = try remoteSignals?(root, { syncs.pushed() }, tellAgent, noteToAgent)
             } catch {
                 channel.send(WorkerMessage(kind: .synced, body: {
                     var body = WorkerMessageWriter()

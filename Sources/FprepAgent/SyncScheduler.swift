@@ -22,7 +22,8 @@ public typealias RemoteSignalsStarter = @Sendable (_ root: String, _ onPush: @es
 /// shortly after the user's changes settle (`fprep.agent.syncDelay`
 /// milliseconds after the last one, at most 10 times that after the first:
 /// a burst of saves is one sync, and a folder that never stops changing
-/// still syncs), and a look at the remote every `fprep.agent.pollSeconds`
+/// still syncs), a sync at once when the push service says the remote
+/// moved, and a look at the remote every `fprep.agent.pollSeconds`
 /// (`git ls-remote`; a sync only when the remote moved). A file still open
 /// for writing is left to the sync after its writer closes it. One sync
 /// when serving starts catches up what changed while no agent ran. Runs as
@@ -82,6 +83,10 @@ final class SyncScheduler: @unchecked Sendable {
     private struct State {
         var firstChange: Double?
         var lastChange: Double = 0
+        /// The push service said the remote moved: sync at once (what the
+        /// user changed meanwhile goes with it); pushes during that sync
+        /// make one more.
+        var pushed = false
         var stopping = false
     }
 
@@ -101,7 +106,14 @@ final class SyncScheduler: @unchecked Sendable {
         thread = try BlockingThread { [self] in run() }
     }
 
-    /// The user changed something, or the remote said it moved.
+    /// The push service said the remote moved: a sync now, not after the
+    /// delay that lets a user's burst of saves settle.
+    func pushed() {
+        state.withLock { $0.pushed = true }
+        wake.signal()
+    }
+
+    /// The user changed something.
     func changed() {
         let now = monotonicNow()
         state.withLock { state in
@@ -123,6 +135,7 @@ final class SyncScheduler: @unchecked Sendable {
         while true {
             let now = monotonicNow()
             let (stopping, localDue) = state.withLock { state -> (Bool, Double?) in
+                if state.pushed { return (state.stopping, now) }
                 guard let first = state.firstChange else { return (state.stopping, nil) }
                 return (state.stopping, min(state.lastChange + settings.delay, first + max(settings.delay * 10, 1)))
             }
@@ -135,7 +148,10 @@ final class SyncScheduler: @unchecked Sendable {
                 continue
             }
             if let localDue, localDue <= now {
-                state.withLock { $0.firstChange = nil }
+                state.withLock {
+                    $0.firstChange = nil
+                    $0.pushed = false
+                }
                 if !sync() { retryLater() }
             } else {
                 nextPoll = now + settings.pollSeconds

@@ -25,8 +25,8 @@ struct Watch: ParsableCommand {
     @Flag(help: "Register as a replicated device: only working-set pushes, never per-folder ones.")
     var replicated = false
 
-    @Option(name: .customLong("debounce-ms"), help: "How long after a push the sync starts.")
-    var debounceMilliseconds = 200
+    @Option(name: .customLong("debounce-ms"), help: "How long after a push the sync starts (0: at once; pushes that arrive during a sync make one more after it).")
+    var debounceMilliseconds = 0
 
     @Option(name: .customLong("fallback-interval"), help: "Seconds between syncs while the service is unreachable.")
     var fallbackSeconds = 30.0

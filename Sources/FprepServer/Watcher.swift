@@ -15,7 +15,9 @@ public struct Watcher: Sendable {
         /// The service to use from now on (recorded); nil: the recorded one.
         public var service: String?
         public var replicated = false
-        public var debounce: Duration = .milliseconds(200)
+        /// How long after a push the sync starts (0: at once; pushes that
+        /// arrive while it runs ride along into the next).
+        public var debounce: Duration = .zero
         public var fallbackInterval: Duration = .seconds(30)
         /// The longest pause between two connection attempts.
         public var maxBackoff: Duration = .seconds(10)
@@ -126,6 +128,9 @@ public struct Watcher: Sendable {
                 }
                 let now = ContinuousClock.now
                 pending = (pending?.since ?? now, max(pending?.eventID ?? 0, id ?? 0))
+                // No debounce: the sync starts now, not at the next tick;
+                // pushes that come while it runs make one more sync after it.
+                if options.debounce == .zero { input.yield(.tick) }
             case .tick:
                 let now = ContinuousClock.now
                 if let waiting = pending, now - waiting.since >= options.debounce {
