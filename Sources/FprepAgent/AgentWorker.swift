@@ -120,6 +120,10 @@ final class WorkerClient: @unchecked Sendable {
                 if let count = body.i64() { synced.leftOut(Int(count)) }
                 continue
             }
+            if message.kind == .filledOne {
+                replies.progress(message)
+                continue
+            }
             if message.kind == .remoteChanges {
                 var body = WorkerMessageReader(message.body)
                 if let service = body.text(), let connected = body.raw(1)?.first, let lost = body.text(), let poll = body.i64() {
@@ -208,13 +212,24 @@ final class WorkerClient: @unchecked Sendable {
     /// Read-ahead, step 2: the worker fills `part` from the fetch of
     /// `token`, opening each file itself (as the owner); `indexWritten` is
     /// told of its index write. One outcome per file, in order.
+    ///
+    /// `filled` hears of each file as soon as its content is in place (its
+    /// position in `part`, its bytes), before the chunk's index write: a
+    /// reader waiting on it need not wait for the rest of the chunk.
     func fillAhead(_ part: [WatchedPlaceholder], token: String,
-                   indexWritten: (fprep_stat, fprep_stat) -> Void) -> [Hydrator.Outcome] {
+                   indexWritten: (fprep_stat, fprep_stat) -> Void,
+                   filled: @escaping @Sendable (Int, Int64) -> Void = { _, _ in }) -> [Hydrator.Outcome] {
         var request = WorkerMessageWriter()
         request.text(token)
         request.placeholders(part)
         let ended = [Hydrator.Outcome](repeating: .failed("the replica's worker process (pid \(pid)) ended"), count: part.count)
-        guard let reply = self.request(.fillAhead, request.bytes), reply.kind == .filledAhead else { return ended }
+        let count = part.count
+        let progress: @Sendable (WorkerMessage) -> Void = { message in
+            var body = WorkerMessageReader(message.body)
+            guard let position = body.u32(), Int(position) < count, let bytes = body.i64() else { return }
+            filled(Int(position), bytes)
+        }
+        guard let reply = self.request(.fillAhead, request.bytes, progress: progress), reply.kind == .filledAhead else { return ended }
         var body = WorkerMessageReader(reply.body)
         guard let before = body.stat(), let after = body.stat(), let count = body.u32(), Int(count) == part.count else { return ended }
         indexWritten(before, after)
@@ -261,8 +276,9 @@ final class WorkerClient: @unchecked Sendable {
         return how
     }
 
-    private func request(_ kind: WorkerMessage.Kind, _ body: [UInt8], descriptor: Int32 = -1) -> WorkerMessage? {
-        guard let (id, pending) = replies.open() else { return nil }
+    private func request(_ kind: WorkerMessage.Kind, _ body: [UInt8], descriptor: Int32 = -1,
+                         progress: (@Sendable (WorkerMessage) -> Void)? = nil) -> WorkerMessage? {
+        guard let (id, pending) = replies.open(progress: progress) else { return nil }
         guard channel.send(WorkerMessage(kind: kind, id: id, body: body), descriptor: descriptor) else {
             replies.cancel(id)
             return nil
@@ -278,6 +294,10 @@ private final class Replies: Sendable {
         let done = DispatchSemaphore(value: 0)
         /// Set before `done` is signalled; nil: the worker ended first.
         var reply: WorkerMessage?
+        /// One-way messages about the request before its answer.
+        let progress: (@Sendable (WorkerMessage) -> Void)?
+
+        init(progress: (@Sendable (WorkerMessage) -> Void)?) { self.progress = progress }
     }
 
     private struct State {
@@ -290,18 +310,23 @@ private final class Replies: Sendable {
 
     var ended: Bool { state.withLock { $0.ended } }
 
-    func open() -> (UInt32, Pending)? {
+    func open(progress: (@Sendable (WorkerMessage) -> Void)? = nil) -> (UInt32, Pending)? {
         state.withLock { state in
             guard !state.ended else { return nil }
             let id = state.next
             state.next &+= 1
-            let pending = Pending()
+            let pending = Pending(progress: progress)
             state.waiting[id] = pending
             return (id, pending)
         }
     }
 
     func cancel(_ id: UInt32) { _ = state.withLock { $0.waiting.removeValue(forKey: id) } }
+
+    /// A one-way message about a request still waiting (on the reader's thread).
+    func progress(_ message: WorkerMessage) {
+        state.withLock { $0.waiting[message.id] }?.progress?(message)
+    }
 
     func deliver(_ message: WorkerMessage) {
         guard let pending = state.withLock({ $0.waiting.removeValue(forKey: message.id) }) else { return }
@@ -480,7 +505,7 @@ public enum AgentWorker {
                 if let descriptor { close(descriptor) }
                 let request = message
                 readAheads.async(group: underWay) {
-                    let reply = readAhead(request, root: root)
+                    let reply = readAhead(request, root: root, channel: channel)
                     channel.send(WorkerMessage(kind: reply.kind, id: request.id, body: reply.body))
                     budget?.poke()
                 }
@@ -501,7 +526,7 @@ public enum AgentWorker {
     /// One step of a read-ahead (see `WorkerClient.fetchAhead`, `fillAhead`,
     /// `endAhead`), as the answer's kind and body. The files are opened
     /// here, beneath the replica's root, as the owner.
-    private static func readAhead(_ request: WorkerMessage, root: String) -> WorkerMessage {
+    private static func readAhead(_ request: WorkerMessage, root: String, channel: WorkerChannel) -> WorkerMessage {
         var body = WorkerMessageReader(request.body)
         var reply = WorkerMessageWriter()
         func failed(_ why: String) -> WorkerMessage {
@@ -546,7 +571,13 @@ public enum AgentWorker {
             do {
                 let replica = try Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: true))
                 before = IndexWatcher.stat(root)
-                let results = try replica.hydrateInPlace(open.map { (part[$0.position].path, $0.fd) }, token: token, used: false)
+                let positions = open.map(\.position)
+                let results = try replica.hydrateInPlace(open.map { (part[$0.position].path, $0.fd) }, token: token, used: false) { index, bytes in
+                    var one = WorkerMessageWriter()
+                    one.u32(UInt32(positions[index]))
+                    one.i64(bytes)
+                    channel.send(WorkerMessage(kind: .filledOne, id: request.id, body: one.bytes))
+                }
                 after = IndexWatcher.stat(root)
                 for ((position, _), result) in zip(open, results) {
                     switch result {

@@ -140,7 +140,7 @@ final class EventLoop: @unchecked Sendable {
         let group = self.group
         let indexWritten = hydrator.indexWritten
         workers.async { [self] in
-            readAhead.run(batch, group: group, indexWritten: indexWritten) { outcomes in
+            readAhead.run(batch, group: group, indexWritten: indexWritten) { [self] outcomes in
                 let end = monotonicNow()
                 finished.withLock { $0.append(contentsOf: outcomes.map { ($0.0, $0.1, end) }) }
                 wakeUp()

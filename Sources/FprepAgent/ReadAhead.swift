@@ -96,10 +96,12 @@ final class ReadAhead: @unchecked Sendable {
     /// contents of `batch` in one fetch and fill them chunk by chunk (as the
     /// owner, through descriptors of its own: the event loop lets the
     /// worker's accesses through), telling `report` what became of each
-    /// file as its chunk is done; a filled file's mark goes.
+    /// file as soon as it is filled (its readers go on then, not when the
+    /// whole chunk is), and of every file again when its chunk is done; a
+    /// filled file's mark goes with its chunk.
     func run(_ batch: [(FileKey, WatchedPlaceholder)], group: FanotifyGroup,
              indexWritten: @Sendable (fprep_stat, fprep_stat) -> Void,
-             report: ([(FileKey, Hydrator.Outcome)]) -> Void) {
+             report: @escaping @Sendable ([(FileKey, Hydrator.Outcome)]) -> Void) {
         guard let first = batch.first else { return }
         let started = monotonicNow()
         let folder = prefix + (first.1.path.parent.isRoot ? "." : first.1.path.parent.description)
@@ -119,7 +121,10 @@ final class ReadAhead: @unchecked Sendable {
             let part = Array(batch[start..<min(batch.count, start + chunk)])
             start += part.count
             chunk = min(chunk * 4, Self.largestChunk)
-            let outcomes = worker.fillAhead(part.map(\.1), token: token, indexWritten: indexWritten)
+            let keys = part.map(\.0)
+            let outcomes = worker.fillAhead(part.map(\.1), token: token, indexWritten: indexWritten) { position, bytes in
+                report([(keys[position], .hydrated(bytes: bytes))])
+            }
             for ((_, placeholder), outcome) in zip(part, outcomes) {
                 switch outcome {
                 case .hydrated(let size):

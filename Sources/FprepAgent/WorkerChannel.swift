@@ -64,6 +64,10 @@ struct WorkerMessage: Sendable {
         /// service's address (empty: none), connected (one byte), why it
         /// was lost, the poll's interval in milliseconds.
         case remoteChanges = 25
+        /// Read-ahead (one-way, with the id of `fillAhead`): one file of the
+        /// chunk is filled (its position in the chunk, its bytes), so the
+        /// readers waiting on it go on before the rest of the chunk is done.
+        case filledOne = 26
     }
 
     var kind: Kind

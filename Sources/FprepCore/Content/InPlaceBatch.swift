@@ -12,8 +12,16 @@ extension Replica {
     /// does not hold up the others. `used`: a program opened them (recorded
     /// as recent, as 'fprep open' does); files read ahead are not, until
     /// something opens them. Call with the replica opened exclusively.
-    public func hydrateInPlace(_ files: [(path: RepoPath, fd: Int32)], token: String, used: Bool = true) throws -> [Result<InPlaceOutcome, any Error>] {
+    ///
+    /// `filled` is told of each file (its position in `files`, its bytes) as
+    /// soon as its content is in place, before the batch's index write: the
+    /// agent lets that file's readers go on (were the process killed before
+    /// the write, recovery finds the content whole and keeps it).
+    public func hydrateInPlace(_ files: [(path: RepoPath, fd: Int32)], token: String, used: Bool = true,
+                               filled tell: (Int, Int64) -> Void = { _, _ in }) throws -> [Result<InPlaceOutcome, any Error>] {
+        Trace.start()
         let index = try repository.index()
+        Trace.mark("fill: read index")
         var results = [Result<InPlaceOutcome, any Error>?](repeating: nil, count: files.count)
         // Looked at before anything is journaled: only files still
         // placeholders at their path, at the size the index gave them.
@@ -50,6 +58,7 @@ extension Replica {
             }
             fillable.append((position, entry, opened.size, tracked))
         }
+        Trace.mark("fill: \(files.count) looked at")
         guard !fillable.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
 
         let odb = try repository.objectDatabase()
@@ -108,10 +117,12 @@ extension Replica {
                 }
                 if tracked { filled.append((path, entry.id)) }
                 results[position] = .success(.hydrated(bytes: written))
+                if fillable.count > 1 { tell(position, written) }
             } catch {
                 results[position] = .failure(error)
             }
         }
+        Trace.mark("fill: \(filled.count) written")
         if !filled.isEmpty {
             // Several files: one flush of the filesystem before the index
             // says they are content, not one fsync each.
@@ -120,12 +131,14 @@ extension Replica {
             // event: the entries now say materialized, as the disk does.
             try writeIndexKeepingJournal(index)
         }
+        Trace.mark("fill: syncfs, index write")
         let now = Int64(Date().timeIntervalSince1970)
         try store.transaction {
             try store.recordMaterialized(filled, at: now)
             if used { try store.recordRecent(filled.map(\.0), at: now) }
             if !unsettled { try store.endOperation(operation) }
         }
+        Trace.mark("fill: recorded")
         return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) }
     }
 }

@@ -50,6 +50,8 @@ public enum InPlaceHydration {
     public static func fetch(_ blobs: [ObjectID], replicaRoot: String) throws -> String {
         let token = ContentOperations.newToken()
         let quarantine = replicaRoot + "/" + Replica.stateFolderName + "/" + quarantinePrefix + token
+        Trace.start()
+        defer { Trace.mark("agent fetch of \(blobs.count) blobs") }
         do {
             _ = try Transport.fetchObjects(blobs, gitDirectory: replicaRoot + "/.git", quarantine: quarantine)
         } catch let error as GitCommandError {

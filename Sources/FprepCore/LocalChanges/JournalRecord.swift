@@ -52,6 +52,11 @@ struct JournalRecord: Equatable {
     /// of (a write through a hard link from outside the tree, rules from a
     /// `core.excludesFile` elsewhere) is found within this time.
     static let fullScanInterval: Int64 = 3600
+    /// More paths than this to look at again (a large materialize or evict,
+    /// thousands of local changes): no record, one full scan instead. Every
+    /// index write of an agent's fill carries the record, so its size is
+    /// paid on each first read of a file.
+    static let maxPaths = 4096
     private static let magic = "fprep journal record 1"
 
     static func load(_ replica: Replica) -> JournalRecord? {
@@ -64,6 +69,7 @@ struct JournalRecord: Equatable {
         let sizes = lines[5].split(separator: " ")
         guard point.count == 2, let sequence = UInt64(point[1]), let fullScanAt = Int64(lines[4]),
               sizes.count == 2, let treeBytes = Int64(sizes[0]), let folderCount = Int(sizes[1]) else { return nil }
+        guard lines.count - 6 <= maxPaths + 1 else { return nil }
         var paths: [[UInt8]] = []
         for line in lines[6...] where !line.isEmpty {
             guard let path = AgentLink.unhex(line) else { return nil }
@@ -77,6 +83,13 @@ struct JournalRecord: Equatable {
     /// Writes the record (a temporary file, then a rename); a failure only
     /// costs the next scan its shortcut.
     func save(_ replica: Replica) {
+        // Each path once: carries append what each write looked at again.
+        var seen = Set<[UInt8]>()
+        let paths = self.paths.filter { seen.insert($0).inserted }
+        guard paths.count <= Self.maxPaths else {
+            Self.remove(replica)
+            return
+        }
         var text = Self.magic + "\n" + AgentLink.hex(index) + "\n" + point.epoch + " \(point.sequence)\n" + rules + "\n"
             + "\(fullScanAt)\n\(treeBytes) \(folderCount)\n"
         for path in paths { text += AgentLink.hex(path) + "\n" }
