@@ -165,6 +165,12 @@ final class WorkerClient: @unchecked Sendable {
     /// Whether the worker still serves (false once its socket closed).
     var isRunning: Bool { !replies.ended }
 
+    /// Fills under way (single hydrations and read-ahead chunks), each of
+    /// which writes the index: its change is the agent's own, acknowledged
+    /// when the fill answers.
+    private let fills = Atomic<Int>(0)
+    var fillsUnderWay: Bool { fills.load(ordering: .acquiring) > 0 }
+
     /// Has the worker fill `placeholder` through `fd` (a descriptor of the
     /// event's file); `indexWritten` is told of its index write.
     func hydrate(_ placeholder: WatchedPlaceholder, through fd: Int32,
@@ -172,6 +178,8 @@ final class WorkerClient: @unchecked Sendable {
         var request = WorkerMessageWriter()
         request.raw(placeholder.blob.bytes)
         request.data(placeholder.path.bytes)
+        fills.add(1, ordering: .acquiringAndReleasing)
+        defer { fills.subtract(1, ordering: .acquiringAndReleasing) }
         guard let reply = self.request(.hydrate, request.bytes, descriptor: fd) else {
             return .failed("the replica's worker process (pid \(pid)) ended")
         }
@@ -229,6 +237,8 @@ final class WorkerClient: @unchecked Sendable {
             guard let position = body.u32(), Int(position) < count, let bytes = body.i64() else { return }
             filled(Int(position), bytes)
         }
+        fills.add(1, ordering: .acquiringAndReleasing)
+        defer { fills.subtract(1, ordering: .acquiringAndReleasing) }
         guard let reply = self.request(.fillAhead, request.bytes, progress: progress), reply.kind == .filledAhead else { return ended }
         var body = WorkerMessageReader(reply.body)
         guard let before = body.stat(), let after = body.stat(), let count = body.u32(), Int(count) == part.count else { return ended }

@@ -15,10 +15,22 @@ final class IndexWatcher: @unchecked Sendable {
     private let queue = DispatchQueue(label: "fprep.agent.rescan")
     /// Lists the placeholders (through the replica's worker); nil when busy.
     private let list: @Sendable () -> [WatchedPlaceholder]?
+    /// Whether the agent's own fills are writing the index now: a change
+    /// seen then is most likely theirs, acknowledged when they answer, and
+    /// listing 10^5 placeholders for each (a read-ahead writes the index
+    /// once a chunk) took a third of the worker's time in a `grep -r`.
+    private let ownWritesUnderWay: @Sendable () -> Bool
+    /// When a change was first seen while own writes were under way: after
+    /// `patience` it is listed anyway (another command's write must not
+    /// wait behind a reader that never stops).
+    private let deferredSince = Mutex<Double?>(nil)
+    static let patience = 2.0
 
-    init(root: String, list: @escaping @Sendable () -> [WatchedPlaceholder]?) {
+    init(root: String, list: @escaping @Sendable () -> [WatchedPlaceholder]?,
+         ownWritesUnderWay: @escaping @Sendable () -> Bool = { false }) {
         self.root = root
         self.list = list
+        self.ownWritesUnderWay = ownWritesUnderWay
         seen = Mutex(Self.stat(root))
     }
 
@@ -33,7 +45,19 @@ final class IndexWatcher: @unchecked Sendable {
     func poll(_ deliver: @escaping @Sendable ([WatchedPlaceholder]) -> Void) {
         let now = Self.stat(root)
         let changed = seen.withLock { !Self.same($0, now) }
-        guard changed else { return }
+        guard changed else {
+            deferredSince.withLock { $0 = nil }
+            return
+        }
+        if ownWritesUnderWay() {
+            let clock = monotonicNow()
+            let since = deferredSince.withLock { value -> Double in
+                if value == nil { value = clock }
+                return value ?? clock
+            }
+            guard clock - since >= Self.patience else { return }
+        }
+        deferredSince.withLock { $0 = nil }
         guard busy.withLock({ value -> Bool in defer { value = true }; return !value }) else { return }
         queue.async { [self] in
             defer { busy.withLock { $0 = false } }

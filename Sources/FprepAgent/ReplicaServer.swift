@@ -77,7 +77,7 @@ final class ReplicaServer: @unchecked Sendable {
         }
         let prefix = namesRoot ? root + "/" : ""
         watchlist = Watchlist(group: group, rootFD: rootFD.fd, log: log, prefix: prefix, owner: owner)
-        let rescans = IndexWatcher(root: root, list: { worker.list() })
+        let rescans = IndexWatcher(root: root, list: { worker.list() }, ownWritesUnderWay: { worker.fillsUnderWay })
         self.rescans = rescans
         let hydrator = Hydrator(root: root, indexWritten: { rescans.acknowledge(before: $0, after: $1) }, worker: worker)
         loop = EventLoop(group: group, watchlist: watchlist, hydrator: hydrator, timeout: timeout, log: log,

@@ -61,6 +61,12 @@ struct JournalRecord: Equatable {
 
     static func load(_ replica: Replica) -> JournalRecord? {
         guard let data = try? Data(contentsOf: URL(fileURLWithPath: replica.stateFolder + "/" + fileName)) else { return nil }
+        // Counted before anything is decoded: a record past the bound (one
+        // an older fprep let grow) is not worth reading.
+        guard data.reduce(0, { $0 + ($1 == 0x0A ? 1 : 0) }) <= maxPaths + 7 else {
+            remove(replica)
+            return nil
+        }
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
         guard lines.count >= 7, lines[0] == magic, let index = AgentLink.unhex(lines[1]) ?? (lines[1].isEmpty ? [] : nil) else {
             return nil
