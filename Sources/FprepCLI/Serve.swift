@@ -33,7 +33,6 @@ struct Serve: ParsableCommand {
 
     @OptionGroup var state: ServiceStateOptions
 
-    private var remote: String { state.remote }
 
     @Option(help: ArgumentHelp("Serve a hosted remote: keep --remote PATH as its mirror and take its push webhook.", valueName: "URL"))
     var mirror: String?
@@ -88,6 +87,7 @@ struct Serve: ParsableCommand {
     var apnsKey: String?
 
     func run() throws {
+        let remote = try state.path()
         guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
               (0...65535).contains(port), colon > listen.startIndex else {
             throw FprepError(.usage, "'\(listen)' is not HOST:PORT for --listen")

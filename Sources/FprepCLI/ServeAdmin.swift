@@ -5,11 +5,19 @@ import FprepServer
 
 /// The remote a service serves, whose state the admin commands work on
 /// (one group, so that `fprep serve` and its subcommands share `--remote`).
+/// Optional to the parser and required by each command: a required option
+/// of `fprep serve` would make `fprep serve enroll --help` show serve's help.
 struct ServiceStateOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks), or with --mirror the mirror's folder.", valueName: "PATH"))
-    var remote: String
+    @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks), or with --mirror the mirror's folder (required).", valueName: "PATH"))
+    var remote: String?
 
-    func open() throws -> ServiceAdmin { try ServiceAdmin(remote: remote) }
+    /// The remote's path; a usage error when --remote is missing.
+    func path() throws -> String {
+        guard let remote else { throw ValidationError("missing --remote PATH, the remote whose push service this is") }
+        return remote
+    }
+
+    func open() throws -> ServiceAdmin { try ServiceAdmin(remote: path()) }
 }
 
 struct ServeEnroll: ParsableCommand {
