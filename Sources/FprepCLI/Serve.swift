@@ -12,21 +12,27 @@ struct Serve: ParsableCommand {
         discussion: """
             The remote's post-receive hook writes each push's affected containers to an outbox in the remote (fprep/outbox.db) and pokes this service, whose address it finds in the remote's config (fprep.service, recorded when the service starts). The service reads the outbox (also at start and every few seconds, so nothing is lost while it was down) and sends each registered device what the File Provider rules give it: a container only while the device actively enumerates it, the working set always, and to a replicated device the working set only; pushes to one device are coalesced and throttled. Every payload is {"container-identifier", "domain", "old-anchor", "new-anchor"}.
 
-            Devices receive pushes over a server-sent event stream (what 'fprep watch' uses; Last-Event-ID resumes it), as webhook POSTs signed with HMAC-SHA256 (x-fprep-signature: sha256=HEX), or as APNs requests (apns-topic BUNDLE.pushkit.fileprovider, apns-push-type fileprovider, an ES256 provider token) sent to --apns-endpoint, which must speak plain HTTP/1.1 (a TLS relay in front of APNs, or a test sink).
+            A device registers with an enrollment secret of the remote's domain, which an admin mints with 'fprep serve enroll' (only its hash is kept); 'fprep serve devices' lists the devices and secrets, 'fprep serve revoke' revokes a device's token or a secret. A device only ever hears about its own domain.
 
-            State (devices, token hashes, active enumerators, numbered events) is in fprep/service.db and survives a restart. Stop with SIGINT or SIGTERM.
+            Devices receive pushes over a server-sent event stream (what 'fprep watch' uses; Last-Event-ID resumes it), as webhook POSTs, or as APNs requests (apns-topic BUNDLE.pushkit.fileprovider, apns-push-type fileprovider, an ES256 provider token) sent to --apns-endpoint, which must speak plain HTTP/1.1 (a TLS relay in front of APNs, or a test sink).
+
+            A webhook POST carries x-fprep-timestamp (seconds since 1970), x-fprep-delivery (an id kept on retries) and x-fprep-signature: sha256= and the hex HMAC-SHA256, keyed with the device's webhook secret, of TIMESTAMP.DELIVERY.BODY; a receiver refuses old timestamps and ids it saw. Webhooks go only to public addresses: the URL's host is resolved once, every address checked, and the checked address connected to. Loopback, link-local, private, unspecified, multicast and reserved addresses are refused (at registration for a literal address, at delivery for a name) unless --allow-webhook-host names the URL's host; cloud metadata addresses (169.254.169.254, fd00:ec2::254) always.
+
+            State (devices, token hashes, enrollment secrets' hashes, active enumerators, numbered events) is in fprep/service.db and survives a restart. Stop with SIGINT or SIGTERM.
 
             A hosted remote (GitHub, GitLab, Gitea, Forgejo) runs no hook: with --mirror URL the service keeps --remote PATH as a bare mirror of URL (made when missing, with every blob) and takes the host's push webhook at POST /v1/webhook, content type application/json, verified with the secret in --webhook-secret-file (GitHub's X-Hub-Signature-256, GitLab's X-Gitlab-Token, Gitea's and Forgejo's X-Gitea-Signature). Each delivery is answered at once and queues a pass: fetch the host, publish the pushed blobs' sizes to the host's size manifest (refs/fprep/sizes), and record push signals in the mirror's outbox as the hook does. A redelivered id does nothing; a sweep fetches every --sweep-interval seconds for pushes the host never announced. git's credentials (a credential helper, an ssh key) must let the service fetch and push URL.
 
             Example: fprep serve --remote ~/remotes/photos.git --listen 127.0.0.1:7411
+            Example: fprep serve enroll --remote ~/remotes/photos.git --expires 30d
             Example: fprep serve --mirror https://github.com/me/photos.git --remote ~/mirrors/photos.git --webhook-secret-file ~/.config/fprep/photos.secret --listen 0.0.0.0:7411
-            """
+            """,
+        subcommands: [ServeEnroll.self, ServeDevices.self, ServeRevoke.self]
     )
 
     @OptionGroup var output: OutputOptions
 
-    @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks), or with --mirror the mirror's folder.", valueName: "PATH"))
-    var remote: String
+    @OptionGroup var state: ServiceStateOptions
+
 
     @Option(help: ArgumentHelp("Serve a hosted remote: keep --remote PATH as its mirror and take its push webhook.", valueName: "URL"))
     var mirror: String?
@@ -61,6 +67,10 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("token-lifetime"), help: "Seconds a device token stays valid.")
     var tokenLifetime: Int64 = 30 * 24 * 3600
 
+    @Option(name: .customLong("allow-webhook-host"),
+            help: ArgumentHelp("Let webhooks go to HOST (a name or address, as in the URL) even where it is loopback or private; repeatable.", valueName: "HOST"))
+    var allowWebhookHosts: [String] = []
+
     @Option(name: .customLong("apns-endpoint"), help: ArgumentHelp("Where APNs requests go (http://HOST:PORT).", valueName: "URL"))
     var apnsEndpoint: String?
 
@@ -77,6 +87,7 @@ struct Serve: ParsableCommand {
     var apnsKey: String?
 
     func run() throws {
+        let remote = try state.path()
         guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
               (0...65535).contains(port), colon > listen.startIndex else {
             throw FprepError(.usage, "'\(listen)' is not HOST:PORT for --listen")
@@ -96,6 +107,10 @@ struct Serve: ParsableCommand {
             throw FprepError(.usage, "the intervals and the token lifetime must be positive")
         }
         guard sweepSeconds > 0 else { throw FprepError(.usage, "--sweep-interval must be positive") }
+        for host in allowWebhookHosts where host.isEmpty || host.contains(where: { $0 == "/" || $0 == " " || $0 == "@" }) {
+            throw FprepError(.usage, "'\(host)' is not a host for --allow-webhook-host (a name or an address, without scheme or port)")
+        }
+        let policy = WebhookPolicy(allowedHosts: allowWebhookHosts)
         var options = PushServer.Options(remote: remote)
         if let mirror {
             guard let webhookSecretFile else {
@@ -120,6 +135,7 @@ struct Serve: ParsableCommand {
             configuration.heartbeat = .seconds(heartbeat)
             configuration.tokenLifetime = lifetime
             configuration.apns = apns
+            configuration.webhookPolicy = policy
             configuration.verbose = verbose
         }
         let settings = options

@@ -9,11 +9,11 @@ struct Watch: ParsableCommand {
         commandName: "watch",
         abstract: "Keep the replica in step with the remote: sync on each push from the push service.",
         discussion: """
-            Registers the replica with the remote's push service ('fprep serve') the first time (the service's address and the device's token are kept in the replica's state, so later runs need no options), keeps its event stream open, and syncs shortly after each push (--debounce-ms; pushes that arrive meanwhile join the same sync). A push whose anchors show nothing new is dropped; one whose old anchor is not the replica's shows a gap, and the sync catches up all the same. When the stream drops, it reconnects with growing pauses (up to 10 s) and resumes after the last push it acted on; while the service is unreachable it syncs every --fallback-interval seconds. The replica is locked only while a sync runs.
+            Registers the replica with the remote's push service ('fprep serve') the first time, showing the enrollment secret the service's admin minted with 'fprep serve enroll' (--enroll; the service's address, the secret and the device's token are kept in the replica's state, so later runs need no options, and the device registers anew with the secret when its token expires or is revoked), keeps its event stream open, and syncs shortly after each push (--debounce-ms; pushes that arrive meanwhile join the same sync). A push whose anchors show nothing new is dropped; one whose old anchor is not the replica's shows a gap, and the sync catches up all the same. When the stream drops, it reconnects with growing pauses (up to 10 s) and resumes after the last push it acted on; while the service is unreachable it syncs every --fallback-interval seconds. The replica is locked only while a sync runs.
 
             Stop with SIGINT or SIGTERM.
 
-            Example: fprep watch -C ~/photos --service http://127.0.0.1:7411
+            Example: fprep watch -C ~/photos --service http://127.0.0.1:7411 --enroll enr-1a2b3c4d5e6f7081.SECRET
             """
     )
 
@@ -21,6 +21,9 @@ struct Watch: ParsableCommand {
 
     @Option(help: ArgumentHelp("The push service to use from now on (recorded in the replica).", valueName: "URL"))
     var service: String?
+
+    @Option(help: ArgumentHelp("The enrollment secret to register with (printed by 'fprep serve enroll'; recorded in the replica).", valueName: "SECRET"))
+    var enroll: String?
 
     @Flag(help: "Register as a replicated device: only working-set pushes, never per-folder ones.")
     var replicated = false
@@ -38,6 +41,7 @@ struct Watch: ParsableCommand {
         Verbosity.verbose = replica.verbose
         var options = Watcher.Options(replica: replica.baseDirectory)
         options.service = service
+        options.enrollment = enroll
         options.replicated = replicated
         options.debounce = .milliseconds(debounceMilliseconds)
         options.fallbackInterval = .milliseconds(Int64(fallbackSeconds * 1000))

@@ -4,7 +4,8 @@ import FoundationEssentials
 public enum DeliveryChannel: Sendable, Equatable {
     /// A long-lived server-sent event stream the device keeps open.
     case stream
-    /// A POST to the device's URL, signed with HMAC-SHA256 of the body.
+    /// A POST to the device's URL, signed with HMAC-SHA256 of its timestamp,
+    /// delivery id and body (`WebhookSignature`).
     case webhook(url: ServiceURL, secret: String)
     /// An APNs request for the device token, sent to the configured endpoint.
     case apns(deviceToken: String)
@@ -36,6 +37,10 @@ struct Device: Sendable {
     var lastSeq: Int64
     /// Webhook and APNs devices: the last event delivered.
     var ackedSeq: Int64
+    /// The enrollment it registered with.
+    var enrollment: String = ""
+    /// When it last called the service (seconds since 1970; 0: never since registering).
+    var lastSeen: Int64 = 0
 }
 
 /// One event queued for a device: its sequence number and payload.

@@ -35,16 +35,18 @@ public struct DeviceClient: Sendable {
         public let expires: Int64
     }
 
-    /// Registers as a stream device of `domain`.
-    public func register(domain: String, branch: String, replicated: Bool, name: String) async throws -> Registration {
+    /// Registers as a stream device of `domain`, with an enrollment secret.
+    public func register(domain: String, enrollment: String?, branch: String, replicated: Bool,
+                         name: String) async throws -> Registration {
         struct Body: Encodable {
             let domain: String
+            let enrollment: String?
             let branch: String
             let replicated: Bool
             let name: String
             let channel = ["kind": "stream"]
         }
-        let body = JSONCoding.encode(Body(domain: domain, branch: branch, replicated: replicated, name: name))
+        let body = JSONCoding.encode(Body(domain: domain, enrollment: enrollment, branch: branch, replicated: replicated, name: name))
         let response = try await call(.POST, "/v1/devices", token: nil, body: body)
         return try JSONCoding.decode(Registration.self, from: response.body)
     }

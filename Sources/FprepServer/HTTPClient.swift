@@ -51,15 +51,23 @@ public final class HTTPClient: Sendable {
     /// Sends `request` and reads the answer, within `timeout` in all
     /// (connect, write and read); the connection goes back to the pool.
     public func send(_ request: ClientRequest, timeout: TimeAmount) async throws -> ClientResponse {
+        try await send(request, connectingTo: nil, timeout: timeout)
+    }
+
+    /// Sends `request` over a connection to `address` when given (the URL's
+    /// host then only names the server in the `host` header: a webhook goes
+    /// to the address its policy checked), else to the URL's host.
+    func send(_ request: ClientRequest, connectingTo address: SocketAddress?, timeout: TimeAmount) async throws -> ClientResponse {
         guard !isShutDown.get() else { throw HTTPClientError("the client is shut down") }
         let deadline = NIODeadline.now() + timeout
-        let key = request.url.authority
+        // Connections to a given address are pooled apart from those the name found.
+        let key = request.url.authority + (address?.ipAddress.map { "@" + $0 } ?? "")
         if let idle = await pool.take(key) {
             // A pooled connection the server closed meanwhile fails at once:
             // then the request goes again on a new one.
             if let response = try? await exchange(request, on: idle, deadline: deadline, key: key) { return response }
         }
-        let fresh = try await PooledConnection.connect(to: request.url, group: group, timeout: timeout,
+        let fresh = try await PooledConnection.connect(to: request.url, address: address, group: group, timeout: timeout,
                                                        maxResponseBytes: maxResponseBytes)
         return try await exchange(request, on: fresh, deadline: deadline, key: key)
     }
@@ -122,11 +130,11 @@ private final class PooledConnection: Sendable {
 
     var isActive: Bool { channel.isActive }
 
-    static func connect(to url: ServiceURL, group: any EventLoopGroup, timeout: TimeAmount,
+    static func connect(to url: ServiceURL, address: SocketAddress?, group: any EventLoopGroup, timeout: TimeAmount,
                         maxResponseBytes: Int) async throws -> PooledConnection {
         let channel: any Channel
         do {
-            channel = try await ClientBootstrap(group: group)
+            let bootstrap = ClientBootstrap(group: group)
                 .connectTimeout(timeout)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
@@ -135,7 +143,11 @@ private final class PooledConnection: Sendable {
                         try channel.pipeline.syncOperations.addHandler(ResponseCollector(limit: maxResponseBytes))
                     }
                 }
-                .connect(host: url.host, port: url.port).get()
+            if let address {
+                channel = try await bootstrap.connect(to: address).get()
+            } else {
+                channel = try await bootstrap.connect(host: url.host, port: url.port).get()
+            }
         } catch {
             throw HTTPClientError("cannot connect to \(url.authority): \(error)")
         }

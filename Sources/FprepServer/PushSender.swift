@@ -12,6 +12,8 @@ actor PushSender {
     private let apns: APNsConfiguration?
     private let tokens: ProviderTokenCache?
     private let timeout: TimeAmount
+    /// Where webhooks may go.
+    private let policy: WebhookPolicy
     private let onDelivered: @Sendable (_ device: String, _ seq: Int64) async -> Void
     private let onRejected: @Sendable (_ device: String, _ reason: String) async -> Void
     private let log: @Sendable (String) -> Void
@@ -24,7 +26,7 @@ actor PushSender {
     /// the device's next push (its anchors then show the gap).
     private let backoff: [Double]
 
-    init(client: HTTPClient, apns: APNsConfiguration?, timeout: TimeAmount, concurrency: Int,
+    init(client: HTTPClient, apns: APNsConfiguration?, timeout: TimeAmount, concurrency: Int, policy: WebhookPolicy,
          backoff: [Double] = [0.25, 0.5, 1, 2, 4, 8, 15, 30],
          onDelivered: @escaping @Sendable (String, Int64) async -> Void,
          onRejected: @escaping @Sendable (String, String) async -> Void,
@@ -33,6 +35,7 @@ actor PushSender {
         self.apns = apns
         tokens = apns.map(ProviderTokenCache.init)
         self.timeout = timeout
+        self.policy = policy
         slots = Slots(count: concurrency)
         self.backoff = backoff
         self.onDelivered = onDelivered
@@ -88,7 +91,7 @@ actor PushSender {
                     await slots.release()
                     return
                 }
-                let outcome = await send(event, on: channel)
+                let outcome = await send(event, of: device, on: channel)
                 await slots.release()
                 switch outcome {
                 case .delivered:
@@ -123,15 +126,28 @@ actor PushSender {
         case rejected(String)
     }
 
-    private func send(_ event: DeviceEvent, on channel: DeliveryChannel) async -> Outcome {
+    private func send(_ event: DeviceEvent, of device: String, on channel: DeliveryChannel) async -> Outcome {
         let request: ClientRequest
+        var address: SocketAddress?
         switch channel {
         case .stream:
             return .delivered
         case .webhook(let url, let secret):
+            switch await WebhookTarget.choose(for: url, policy: policy) {
+            case .connect(let checked): address = checked
+            case .refused(let reason): return .dropped("webhook \(url) refused: \(reason)")
+            case .unresolved(let reason): return .retry(reason)
+            }
+            // The same id on every attempt of this event, so a receiver
+            // that took it already can tell a retry from a new push.
+            let delivery = "\(device)-\(event.seq)"
+            let timestamp = wallClockNow()
             let headers: HTTPHeaders = [
                 "content-type": "application/json",
-                "x-fprep-signature": Signing.webhookSignature(body: event.payload, secret: secret),
+                "x-fprep-timestamp": String(timestamp),
+                "x-fprep-delivery": delivery,
+                "x-fprep-signature": Signing.webhookSignature(timestamp: timestamp, delivery: delivery, body: event.payload,
+                                                              secret: secret),
                 "x-fprep-event-id": String(event.seq),
             ]
             request = ClientRequest(.POST, url, headers: headers, body: event.payload)
@@ -140,7 +156,7 @@ actor PushSender {
             request = apns.request(deviceToken: deviceToken, payload: event.payload, providerToken: await tokens.token())
         }
         do {
-            let response = try await client.send(request, timeout: timeout)
+            let response = try await client.send(request, connectingTo: address, timeout: timeout)
             switch response.status {
             case 200..<300: return .delivered
             case 403 where ServiceError.message(in: response.body).contains("ExpiredProviderToken"):

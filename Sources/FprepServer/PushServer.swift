@@ -32,13 +32,7 @@ public enum PushServer {
     /// `onListening` gets the service's URL once it accepts connections.
     public static func run(_ options: Options, onListening: @Sendable (String) -> Void) async throws {
         let signals = TerminationSignals()
-        guard let repository = try? Repository(openingAt: options.remote), repository.isBare else {
-            throw FprepError(.usage, "'\(options.remote)' is not a bare git repository (the remote to serve)")
-        }
-        guard let domain = try repository.config().string("fprep.domain") else {
-            throw FprepError(.usage, "'\(options.remote)' is not an fprep remote (run 'fprep install-hooks \(options.remote)' first)")
-        }
-        let folder = PushFolder(remote: repository.gitDirectory)
+        let (folder, domain) = try ServedRemote.open(options.remote)
         let secret = try folder.ensureSecret()
         let lock = try ServiceLock(path: folder.lockPath, remote: options.remote)
         defer { withExtendedLifetime(lock) {} }

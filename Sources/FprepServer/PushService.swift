@@ -26,6 +26,8 @@ public struct ServiceConfiguration: Sendable {
     public var deliveryTimeout: TimeAmount = .seconds(5)
     public var deliveryConcurrency = 64
     public var apns: APNsConfiguration?
+    /// Where webhooks may be sent (`--allow-webhook-host`).
+    public var webhookPolicy = WebhookPolicy()
     public var log: @Sendable (String) -> Void = { Console.error("fprep serve: \($0)\n") }
     /// Log each registration and enumerator change too.
     public var verbose = false
@@ -66,6 +68,8 @@ public actor PushService {
     private var streams: [String: [Int: AsyncStream<[UInt8]>.Continuation]] = [:]
     private var nextStreamID = 0
     private var unsavedAcks: [String: Int64] = [:]
+    /// When devices last called, saved with the acknowledgements.
+    private var unsavedSeen: [String: Int64] = [:]
     private var lastPrune = ContinuousClock.now
     /// Outbox entries read into mailboxes; marked delivered once every
     /// mailbox is flushed.
@@ -97,7 +101,7 @@ public actor PushService {
             active[record.device, default: [:]][record.container] = record.expires
         }
         sender = PushSender(client: client, apns: configuration.apns, timeout: configuration.deliveryTimeout,
-                            concurrency: configuration.deliveryConcurrency,
+                            concurrency: configuration.deliveryConcurrency, policy: configuration.webhookPolicy,
                             onDelivered: { [weak self] device, seq in await self?.acknowledge(device, seq) },
                             onRejected: { [weak self] device, reason in await self?.rejected(device, reason) },
                             log: configuration.log)
@@ -113,8 +117,9 @@ public actor PushService {
 
     // MARK: devices
 
-    /// Registers a device; returns it with its bearer token (shown once).
-    func register(domain: String, branch: String, replicated: Bool, channel: DeliveryChannel,
+    /// Registers a device admitted with `enrollment` (see `admit`); returns
+    /// it with its bearer token (shown once).
+    func register(domain: String, enrollment: Enrollment, branch: String, replicated: Bool, channel: DeliveryChannel,
                   name: String) throws(APIError) -> (device: Device, token: String) {
         guard domain == configuration.domain else {
             throw APIError(.notFound, "unknown domain '\(domain)' (this service serves '\(configuration.domain)')")
@@ -123,7 +128,8 @@ public actor PushService {
         let now = wallClockNow()
         let device = Device(id: "dev-" + Token.random(bytes: 8), tokenHash: Signing.sha256Hex(token), domain: domain,
                             branch: branch, replicated: replicated, channel: channel, name: name, created: now,
-                            expires: now + configuration.tokenLifetime, lastSeq: 0, ackedSeq: 0)
+                            expires: now + configuration.tokenLifetime, lastSeq: 0, ackedSeq: 0, enrollment: enrollment.id,
+                            lastSeen: now)
         do {
             try store.insert(device)
         } catch {
@@ -131,32 +137,88 @@ public actor PushService {
         }
         devices[device.id] = device
         deviceByToken[device.tokenHash] = device.id
-        if configuration.verbose { configuration.log("registered \(device.id) (\(channel.kind)\(replicated ? ", replicated" : ""))") }
+        if configuration.verbose {
+            configuration.log("registered \(device.id) (\(channel.kind)\(replicated ? ", replicated" : ""), enrollment \(enrollment.id))")
+        }
         return (device, token)
     }
 
-    /// The device a bearer token belongs to; 401 when unknown or expired.
+    /// The enrollment a registration's secret belongs to; 401 unless it is
+    /// one of `domain`, neither expired nor revoked. Read from the state on
+    /// each call: `fprep serve enroll` adds them while the service runs.
+    func admit(_ secret: String?, domain: String) throws(APIError) -> Enrollment {
+        let ask = "ask the service's admin for one ('fprep serve enroll') and pass it as 'enrollment'"
+        guard let secret, !secret.isEmpty else {
+            throw APIError(.unauthorized, "registering needs an enrollment secret for domain '\(domain)' (\(ask))")
+        }
+        guard let parsed = EnrollmentSecret(secret) else {
+            throw APIError(.unauthorized, "the enrollment secret is not one 'fprep serve enroll' printed (\(ask))")
+        }
+        let record: Enrollment?
+        do {
+            record = try store.enrollment(id: parsed.id)
+        } catch {
+            throw APIError(.internalServerError, "cannot read the enrollments: \(error)")
+        }
+        guard let record, parsed.matches(record) else {
+            throw APIError(.unauthorized, "unknown enrollment secret (\(ask))")
+        }
+        if let refusal = record.refusal(at: wallClockNow()) { throw APIError(.unauthorized, "\(refusal) (\(ask))") }
+        guard record.domain == domain else {
+            throw APIError(.unauthorized, "the enrollment secret is for domain '\(record.domain)', not '\(domain)'")
+        }
+        return record
+    }
+
+    /// The device a bearer token belongs to; 401 when unknown, expired or revoked.
     func authenticate(_ token: String?) throws(APIError) -> Device {
+        noticeRevocations()
         guard let token else { throw APIError(.unauthorized, "a bearer token is required (register with POST /v1/devices)") }
         guard let id = deviceByToken[Signing.sha256Hex(token)], let device = devices[id] else {
             throw APIError(.unauthorized, "unknown token (register again with POST /v1/devices)")
         }
-        guard device.expires > wallClockNow() else {
+        let now = wallClockNow()
+        guard device.expires > now else {
             throw APIError(.unauthorized, "the token expired (register again with POST /v1/devices)")
         }
+        unsavedSeen[id] = now
         return device
     }
 
+    /// Forgets, here, the devices an admin revoked (`fprep serve revoke`
+    /// deletes them from the state): their streams end and their next
+    /// request is 401. Cheap when nothing changed (one pragma).
+    public func noticeRevocations() {
+        do {
+            guard try store.changedElsewhere() else { return }
+            let recorded = try store.deviceIDs()
+            for id in devices.keys where !recorded.contains(id) {
+                forget(id)
+                configuration.log("device \(id) was revoked")
+            }
+        } catch {
+            configuration.log("cannot read the devices: \(error)")
+        }
+    }
+
     func unregister(_ id: String) throws(APIError) {
+        guard devices[id] != nil else { return }
+        forget(id)
+        do { try store.delete(device: id) } catch { throw APIError(.internalServerError, "cannot forget the device: \(error)") }
+        if configuration.verbose { configuration.log("unregistered \(id)") }
+    }
+
+    /// Drops a device from memory: its token, enumerators, mail, streams and sends.
+    private func forget(_ id: String) {
         guard let device = devices.removeValue(forKey: id) else { return }
         deviceByToken[device.tokenHash] = nil
         active[id] = nil
         mailboxes[id] = nil
         mailboxSince[id] = nil
+        unsavedAcks[id] = nil
+        unsavedSeen[id] = nil
         if let open = streams.removeValue(forKey: id) { for continuation in open.values { continuation.finish() } }
-        do { try store.delete(device: id) } catch { throw APIError(.internalServerError, "cannot forget the device: \(error)") }
         if let sender { Task { await sender.forget(device: id) } }
-        if configuration.verbose { configuration.log("unregistered \(id)") }
     }
 
     /// The containers a device enumerates now.
@@ -402,6 +464,8 @@ public actor PushService {
         do {
             try store.saveAcknowledgements(unsavedAcks)
             unsavedAcks = [:]
+            try store.saveLastSeen(unsavedSeen)
+            unsavedSeen = [:]
             // Pruning scans the event log: once a minute is plenty.
             guard ContinuousClock.now - lastPrune >= .seconds(60) else { return }
             lastPrune = .now

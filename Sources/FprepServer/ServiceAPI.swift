@@ -8,7 +8,7 @@ import NIOHTTP1
 /// | request | what it does |
 /// | --- | --- |
 /// | `GET /v1/health` | 200 while the service runs (no token needed) |
-/// | `POST /v1/devices` | register: `{domain, branch?, replicated?, name?, channel: {kind: stream\|webhook\|apns, url?, secret?, device-token?}}` → 201 `{device, token, expires, webhook-secret?}` |
+/// | `POST /v1/devices` | register: `{domain, enrollment, branch?, replicated?, name?, channel: {kind: stream\|webhook\|apns, url?, secret?, device-token?}}` → 201 `{device, token, expires, webhook-secret?}`; 401 without a valid enrollment secret of the domain |
 /// | `GET /v1/devices/me` | the device, its channel and active enumerators |
 /// | `DELETE /v1/devices/me` | unregister |
 /// | `POST /v1/enumerators` | `{container, active, lifetime?}`: an enumerator opened or closed |
@@ -16,7 +16,8 @@ import NIOHTTP1
 /// | `POST /v1/outbox/poke` | the hook, with the remote's secret: read the outbox now |
 /// | a companion's paths | what the companion answers (`POST /v1/webhook` of a mirror) |
 ///
-/// Every call but health and poke needs the device's bearer token. Each
+/// Registering needs an enrollment secret (`fprep serve enroll`); every
+/// other call but health and poke needs the device's bearer token. Each
 /// client address has a request budget (429 past it).
 struct ServiceAPI: Sendable {
     let service: PushService
@@ -75,7 +76,11 @@ struct ServiceAPI: Sendable {
                 throw APIError(.unauthorized, "the hook's secret is required")
             }
             let service = self.service
-            Task { await service.drainOutbox() }
+            // `fprep serve revoke` pokes too: a revoked device's streams end now.
+            Task {
+                await service.noticeRevocations()
+                await service.drainOutbox()
+            }
             return .json(["status": "reading the outbox"], status: .accepted)
         case (_, "/v1/health"), (_, "/v1/devices"), (_, "/v1/devices/me"), (_, "/v1/enumerators"), (_, "/v1/events"),
              (_, "/v1/outbox/poke"):
@@ -87,6 +92,8 @@ struct ServiceAPI: Sendable {
 
     private func register(_ request: HTTPRequest) async throws(APIError) -> HTTPResponse {
         let body = try decode(RegistrationRequest.self, request)
+        // Nothing else about the request is looked at before its secret passed.
+        let enrollment = try await service.admit(body.enrollment, domain: body.domain)
         let branch = body.branch ?? "main"
         guard !branch.isEmpty, branch.utf8.count <= 255, !branch.contains(where: { $0 == " " || $0 == "\n" }) else {
             throw APIError(.badRequest, "'branch' must be a branch name")
@@ -100,7 +107,10 @@ struct ServiceAPI: Sendable {
             channel = .stream
         case "webhook":
             guard let text = body.channel.url, let url = ServiceURL(text) else {
-                throw APIError(.badRequest, "a webhook channel needs 'url' as http://HOST:PORT/PATH")
+                throw APIError(.badRequest, "a webhook channel needs 'url' as http://HOST:PORT/PATH (plain HTTP; the service speaks no TLS)")
+            }
+            if let refusal = service.configuration.webhookPolicy.refusal(ofLiteral: url.host) {
+                throw APIError(.forbidden, "webhook url '\(url)' refused: \(refusal)")
             }
             let secret = body.channel.secret ?? Token.random()
             guard secret.utf8.count >= 16, secret.utf8.count <= 256 else {
@@ -117,8 +127,8 @@ struct ServiceAPI: Sendable {
         default:
             throw APIError(.badRequest, "unknown channel kind '\(body.channel.kind)' (stream, webhook or apns)")
         }
-        let (device, token) = try await service.register(domain: body.domain, branch: branch, replicated: body.replicated ?? false,
-                                                         channel: channel, name: name)
+        let (device, token) = try await service.register(domain: body.domain, enrollment: enrollment, branch: branch,
+                                                         replicated: body.replicated ?? false, channel: channel, name: name)
         return .json(RegistrationAnswer(device: device.id, token: token, expires: device.expires, webhookSecret: webhookSecret),
                      status: .created)
     }
@@ -152,6 +162,8 @@ struct RegistrationRequest: Decodable {
     }
 
     let domain: String
+    /// The enrollment secret (`fprep serve enroll`).
+    let enrollment: String?
     let branch: String?
     let replicated: Bool?
     let name: String?

@@ -24,11 +24,26 @@ struct ServiceStream: Sendable {
     func follow(_ shared: Locked<PushSettings>, onOpen: @escaping @Sendable () -> Void,
                 onPush: @escaping @Sendable (ServerSentEvent) -> Void, onDrop: @escaping @Sendable (String) -> Void) async {
         var pause: Duration = .milliseconds(100)
+        var lastRefusal: String?
         while !Task.isCancelled {
             do {
                 var settings = shared.get()
                 if settings.token == nil {
-                    let registration = try await device.register(domain: domain, branch: branch, replicated: replicated, name: name)
+                    let registration: DeviceClient.Registration
+                    do {
+                        registration = try await device.register(domain: domain, enrollment: settings.enrollment, branch: branch,
+                                                                 replicated: replicated, name: name)
+                    } catch {
+                        guard let refused = error as? ServiceRefused, refused.status == 401 else { throw error }
+                        // Said once: the same refusal comes at every retry until an admin acts.
+                        if refused.message != lastRefusal {
+                            output("the push service refused to register this replica: \(refused.message); "
+                                   + "run 'fprep watch --enroll SECRET' with a secret from 'fprep serve enroll'")
+                            lastRefusal = refused.message
+                        }
+                        throw RegistrationRefused()
+                    }
+                    lastRefusal = nil
                     settings.device = registration.device
                     settings.token = registration.token
                     // From its first event on: a stream that drops before the
@@ -45,8 +60,11 @@ struct ServiceStream: Sendable {
                                         onEvent: { event in if event.event == "push" { onPush(event) } })
                 onDrop("the stream ended")
                 pause = .milliseconds(100)
+            } catch is RegistrationRefused {
+                onDrop("registration refused")
             } catch let refused as ServiceRefused where refused.status == 401 {
-                // Unknown or expired token: register again.
+                // Unknown, expired or revoked token: register again (with the
+                // enrollment secret kept in the settings).
                 shared.update { $0.token = nil; $0.device = nil; $0.lastEventID = nil }
                 onDrop(refused.message)
             } catch {
@@ -57,3 +75,6 @@ struct ServiceStream: Sendable {
         }
     }
 }
+
+/// The service refused the enrollment secret (already told to the user).
+private struct RegistrationRefused: Error {}

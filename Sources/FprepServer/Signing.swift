@@ -3,10 +3,15 @@ import FoundationEssentials
 
 /// The hashes and signatures of the push side.
 public enum Signing {
-    /// The webhook signature header's value: `sha256=` and the hex HMAC-SHA256
-    /// of the body with the device's secret.
-    public static func webhookSignature(body: [UInt8], secret: String) -> String {
-        let mac = HMAC<SHA256>.authenticationCode(for: body, using: SymmetricKey(data: Array(secret.utf8)))
+    /// The webhook signature header's value (`x-fprep-signature`): `sha256=`
+    /// and the hex HMAC-SHA256, keyed with the device's webhook secret, of
+    /// `TIMESTAMP.DELIVERY.BODY`: the `x-fprep-timestamp` value (seconds
+    /// since 1970, decimal), a dot, the `x-fprep-delivery` value, a dot, and
+    /// the body's bytes as sent. Signing the time and the id lets a receiver
+    /// refuse a captured delivery replayed later (too old, or an id it saw).
+    public static func webhookSignature(timestamp: Int64, delivery: String, body: [UInt8], secret: String) -> String {
+        let signed = Array("\(timestamp).\(delivery).".utf8) + body
+        let mac = HMAC<SHA256>.authenticationCode(for: signed, using: SymmetricKey(data: Array(secret.utf8)))
         return "sha256=" + hex(Array(mac))
     }
 
@@ -15,7 +20,8 @@ public enum Signing {
         hex(Array(SHA256.hash(data: Array(text.utf8))))
     }
 
-    /// Compares two strings in time that does not depend on where they differ.
+    /// Compares two strings in time that does not depend on where they
+    /// differ (only a length difference shows; hashes have one length).
     public static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
         let x = Array(a.utf8), y = Array(b.utf8)
         guard x.count == y.count else { return false }

@@ -14,6 +14,8 @@ public struct Watcher: Sendable {
         public var replica: String
         /// The service to use from now on (recorded); nil: the recorded one.
         public var service: String?
+        /// The enrollment secret to register with from now on (recorded); nil: the recorded one.
+        public var enrollment: String?
         public var replicated = false
         /// How long after a push the sync starts (0: at once; pushes that
         /// arrive while it runs ride along into the next).
@@ -53,6 +55,15 @@ public struct Watcher: Sendable {
                 }
                 // Another service: the old device and events mean nothing there.
                 settings = PushSettings(service: service)
+                try replica.savePushSettings(settings)
+            }
+            if let enrollment = options.enrollment, enrollment != settings.enrollment {
+                guard EnrollmentSecret(enrollment) != nil else {
+                    throw FprepError(.usage, "the value of --enroll is not an enrollment secret (pass the whole line 'fprep serve enroll' printed: enr-…)")
+                }
+                // Used at the next registration: now when there is no token,
+                // else when the service refuses the token (expired, revoked).
+                settings.enrollment = enrollment
                 try replica.savePushSettings(settings)
             }
             return (replica.domain, replica.branch, settings)

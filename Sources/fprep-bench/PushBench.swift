@@ -88,15 +88,19 @@ struct PushBench: ParsableCommand {
             try? runBlocking { await sink.server.stop() }
             try? group.syncShutdownGracefully()
         }
-        try processes.start("serve", [fprepPath, "serve", "--remote", remote, "--listen", "127.0.0.1:\(port)", "--rate-limit", "0"])
+        // Registering needs an enrollment secret; the sink is on loopback, which webhooks reach only when allowed.
+        let enrollment = try subprocess.run(Command([fprepPath, "serve", "enroll", "--remote", remote])).stdoutText
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        try processes.start("serve", [fprepPath, "serve", "--remote", remote, "--listen", "127.0.0.1:\(port)", "--rate-limit", "0",
+                                      "--allow-webhook-host", "127.0.0.1"])
         guard waitFor(10, { tcpState(localPort: port, state: "0A") }) else { throw BenchError.message("fprep serve did not listen (log: \(work)/serve.log)") }
 
         note("registering \(devices) webhook devices")
         let registration = try runBlocking { [devices, concurrency] in
-            try await registerDevices(devices, service: url, sink: sink.url, concurrency: concurrency, group: group)
+            try await registerDevices(devices, service: url, enrollment: enrollment, sink: sink.url, concurrency: concurrency, group: group)
         }
         note("registered \(devices) devices in \(String(format: "%.2f", registration)) s (\(Int(Double(devices) / registration)) a second)")
-        try processes.start("watch", [fprepPath, "watch", "-C", replica, "--service", url, "--fallback-interval", "600",
+        try processes.start("watch", [fprepPath, "watch", "-C", replica, "--service", url, "--enroll", enrollment, "--fallback-interval", "600",
                                       "--debounce-ms", String(debounceMilliseconds)])
         guard waitFor(20, { tcpState(remotePort: port, state: "01") }) else { throw BenchError.message("fprep watch did not connect (log: \(work)/watch.log)") }
 
@@ -140,7 +144,7 @@ struct PushBench: ParsableCommand {
 }
 
 /// Registers `count` webhook devices, `concurrency` requests at a time; returns the seconds it took.
-private func registerDevices(_ count: Int, service: String, sink: String, concurrency: Int,
+private func registerDevices(_ count: Int, service: String, enrollment: String, sink: String, concurrency: Int,
                              group: any EventLoopGroup) async throws -> Double {
     guard let url = ServiceURL(service + "/v1/devices") else { throw BenchError.message("bad service URL \(service)") }
     let client = HTTPClient(group: group)
@@ -150,7 +154,7 @@ private func registerDevices(_ count: Int, service: String, sink: String, concur
         for index in 0..<count {
             if index >= concurrency { try await tasks.next() }
             tasks.addTask {
-                let body = #"{"domain":"\#(domain)","name":"bench-\#(index)","channel":{"kind":"webhook","url":"\#(sink)","secret":"bench-secret-0123456789"}}"#
+                let body = #"{"domain":"\#(domain)","enrollment":"\#(enrollment)","name":"bench-\#(index)","channel":{"kind":"webhook","url":"\#(sink)","secret":"bench-secret-0123456789"}}"#
                 let response = try await client.send(ClientRequest(.POST, url, headers: ["content-type": "application/json"],
                                                                    body: Array(body.utf8)), timeout: .seconds(10))
                 guard response.status == 201 else { throw BenchError.message("registration \(index): \(response.status) \(response.text)") }

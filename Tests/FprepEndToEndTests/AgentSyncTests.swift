@@ -128,7 +128,7 @@ struct AgentSyncTests {
             let (remote, replica) = try syncingReplica(s, poll: 0)
             let service = try s.startService(remote.path)
             // The service is recorded once (fprep watch --service), as a user does.
-            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", service.url])
+            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment])
             #expect(waitUntil { watch.stdoutSoFar.contains("connected to") }, "\(watch.stdoutSoFar)")
             watch.signal(SIGTERM)
             #expect(watch.wait(timeout: patienceSeconds).status == 0)
@@ -178,7 +178,7 @@ struct AgentSyncTests {
             _ = try s.clone(remote.path, other)
             try s.gitOK(["-C", other, "config", "fprep.agent.pollSeconds", "90"])
             let service = try s.startService(remote.path)
-            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", service.url])
+            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment])
             #expect(waitUntil { watch.stdoutSoFar.contains("connected to") }, "\(watch.stdoutSoFar)")
             watch.signal(SIGTERM)
             #expect(watch.wait(timeout: patienceSeconds).status == 0)

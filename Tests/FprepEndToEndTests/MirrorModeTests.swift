@@ -184,7 +184,7 @@ struct MirrorModeTests {
             _ = try box.clone(host.url, replica)
             _ = try box.clone(host.url, other)
             let (service, mirror) = try box.startMirrorService(host)
-            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment, "--fallback-interval", "600"])
             #expect(waitUntil { streamOpen(to: service.port) }, "the watcher never opened its stream")
 
             let ping = try box.deliver(.github(event: "ping", delivery: "ping-1", before: String(repeating: "0", count: 40),
@@ -289,7 +289,7 @@ struct MirrorModeTests {
             let replica = box.at("B")
             _ = try box.clone(host.url, replica)
             let (service, _) = try box.startMirrorService(host, sweep: 1)
-            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment, "--fallback-interval", "600"])
             #expect(waitUntil { streamOpen(to: service.port) }, "the watcher never opened its stream")
             let content = "never announced\n"
             let (_, after) = try box.pushToHost(host, file: "quiet.txt", content: content)

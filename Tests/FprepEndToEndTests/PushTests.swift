@@ -10,6 +10,9 @@ import Testing
 struct PushService {
     let process: Spawned
     let port: UInt16
+    /// An enrollment secret of the remote's domain (`fprep serve enroll`),
+    /// for `fprep watch --enroll` and registrations.
+    let enrollment: String
     var url: String { "http://127.0.0.1:\(port)" }
 
     /// Stops it with SIGTERM and returns what it did.
@@ -20,11 +23,14 @@ struct PushService {
 }
 
 extension Sandbox {
-    /// Starts `fprep serve` for `remote` on `port` (a free one when nil) and
-    /// waits until it listens.
-    func startService(_ remote: String, port: UInt16? = nil, extra: [String] = []) throws -> PushService {
+    /// Starts `fprep serve` for `remote` on `port` (a free one when nil),
+    /// waits until it listens, and mints an enrollment secret. Webhooks may
+    /// go to 127.0.0.1 (the tests' receivers) unless `allowLoopbackWebhooks` is false.
+    func startService(_ remote: String, port: UInt16? = nil, extra: [String] = [],
+                      allowLoopbackWebhooks: Bool = true) throws -> PushService {
         let port = try port ?? GitDaemon.freePort()
-        let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(port)"] + extra)
+        let allow = allowLoopbackWebhooks ? ["--allow-webhook-host", "127.0.0.1"] : []
+        let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(port)"] + allow + extra)
         let deadline = monotonicSeconds() + patienceSeconds
         while !tcpSocket(local: port, state: "0A") {
             guard process.isRunning, monotonicSeconds() < deadline else {
@@ -32,7 +38,9 @@ extension Sandbox {
             }
             usleep(10_000)
         }
-        return PushService(process: process, port: port)
+        // After it listens: a mirror's folder exists only once the service made it.
+        let enrollment = try fprepOK(["serve", "enroll", "--remote", remote]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        return PushService(process: process, port: port, enrollment: enrollment)
     }
 
     /// Commits a new file in the plain clone `work` and pushes it; returns
@@ -101,7 +109,7 @@ struct PushTests {
             let replica = box.at("B")
             _ = try box.clone(remote.path, replica)
             let service = try box.startService(remote.path)
-            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment, "--fallback-interval", "600"])
             #expect(waitUntil { streamOpen(to: service.port) }, "the watcher never opened its stream")
             let work = box.at("work")
             try box.gitOK(["clone", "-q", remote.path, work])
@@ -140,7 +148,7 @@ struct PushTests {
             let replica = box.at("B")
             _ = try box.clone(remote.path, replica)
             let service = try box.startService(remote.path)
-            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment, "--fallback-interval", "600"])
             #expect(waitUntil { streamOpen(to: service.port) })
             let stopped = service.stop()
             #expect(stopped.status == 0, "\(stopped)")
@@ -174,7 +182,7 @@ struct PushTests {
             _ = try box.clone(remote.path, replica)
             let start = try box.fprepOK(["anchor", "-C", replica]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let service = try box.startService(remote.path, extra: ["--verbose"])
-            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--fallback-interval", "600"])
+            let watch = try box.spawnFprep(["watch", "-C", replica, "--service", service.url, "--enroll", service.enrollment, "--fallback-interval", "600"])
             #expect(waitUntil { streamOpen(to: service.port) })
             let follow = try box.spawnFprep(["changes", "--follow", "--from", start, "--container", "docs", "-C", replica])
             // Its first batch is printed once its enumerator is registered; a push before that would not reach this device.

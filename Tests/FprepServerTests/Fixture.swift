@@ -63,6 +63,8 @@ final class ServiceFixture: @unchecked Sendable {
     private(set) var server: HTTPServer
     let sink: Sink
     let secret: String
+    /// An enrollment secret of the domain, minted as `fprep serve enroll` does.
+    let enrollment: String
     let domain = "testdomain"
     private let configure: @Sendable (inout ServiceConfiguration) -> Void
     private let rateLimit: Double
@@ -74,6 +76,7 @@ final class ServiceFixture: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         _ = try Remote.create(at: remote, domain: domain, branch: "main", fprepBinary: "/nonexistent/fprep")
         secret = try PushFolder(remote: remote).ensureSecret()
+        enrollment = try ServiceAdmin(remote: remote).enroll(domain: nil, lifetime: nil).secret.text
         group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         client = HTTPClient(group: group)
         sink = try await Sink.start(group: group)
@@ -91,6 +94,8 @@ final class ServiceFixture: @unchecked Sendable {
         configuration.minimumInterval = .milliseconds(50)
         configuration.log = { _ in }
         configuration.deliveryTimeout = .seconds(Int64(patience))
+        // The sink listens on loopback, where webhooks go only when allowed.
+        configuration.webhookPolicy = WebhookPolicy(allowedHosts: ["127.0.0.1"])
         configure(&configuration)
         let service = try await PushService(configuration: configuration, folder: PushFolder(remote: remote), client: client)
         let api = ServiceAPI(service: service, hookSecret: secret, limiter: RateLimiter(rate: rateLimit, burst: rateLimit))
@@ -130,7 +135,7 @@ final class ServiceFixture: @unchecked Sendable {
     /// Registers a device with `channel` (JSON) and returns its id and token.
     func register(_ channel: String, replicated: Bool = false) async throws -> (device: String, token: String, answer: [String: Any]) {
         let response = try await call(.POST, "/v1/devices",
-                                      body: #"{"domain":"\#(domain)","replicated":\#(replicated),"channel":\#(channel)}"#)
+                                      body: #"{"domain":"\#(domain)","enrollment":"\#(enrollment)","replicated":\#(replicated),"channel":\#(channel)}"#)
         guard response.status == 201,
               let answer = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
               let device = answer["device"] as? String, let token = answer["token"] as? String else {
@@ -151,7 +156,8 @@ final class ServiceFixture: @unchecked Sendable {
     }
 
     /// Records pushes in the outbox as the hook would, and has the service read them.
-    func push(_ pushes: [(old: String, new: String, containers: [String])]) async throws {
+    func push(_ pushes: [(old: String, new: String, containers: [String])], domain: String? = nil) async throws {
+        let domain = domain ?? self.domain
         try Outbox(path: PushFolder(remote: remote).outboxPath)
             .append(pushes.map { (domain, "refs/heads/main", $0.old, $0.new, $0.containers) }, at: 0)
         await service.drainOutbox()

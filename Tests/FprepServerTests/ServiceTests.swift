@@ -44,7 +44,7 @@ struct ServiceTests {
         await fixture.stop()
     }
 
-    @Test("a webhook carries the HMAC-SHA256 of its body in x-fprep-signature")
+    @Test("a webhook carries the HMAC-SHA256 of its timestamp, delivery id and body in x-fprep-signature")
     func webhookSignature() async throws {
         let fixture = try await ServiceFixture()
         let secret = "a-webhook-secret-of-some-length"
@@ -52,7 +52,11 @@ struct ServiceTests {
         try await fixture.push([(anchor(1), anchor(2), [root])])
         let request = try #require(await fixture.sink.waitFor(1).first)
         let body = Array(request.body.readableBytesView)
-        let expected = HMAC<SHA256>.authenticationCode(for: body, using: SymmetricKey(data: Array(secret.utf8)))
+        let timestamp = try #require(request.headers.first(name: "x-fprep-timestamp"))
+        let delivery = try #require(request.headers.first(name: "x-fprep-delivery"))
+        #expect(abs((Int64(timestamp) ?? 0) - Int64(Date().timeIntervalSince1970)) < 600, "\(timestamp)")
+        let signed = Array("\(timestamp).\(delivery).".utf8) + body
+        let expected = HMAC<SHA256>.authenticationCode(for: signed, using: SymmetricKey(data: Array(secret.utf8)))
         let hex = expected.map { String(format: "%02x", $0) }.joined()
         #expect(request.headers.first(name: "x-fprep-signature") == "sha256=" + hex)
         #expect(request.method == .POST && request.path == "/hook")
@@ -116,12 +120,15 @@ struct ServiceTests {
             #expect(ServiceError.message(in: response.body).contains(words), "\(response.text)", sourceLocation: sourceLocation)
         }
         expect(try await fixture.call(.POST, "/v1/devices", body: "{not json"), 400, "not valid JSON")
+        let enrolled = #""enrollment":"\#(fixture.enrollment)""#
         expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain"}"#), 400, "lacks 'channel'")
         expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":7,"channel":{"kind":"stream"}}"#), 400, "wrong type")
-        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"other","channel":{"kind":"stream"}}"#), 404, "unknown domain")
-        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain","channel":{"kind":"carrier-pigeon"}}"#),
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain","channel":{"kind":"stream"}}"#), 401, "enrollment secret")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"other",\#(enrolled),"channel":{"kind":"stream"}}"#), 401,
+               "for domain 'testdomain', not 'other'")
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain",\#(enrolled),"channel":{"kind":"carrier-pigeon"}}"#),
                400, "unknown channel kind")
-        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain","channel":{"kind":"webhook","url":"ftp://x"}}"#),
+        expect(try await fixture.call(.POST, "/v1/devices", body: #"{"domain":"testdomain",\#(enrolled),"channel":{"kind":"webhook","url":"ftp://x"}}"#),
                400, "needs 'url'")
         expect(try await fixture.call(.POST, "/v1/devices", body: String(repeating: " ", count: 100_000)), 413, "larger than")
         expect(try await fixture.call(.GET, "/v1/events"), 401, "bearer token is required")

@@ -2,16 +2,20 @@ import FoundationEssentials
 import FprepGit
 
 /// What a replica remembers about its push service: where it is, the
+/// enrollment secret it registers with (again when its token expires), the
 /// device it registered as, its bearer token and the last event it acted
 /// on (the stream resumes after it). Kept in `.fprep/state.db`.
 public struct PushSettings: Sendable, Equatable {
     public var service: String?
+    public var enrollment: String?
     public var device: String?
     public var token: String?
     public var lastEventID: Int64?
 
-    public init(service: String? = nil, device: String? = nil, token: String? = nil, lastEventID: Int64? = nil) {
+    public init(service: String? = nil, enrollment: String? = nil, device: String? = nil, token: String? = nil,
+                lastEventID: Int64? = nil) {
         self.service = service
+        self.enrollment = enrollment
         self.device = device
         self.token = token
         self.lastEventID = lastEventID
@@ -19,12 +23,13 @@ public struct PushSettings: Sendable, Equatable {
 }
 
 extension Replica {
-    private static let pushKeys = (service: "push_service", device: "push_device", token: "push_token", lastEvent: "push_last_event")
+    private static let pushKeys = (service: "push_service", enrollment: "push_enrollment", device: "push_device", token: "push_token", lastEvent: "push_last_event")
 
     /// The replica's push settings (all nil before `fprep watch` ran).
     public func pushSettings() throws -> PushSettings {
         let keys = Self.pushKeys
-        return PushSettings(service: try store.meta(keys.service), device: try store.meta(keys.device),
+        return PushSettings(service: try store.meta(keys.service), enrollment: try store.meta(keys.enrollment),
+                            device: try store.meta(keys.device),
                             token: try store.meta(keys.token),
                             lastEventID: try store.meta(keys.lastEvent).flatMap { Int64($0) })
     }
@@ -32,7 +37,8 @@ extension Replica {
     /// Records the push settings; a nil field is forgotten.
     public func savePushSettings(_ settings: PushSettings) throws {
         let keys = Self.pushKeys
-        let fields: [(String, String?)] = [(keys.service, settings.service), (keys.device, settings.device),
+        let fields: [(String, String?)] = [(keys.service, settings.service), (keys.enrollment, settings.enrollment),
+                                           (keys.device, settings.device),
                                            (keys.token, settings.token), (keys.lastEvent, settings.lastEventID.map(String.init))]
         try store.transaction {
             for (key, value) in fields {
