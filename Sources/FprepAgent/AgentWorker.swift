@@ -421,9 +421,13 @@ public enum AgentWorker {
         // a save made in between. The journal is kept whether or not the
         // agent syncs: status and sync read it instead of scanning the tree.
         let syncsOnceStarted = Mutex<SyncScheduler?>(nil)
+        let syncs = syncSettings.enabled
         do {
             changes = try ChangeWatch(root: root, onChange: { syncsOnceStarted.withLock { $0 }?.changed() }, onLeftOut: {
-                guard syncsOnceStarted.withLock({ $0 }) != nil else { return }
+                // Counted from the first event on (a change the watch sees
+                // before the syncs start is caught up by their first sync,
+                // which would find nothing to say of it).
+                guard syncs else { return }
                 var body = WorkerMessageWriter()
                 body.i64(1)
                 channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
