@@ -42,6 +42,27 @@ import FprepGit
         #expect(try h.replica().currentAnchor() == h.git(["rev-parse", "HEAD"], in: h.work))
     }
 
+    @Test func aZeroBytePlaceholderNobodyNotedGetsItsSizeOnceKnown() throws {
+        let h = try SyncHarness(files: Self.files)
+        // A push the hook has not listed yet: the sync lays the file out at
+        // 0 bytes, size unknown.
+        try Data("twenty-one bytes long".utf8).write(to: URL(fileURLWithPath: h.work + "/late.txt"))
+        try h.git(["add", "-A"], in: h.work)
+        try h.git(["commit", "-q", "-m", "late"], in: h.work)
+        let old = try h.git(["rev-parse", "origin/main"], in: h.work)
+        try h.git(["push", "-q", "origin", "HEAD:main"], in: h.work)
+        let new = try h.git(["rev-parse", "HEAD"], in: h.work)
+        try h.replica().sync()
+        #expect(h.stat("late.txt")?.size == 0)
+        // Whatever laid it out forgot to say so (the note is gone)...
+        try h.replica().store.setMeta(UnknownSizes.pendingKey, "")
+        // ...and the hook lists its size now: the next sync still looks.
+        try PostReceive.run(gitDirectory: h.remote, updates: PostReceive.parse("\(old) \(new) refs/heads/main\n"))
+        try h.replica().sync()
+        let laidOut = try #require(h.stat("late.txt"))
+        #expect(laidOut.size == 21 && laidOut.blocks == 0, "\(laidOut.size) bytes")
+    }
+
     @Test func changedMaterializedFileGetsItsNewContent() throws {
         let h = try SyncHarness(files: Self.files)
         _ = try h.replica().materialize(["docs"], relativeTo: h.replicaRoot)

@@ -28,6 +28,20 @@ public enum UnknownSizes {
         var learned: [(entry: IndexEntry, info: BlobInfo)] = []
     }
 
+    /// Up to this many 0-byte placeholders, every sync looks them up.
+    static let cheapLook = 256
+
+    /// The 0-byte placeholders of the index (its entries' bytes read in
+    /// place; every entry when they cannot be).
+    static func candidateCount(_ index: Index) -> Int {
+        index.withEntryLayout { base, offsets in
+            offsets.reduce(0) { count, offset in
+                let entry = Index.EntryFields(base + Int(offset))
+                return count + (entry.fileSize == 0 && entry.skipWorktree ? 1 : 0)
+            }
+        } ?? index.count
+    }
+
     static func census(_ index: Index, sizes: (ObjectID) throws -> BlobInfo?) throws -> Census {
         var census = Census()
         // Only placeholders of 0 bytes can be of unknown size: picked from
@@ -95,11 +109,15 @@ extension Replica {
     @discardableResult
     public func layOutLearnedSizes(always: Bool = false) throws -> Int {
         let pending = try store.meta(UnknownSizes.pendingKey) == "1"
-        guard always || pending else { return 0 }
         let index = try repository.index()
+        // Without the note, still a look when it is cheap (few 0-byte
+        // placeholders): a path that laid one out without noting it is
+        // caught here, not left at 0 bytes for good. With many (a remote
+        // whose manifest lists nothing), only when a layout noted them.
+        guard always || pending || UnknownSizes.candidateCount(index) <= UnknownSizes.cheapLook else { return 0 }
         let census = try UnknownSizes.census(index, sizes: store.blobInfoLookup())
         guard !census.learned.isEmpty else {
-            if census.unknown == 0 { try store.setMeta(UnknownSizes.pendingKey, "") }
+            if pending, census.unknown == 0 { try store.setMeta(UnknownSizes.pendingKey, "") }
             return 0
         }
         let classifier = StateClassifier(root: rootFolder, index: index)
