@@ -38,8 +38,8 @@ struct PushBench: ParsableCommand {
     @Option(help: "Registration requests in flight.")
     var concurrency = 64
 
-    @Option(name: .customLong("debounce-ms"), help: "fprep watch's debounce.")
-    var debounceMilliseconds = 200
+    @Option(name: .customLong("debounce-ms"), help: "fprep watch's debounce (its default: 0, a sync at once on a push).")
+    var debounceMilliseconds = 0
 
     @Option(help: ArgumentHelp("Working folder (emptied first).", valueName: "dir"))
     var work = "/tmp/fprep-bench-push"
