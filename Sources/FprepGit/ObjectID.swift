@@ -20,22 +20,13 @@ public struct ObjectID: Hashable, Comparable, Sendable, CustomStringConvertible 
         var raw = git_oid()
         let ok = withUnsafeMutableBytes(of: &raw.id) { out -> Bool in
             for i in 0..<20 {
-                guard let high = Self.nibble(hexBytes[2 * i]), let low = Self.nibble(hexBytes[2 * i + 1]) else { return false }
+                guard let high = Hex.nibble(hexBytes[2 * i]), let low = Hex.nibble(hexBytes[2 * i + 1]) else { return false }
                 out[i] = high << 4 | low
             }
             return true
         }
         guard ok else { return nil }
         self.raw = raw
-    }
-
-    private static func nibble(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case 0x30...0x39: byte - 0x30
-        case 0x61...0x66: byte - 0x61 + 10
-        case 0x41...0x46: byte - 0x41 + 10
-        default: nil
-        }
     }
 
     /// The 20 raw bytes.

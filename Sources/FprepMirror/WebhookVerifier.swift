@@ -1,4 +1,5 @@
 import Crypto
+import FprepGit
 import FoundationEssentials
 import FprepServer
 import NIOHTTP1
@@ -91,31 +92,8 @@ public struct WebhookVerifier: Sendable {
     /// Whether `hex` is the HMAC-SHA256 of `body` under the secret; swift-crypto
     /// compares in constant time.
     private func validMAC(hex: String, body: [UInt8]) -> Bool {
-        guard let mac = Self.bytes(hex: hex), mac.count == SHA256.byteCount else { return false }
+        guard let mac = Hex.decode(hex), mac.count == SHA256.byteCount else { return false }
         return HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: body, using: key)
-    }
-
-    private static func bytes(hex: String) -> [UInt8]? {
-        let digits = Array(hex.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        var result: [UInt8] = []
-        result.reserveCapacity(digits.count / 2)
-        var index = 0
-        while index < digits.count {
-            guard let high = nibble(digits[index]), let low = nibble(digits[index + 1]) else { return nil }
-            result.append(high << 4 | low)
-            index += 2
-        }
-        return result
-    }
-
-    private static func nibble(_ digit: UInt8) -> UInt8? {
-        switch digit {
-        case 0x30...0x39: digit - 0x30
-        case 0x61...0x66: digit - 0x61 + 10
-        case 0x41...0x46: digit - 0x41 + 10
-        default: nil
-        }
     }
 
     private static func isObjectID(_ text: String) -> Bool {

@@ -213,19 +213,7 @@ public final class AgentLink: @unchecked Sendable {
     }
 
     static func unhex(_ text: Substring) -> [UInt8]? {
-        guard !text.isEmpty, text.utf8.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        var high: UInt8?
-        for character in text.utf8 {
-            let value: UInt8
-            switch character {
-            case 0x30...0x39: value = character - 0x30
-            case 0x61...0x66: value = character - 0x61 + 10
-            default: return nil
-            }
-            if let h = high { bytes.append(h << 4 | value); high = nil } else { high = value }
-        }
-        return bytes
+        text.isEmpty ? nil : Hex.decode(text)
     }
 }
 
