@@ -14,4 +14,15 @@ static inline int fprep_git_set_owner_validation(int enabled) {
 static inline int fprep_git_set_strict_object_creation(int enabled) {
     return git_libgit2_opts(GIT_OPT_ENABLE_STRICT_OBJECT_CREATION, enabled);
 }
+/* How much memory libgit2 keeps of what it read: parsed objects (its cache)
+ * and mapped windows of pack files. */
+static inline int fprep_git_set_cache_max_size(ssize_t bytes) {
+    return git_libgit2_opts(GIT_OPT_SET_CACHE_MAX_SIZE, bytes);
+}
+static inline int fprep_git_set_mwindow_size(size_t bytes) {
+    return git_libgit2_opts(GIT_OPT_SET_MWINDOW_SIZE, bytes);
+}
+static inline int fprep_git_set_mwindow_mapped_limit(size_t bytes) {
+    return git_libgit2_opts(GIT_OPT_SET_MWINDOW_MAPPED_LIMIT, bytes);
+}
 #endif

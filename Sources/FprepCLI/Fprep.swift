@@ -48,6 +48,7 @@ public struct Fprep: ParsableCommand {
             }
             if let request = ChangesRequest.quickParse(arguments) {
                 try request.run()
+                Trace.peakMemory()
                 Glibc.exit(0)
             }
             var command = try parseAsRoot(arguments)
@@ -57,6 +58,7 @@ public struct Fprep: ParsableCommand {
             let clear = isatty(STDERR_FILENO) == 1 ? "\r\u{1B}[K" : ""
             fprep_on_interrupt_say(clear + "fprep: interrupted; what was done is kept, and the next fprep command finishes or undoes the rest (run it again to continue)\n")
             try command.run()
+            Trace.peakMemory()
             Glibc.exit(0)
         } catch let error as FprepError {
             report(error)

@@ -101,6 +101,16 @@ public enum LibGit2 {
         // each object of a fetch, libgit2 hashes what fprep writes), and a
         // tree diff would otherwise hash every tree it opens.
         _ = fprep_git_set_strict_hash_verification(0)
+        // Memory that follows what a command touches, not the repository's
+        // size: libgit2 keeps up to 256 MiB of parsed objects and maps pack
+        // files in windows of 1 GiB up to 8 GiB, all of it resident once
+        // read, so a clone's walk of a 10^6-file tree kept some 200 MiB of
+        // trees it never read again. A tree read again is inflated from a
+        // window still mapped (microseconds); the cache counts raw sizes,
+        // and parsed trees take two to three times that.
+        _ = fprep_git_set_cache_max_size(4 << 20)
+        _ = fprep_git_set_mwindow_size(4 << 20)
+        _ = fprep_git_set_mwindow_mapped_limit(16 << 20)
         return true
     }()
 

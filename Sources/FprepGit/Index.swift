@@ -262,7 +262,7 @@ public final class Index {
                 let slot = slots[i]
                 if slot < 0 {
                     encoded.removeAll(keepingCapacity: true)
-                    encode(owned[Int(~slot)], into: &encoded)
+                    encodeIndexEntry(owned[Int(~slot)], into: &encoded)
                     try file.append(encoded)
                     offsets.append(UInt32(position))
                     position += encoded.count
@@ -286,17 +286,9 @@ public final class Index {
             file.abandon()
             throw error
         }
-        CrashPoint.reach()
-        guard rename(lock, filePath) == 0 else {
-            let code = errno
-            unlink(lock)
-            throw GitError(code: .other(-1), message: "cannot rename '\(lock)': \(String(cString: strerror(code)))", function: "index write")
-        }
+        try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
         stamp = FileStamp(path: filePath)
         self.checksum = checksum
-        // Only a speed-up: without it (a crash here, a full disk) the next
-        // read walks the entries.
-        EntryOffsets.write(offsets, indexChecksum: checksum, beside: filePath)
     }
 
     // MARK: entries in place
@@ -311,7 +303,7 @@ public final class Index {
         var i = 0
         for (path, edit) in edits {
             let order: (Int32) -> Int = { slot in self.withPath(slot) { existing in
-                path.withUnsafeBufferPointer { Self.compare(existing, $0) }
+                path.withUnsafeBufferPointer { Self.compareBytes(existing, $0) }
             } }
             while i < slots.count, order(slots[i]) < 0 {
                 merged.append(slots[i])
@@ -333,7 +325,7 @@ public final class Index {
             let position = lowerBound(key)
             guard position < slots.count else { return nil }
             let slot = slots[position]
-            guard withPath(slot, { Self.compare($0, key) }) == 0, stage(slot) == 0 else { return nil }
+            guard withPath(slot, { Self.compareBytes($0, key) }) == 0, stage(slot) == 0 else { return nil }
             return position
         }
     }
@@ -343,12 +335,12 @@ public final class Index {
         var low = 0, high = slots.count
         while low < high {
             let middle = (low + high) / 2
-            if withPath(slots[middle], { Self.compare($0, key) }) < 0 { low = middle + 1 } else { high = middle }
+            if withPath(slots[middle], { Self.compareBytes($0, key) }) < 0 { low = middle + 1 } else { high = middle }
         }
         return low
     }
 
-    private static func compare(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+    static func compareBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
         let common = min(a.count, b.count)
         if common > 0, let left = a.baseAddress, let right = b.baseAddress {
             let order = memcmp(left, right, common)
@@ -390,27 +382,140 @@ public final class Index {
         let skip = flags & 0x4000 != 0 && storage.u16(at + 62) & 0x4000 != 0
         return IndexEntry(path: Array(storage.path(at: at)), id: ObjectID(oid), mode: storage.u32(at + 24), stat: stat, skipWorktree: skip)
     }
-
-    private func encode(_ entry: IndexEntry, into output: inout [UInt8]) {
-        let start = output.count
-        for value in [UInt32(bitPattern: entry.stat.ctimeSeconds), entry.stat.ctimeNanoseconds,
-                      UInt32(bitPattern: entry.stat.mtimeSeconds), entry.stat.mtimeNanoseconds,
-                      entry.stat.device, entry.stat.inode, entry.mode, entry.stat.uid, entry.stat.gid, entry.stat.fileSize] {
-            appendBigEndian(&output, value)
-        }
-        output += entry.id.bytes
-        let nameLength = UInt16(min(entry.path.count, 0xFFF))
-        appendBigEndian(&output, (entry.skipWorktree ? 0x4000 : 0) | nameLength)
-        if entry.skipWorktree { appendBigEndian(&output, UInt16(0x4000)) }
-        output += entry.path
-        // NUL-padded to a multiple of 8, with at least one NUL.
-        let size = (output.count - start + 8) & ~7
-        output += [UInt8](repeating: 0, count: start + size - output.count)
-    }
 }
 
 private func appendBigEndian<T: FixedWidthInteger>(_ output: inout [UInt8], _ value: T) {
     withUnsafeBytes(of: value.bigEndian) { output.append(contentsOf: $0) }
+}
+
+/// One entry in the index's on-disk layout (version 2/3).
+private func encodeIndexEntry(_ entry: IndexEntry, into output: inout [UInt8]) {
+    let start = output.count
+    let stat = entry.stat
+    appendBigEndian(&output, UInt32(bitPattern: stat.ctimeSeconds))
+    appendBigEndian(&output, stat.ctimeNanoseconds)
+    appendBigEndian(&output, UInt32(bitPattern: stat.mtimeSeconds))
+    appendBigEndian(&output, stat.mtimeNanoseconds)
+    appendBigEndian(&output, stat.device)
+    appendBigEndian(&output, stat.inode)
+    appendBigEndian(&output, entry.mode)
+    appendBigEndian(&output, stat.uid)
+    appendBigEndian(&output, stat.gid)
+    appendBigEndian(&output, stat.fileSize)
+    withUnsafeBytes(of: entry.id.raw.id) { output.append(contentsOf: $0) }
+    let nameLength = UInt16(min(entry.path.count, 0xFFF))
+    appendBigEndian(&output, (entry.skipWorktree ? 0x4000 : 0) | nameLength)
+    if entry.skipWorktree { appendBigEndian(&output, UInt16(0x4000)) }
+    output += entry.path
+    // NUL-padded to a multiple of 8, with at least one NUL.
+    let size = (output.count - start + 8) & ~7
+    output.append(contentsOf: repeatElement(0, count: start + size - output.count))
+}
+
+/// Moves a finished `index.lock` over the index, as git does, and writes
+/// the offsets table beside it.
+private func installIndexFile(lock: String, at filePath: String, checksum: [UInt8], offsets: [UInt32]) throws {
+    CrashPoint.reach()
+    guard rename(lock, filePath) == 0 else {
+        let code = errno
+        unlink(lock)
+        throw GitError(code: .other(-1), message: "cannot rename '\(lock)': \(String(cString: strerror(code)))", function: "index write")
+    }
+    // Only a speed-up: without it (a crash here, a full disk) the next
+    // read walks the entries.
+    EntryOffsets.write(offsets, indexChecksum: checksum, beside: filePath)
+}
+
+/// A whole new index written entry by entry, in path order, holding none
+/// of them: how a clone records a tree of any size in memory that does not
+/// grow with it (an `Index` keeps every edit until it writes). The count is
+/// in the header, so it is given first; an entry out of order, or a count
+/// that does not match, abandons the file and leaves the index as it was.
+public final class IndexStream {
+    private let filePath: String
+    private let lock: String
+    private let file: IndexFileWriter
+    private let declared: Int
+    private var offsets: [UInt32] = []
+    private var position: Int
+    private var previous: [UInt8] = []
+    private var encoded: [UInt8] = []
+    private var ended = false
+
+    /// `extended`: some entry will carry the skip-worktree bit (version 3).
+    public init(path: String, count: Int, extended: Bool) throws {
+        filePath = path
+        lock = path + ".lock"
+        declared = count
+        file = try IndexFileWriter(path: lock)
+        var header = Array("DIRC".utf8)
+        appendBigEndian(&header, UInt32(extended ? 3 : 2))
+        appendBigEndian(&header, UInt32(count))
+        do {
+            try file.append(header)
+        } catch {
+            file.abandon()
+            throw error
+        }
+        position = header.count
+        offsets.reserveCapacity(count)
+        encoded.reserveCapacity(256)
+    }
+
+    deinit { if !ended { file.abandon() } }
+
+    /// Adds the entry after the last one; its path must sort after it.
+    public func append(_ entry: IndexEntry) throws {
+        guard !ended else { throw GitError(code: .invalid, message: "the index stream is closed", function: "index write") }
+        let ordered = entry.path.withUnsafeBufferPointer { path in
+            previous.withUnsafeBufferPointer { Index.compareBytes($0, path) < 0 }
+        }
+        guard !entry.path.isEmpty, !entry.path.contains(0), offsets.isEmpty || ordered else {
+            abandon()
+            throw GitError(code: .invalid, message: "index entries out of order at '\(String(decoding: entry.path, as: UTF8.self))'",
+                           function: "index write")
+        }
+        guard offsets.count < declared else {
+            abandon()
+            throw GitError(code: .invalid, message: "more index entries than the \(declared) announced", function: "index write")
+        }
+        encoded.removeAll(keepingCapacity: true)
+        encodeIndexEntry(entry, into: &encoded)
+        do {
+            try file.append(encoded)
+        } catch {
+            abandon()
+            throw error
+        }
+        offsets.append(UInt32(truncatingIfNeeded: position))
+        position += encoded.count
+        previous = entry.path
+    }
+
+    /// Ends the file and moves it over the index.
+    public func finish() throws {
+        guard !ended else { return }
+        guard offsets.count == declared else {
+            abandon()
+            throw GitError(code: .invalid, message: "\(offsets.count) index entries written, \(declared) announced", function: "index write")
+        }
+        let checksum: [UInt8]
+        do {
+            checksum = try file.finish()
+        } catch {
+            abandon()
+            throw error
+        }
+        ended = true
+        try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
+    }
+
+    /// Removes the unfinished file (the index stays as it was).
+    public func abandon() {
+        guard !ended else { return }
+        ended = true
+        file.abandon()
+    }
 }
 
 /// A new index file: bytes written through a buffer, their SHA-1 computed

@@ -212,6 +212,18 @@ public final class ObjectDatabase {
         return (length, type)
     }
 
+    /// Hands `body` an object's bytes as stored (a commit's headers and
+    /// message, say) without parsing or copying them; the bytes are freed
+    /// when it returns. Wraps `git_odb_read`.
+    public func withRawObject<R>(_ id: ObjectID, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+        var raw = id.raw
+        var object: OpaquePointer?
+        try check(git_odb_read(&object, pointer, &raw), "git_odb_read")
+        guard let object else { throw GitError(code: .notFound, message: "object \(id) not read", function: "git_odb_read") }
+        defer { git_odb_object_free(object) }
+        return try body(UnsafeRawBufferPointer(start: git_odb_object_data(object), count: git_odb_object_size(object)))
+    }
+
     /// Rescans the pack folder so objects a `git fetch` just wrote are seen;
     /// wraps `git_odb_refresh`.
     public func refresh() throws {

@@ -17,6 +17,12 @@ struct CycleResult: Codable {
     var bytesAfterClone: Int64?
     var bytesAfterMaterialize: Int64?
     var bytesAfterEvict: Int64?
+    /// fprep's own peak memory per step, KiB (from its trace).
+    var clonePeakKiB: Int?
+    var materializePeakKiB: Int?
+    var evictPeakKiB: Int?
+    /// The clone's phases as its trace gave them ("phase seconds").
+    var clonePhases: [String]?
 
     var cloneFloor: Double { gitClone + createPlaceholders }
     var materializeFloor: Double { gitFetchBlobs + gitCheckout }
@@ -75,25 +81,43 @@ struct Cycle {
 
         var fprepClone: Double?, fprepMaterialize: Double?, fprepEvict: Double?
         var afterClone: Int64?, afterMaterialize: Int64?, afterEvict: Int64?
+        var peaks: [Int?] = [nil, nil, nil]
+        var clonePhases: [String]?
         if let fprep {
             // -C comes after the subcommand: fprep's -C is a per-command option
             // (`fprep -C DIR materialize` is rejected as an unknown option).
             try remove([gitClone])
+            // Each fprep step writes its phases and its own peak memory to a trace file.
+            let traceFile = "\(work)/fprep-trace.txt"
+            func traced(_ step: Int, _ argv: [String]) throws -> Double {
+                unlink(traceFile)
+                let seconds = try timed(Command(argv, environment: ["FPREP_TRACE": traceFile]))
+                let lines = ((try? String(contentsOfFile: traceFile, encoding: .utf8)) ?? "").split(separator: "\n")
+                peaks[step] = lines.last { $0.hasPrefix("trace: peak memory ") }
+                    .flatMap { Int($0.dropFirst("trace: peak memory ".count).split(separator: " ").first ?? "") }
+                if step == 0 {
+                    clonePhases = lines.filter { !$0.hasPrefix("trace: peak") }.map {
+                        $0.dropFirst("trace: ".count).split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
+                    }
+                }
+                return seconds
+            }
             log("fprep clone")
-            fprepClone = try timed(Command([fprep, "clone", url, replica]))
+            fprepClone = try traced(0, [fprep, "clone", url, replica])
             afterClone = try diskUsage(replica)
             log("fprep materialize")
-            fprepMaterialize = try timed(Command([fprep, "materialize", "-C", replica, "--paths-from", sampleListPath]))
+            fprepMaterialize = try traced(1, [fprep, "materialize", "-C", replica, "--paths-from", sampleListPath])
             afterMaterialize = try diskUsage(replica)
             log("fprep evict")
-            fprepEvict = try timed(Command([fprep, "evict", "-C", replica, "--paths-from", sampleListPath]))
+            fprepEvict = try traced(2, [fprep, "evict", "-C", replica, "--paths-from", sampleListPath])
             afterEvict = try diskUsage(replica)
         }
 
         return CycleResult(fprepClone: fprepClone, fprepMaterialize: fprepMaterialize, fprepEvict: fprepEvict,
                            gitClone: clone, createPlaceholders: create, gitFetchBlobs: fetch, gitCheckout: checkout,
                            punchHoles: punch, bytesAfterClone: afterClone, bytesAfterMaterialize: afterMaterialize,
-                           bytesAfterEvict: afterEvict)
+                           bytesAfterEvict: afterEvict, clonePeakKiB: peaks[0], materializePeakKiB: peaks[1],
+                           evictPeakKiB: peaks[2], clonePhases: clonePhases)
     }
 
     /// Deletes trees; every timed step after it syncs and drops caches first,

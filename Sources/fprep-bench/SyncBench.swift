@@ -41,6 +41,10 @@ struct SyncBench: ParsableCommand {
     @Option(help: ArgumentHelp("Tree sizes in files, comma-separated.", valueName: "n,n,…"))
     var sizes: String = "10000,100000"
 
+    @Option(help: ArgumentHelp("Blob bytes per 100,000 files of each tree, e.g. 200M (default: 500M; a smaller figure makes a 10^6-file tree quicker to generate).",
+                               valueName: "size"))
+    var bytesPer100k: String?
+
     @Option(help: "Changes in the mutation commit.")
     var changes: Int = 100
 
@@ -88,6 +92,9 @@ struct SyncBench: ParsableCommand {
         guard changes >= 1 else { throw ValidationError("--changes must be positive") }
         guard materialize >= 0 else { throw ValidationError("--materialize must not be negative") }
         guard runs > 0 else { throw ValidationError("--runs must be positive") }
+        if let bytesPer100k, parseSize(bytesPer100k) == nil {
+            throw ValidationError("--bytes-per-100k \(bytesPer100k): expected a byte count with an optional K, M or G suffix")
+        }
     }
 
     /// --sizes as numbers (underscores allowed: 100_000), nil when malformed.
@@ -141,7 +148,9 @@ struct SyncBench: ParsableCommand {
     private func benchSize(files: Int, url: String, work: String, fprep: String, subprocess: Subprocess,
                            floors: FilesystemFloors, dropCaches: Bool,
                            note: @escaping (String) -> Void, step: (String) -> Void) throws -> SyncSizeResult {
-        let generator = Generator(work: work, files: files, totalSize: defaultTotalSize(files: files), seed: seed,
+        let perHundredThousand = bytesPer100k.flatMap(parseSize) ?? (500 << 20)
+        let totalSize = Int((Double(perHundredThousand) * Double(files) / 100_000).rounded())
+        let generator = Generator(work: work, files: files, totalSize: totalSize, seed: seed,
                                   fprep: fprep, subprocess: subprocess)
         let refs = RemoteRefs(remote: generator.remotePath, subprocess: subprocess)
         if try refs.restoreBase() { note("\(generator.remotePath): main and the size manifest put back to the base (an earlier run was interrupted)") }

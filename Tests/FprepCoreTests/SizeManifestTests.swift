@@ -31,6 +31,35 @@ import FprepGit
         #expect(try SizeManifest.entries(repository, from: tip, stoppingAt: firstManifest).map(\.0) == [c])
     }
 
+    @Test func aLargeManifestIsPackedAndReadsBackOldestFirst() throws {
+        let folder = NSTemporaryDirectory() + "fprep-manifest-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let repository = try Repository(creatingBareAt: folder, initialBranch: "main")
+        func id(_ i: Int) -> ObjectID { ObjectID(hex: String(format: "%040x", i))! }
+        // A small append stays loose; one of 16 commits or more is packed.
+        let small = try #require(try SizeManifest.append([SizeManifest.line(id(1), size: 1, time: 10)], to: nil,
+                                                         in: repository, time: 10))
+        let count = SizeManifest.linesPerCommit * SizeManifest.packAtCommits
+        // The same blob twice, once in the first commit and once in the last
+        // one written now: the oldest line counts.
+        var lines = (0..<count).map { SizeManifest.line(id(1000 + $0), size: Int64($0), time: 20) }
+        lines[count - 1] = SizeManifest.line(id(1000), size: 999, time: 30)
+        let tip = try #require(try SizeManifest.append(lines, to: small, in: repository, time: 20))
+        let loose = try FileManager.default.subpathsOfDirectory(atPath: folder + "/objects")
+            .filter { !$0.hasPrefix("pack") && !$0.hasPrefix("info") && $0.count == 41 }
+        #expect(loose.count == 1, "only the small append's commit is left loose: \(loose.count)")
+        let entries = try SizeManifest.entries(repository, from: tip, stoppingAt: nil)
+        #expect(entries.count == count + 1)
+        #expect(entries.first?.0 == id(1) && entries[1].0 == id(1000) && entries.last?.0 == id(1000))
+        #expect(entries.map(\.1.size) == [1] + (0..<count - 1).map(Int64.init) + [999])
+        let table = BlobSizeTable(entries)
+        #expect(table[id(1000)] == BlobInfo(size: 0, mtime: 20))
+        #expect(table[id(1000 + count - 2)] == BlobInfo(size: Int64(count - 2), mtime: 20))
+        #expect(table[id(1)] == BlobInfo(size: 1, mtime: 10))
+        #expect(table[id(2)] == nil)
+        #expect(try SizeManifest.entries(repository, from: tip, stoppingAt: small).count == count)
+    }
+
     @Test func aLargeTreeIsListedInCommitsOfBoundedSize() throws {
         let folder = NSTemporaryDirectory() + "fprep-manifest-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: folder) }

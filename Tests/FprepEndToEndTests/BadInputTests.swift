@@ -61,6 +61,13 @@ struct HostileTree: CustomTestStringConvertible, Sendable {
             let two = try box.writeObject(Data("two\n".utf8), in: repo)
             return try box.writeRawTree([("100644", Array("a".utf8), one), ("100644", Array("a".utf8), two)], in: repo)
         },
+        // Out of git's order, an index written as the tree is walked would
+        // be out of order too.
+        HostileTree(name: "entries out of git's order", shown: "a") { box, repo in
+            let one = try box.writeObject(Data("one\n".utf8), in: repo)
+            let two = try box.writeObject(Data("two\n".utf8), in: repo)
+            return try box.writeRawTree([("100644", Array("b".utf8), one), ("100644", Array("a".utf8), two)], in: repo)
+        },
         HostileTree(name: "nested 'docs/.git/hooks'", shown: "docs/.git") { box, repo in
             let hook = try box.writeObject(Data("#!/bin/sh\necho pwned\n".utf8), in: repo)
             let hooks = try box.writeRawTree([("100755", Array("post-checkout".utf8), hook)], in: repo)

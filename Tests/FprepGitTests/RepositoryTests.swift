@@ -88,6 +88,43 @@ import Testing
         #expect(reread.firstPosition(withPrefix: Array("z/".utf8)) == nil)
     }
 
+    @Test func anIndexStreamWritesWhatIndexWritesAndRefusesDisorder() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        let repository = try Repository(openingAt: work)
+        let id = try Array("x\n".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        let paths = ["a.txt", "a/b", "a/c/d", "b", "z/" + String(repeating: "y", count: 70)]
+        let entries = paths.enumerated().map { i, path in
+            IndexEntry(path: Array(path.utf8), id: id, mode: i == 3 ? 0o120000 : 0o100644,
+                       stat: StatData(ctime: (0, 0), mtime: (1_700_000_000 + Int64(i), 0), device: 0, inode: Int64(i),
+                                      uid: 0, gid: 0, size: Int64(i * 1000)),
+                       skipWorktree: i != 3)
+        }
+        // The same entries through an Index: the two files are byte for byte one.
+        let index = try repository.index()
+        for entry in entries.reversed() { try index.add(entry) }
+        try index.write()
+        let written = try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index"))
+        try FileManager.default.removeItem(atPath: work + "/.git/index")
+        let stream = try IndexStream(path: work + "/.git/index", count: entries.count, extended: true)
+        for entry in entries { try stream.append(entry) }
+        try stream.finish()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index")) == written)
+        _ = try scratch.git(["ls-files", "-s"], in: work)   // git reads it (and checks its checksum)
+        #expect(try repository.index().count == entries.count)
+
+        // Out of order, or fewer than announced: nothing replaces the index.
+        let disordered = try IndexStream(path: work + "/.git/index", count: 2, extended: true)
+        try disordered.append(entries[1])
+        #expect(throws: GitError.self) { try disordered.append(entries[0]) }
+        let short = try IndexStream(path: work + "/.git/index", count: 3, extended: true)
+        try short.append(entries[0])
+        #expect(throws: GitError.self) { try short.finish() }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index")) == written)
+        #expect(!FileManager.default.fileExists(atPath: work + "/.git/index.lock"))
+    }
+
     @Test func indexFilesGitWritesAreReadAndWhatFprepWritesGitVerifies() throws {
         let scratch = try Scratch()
         let work = scratch.path + "/work"

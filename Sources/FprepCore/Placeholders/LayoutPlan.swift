@@ -1,8 +1,12 @@
 import FprepGit
 
-/// Everything one anchor's tree asks to be on disk, checked before anything
-/// is written: folders (parents first) and leaf entries in index order.
-struct LayoutPlan {
+/// One anchor's tree as a layout walks it: folders (each before what it
+/// holds) and leaf entries, in index order, every entry checked. The walk
+/// holds one folder's listing per level, never the whole tree, so a clone
+/// of 10^6 files costs the memory of its deepest path, not of its size.
+/// A layout walks twice: once to check and count (`LayoutPlan.scan`, before
+/// anything is written), once to write.
+struct TreeWalk {
     enum Kind: Equatable {
         case file(executable: Bool)
         case symlink
@@ -11,14 +15,13 @@ struct LayoutPlan {
 
     struct Entry {
         let path: RepoPath
-        /// Index into `folders` of the containing folder; -1 for the root.
-        let folder: Int32
-        let name: [UInt8]
         let kind: Kind
         let id: ObjectID
         /// -1 when no size is known (a remote without fprep's manifest).
-        var size: Int64
-        var mtime: Int64
+        let size: Int64
+        let mtime: Int64
+
+        var name: [UInt8] { path.name }
 
         var gitMode: UInt32 {
             switch kind {
@@ -29,31 +32,26 @@ struct LayoutPlan {
         }
     }
 
-    var folders: [RepoPath] = []
-    var entries: [Entry] = []
-    var submodules: [RepoPath] { entries.filter { $0.kind == .submodule }.map(\.path) }
-    var fileCount: Int { entries.count { if case .file = $0.kind { true } else { false } } }
-    /// What the files hold (symlinks and submodules not counted).
-    var logicalSize: Int64 {
-        entries.reduce(0) { total, entry in
-            if case .file = entry.kind { return total + max(entry.size, 0) }
-            return total
-        }
-    }
-    var unknownSizes: Int { entries.count { if case .file = $0.kind { $0.size < 0 } else { false } } }
-
-    /// Walks `tree` and refuses any entry that could escape the replica,
-    /// write into `.git`/`.fprep`, or collide with another entry.
-    static func scan(_ repository: Repository, tree: ObjectID, defaultTime: Int64,
-                     sizes: (ObjectID) throws -> BlobInfo?) throws -> LayoutPlan {
-        var plan = LayoutPlan()
-        try scan(repository, tree: tree, at: .root, folder: -1, into: &plan, defaultTime: defaultTime, sizes: sizes)
-        return plan
+    enum Step {
+        /// A folder to make (a submodule's too: it is shown as an empty one).
+        case folder(RepoPath)
+        case entry(Entry)
     }
 
-    private static func scan(_ repository: Repository, tree id: ObjectID, at path: RepoPath, folder: Int32,
-                             into plan: inout LayoutPlan, defaultTime: Int64,
-                             sizes: (ObjectID) throws -> BlobInfo?) throws {
+    let repository: Repository
+    let tree: ObjectID
+    let defaultTime: Int64
+    let sizes: (ObjectID) throws -> BlobInfo?
+
+    /// Visits every step in index order. Refuses any entry that could escape
+    /// the replica, write into `.git`/`.fprep`, collide with another entry,
+    /// or break the index's order (a tree git itself would not write).
+    func run(_ visit: (Step) throws -> Void) throws {
+        var previous: RepoPath?
+        try walk(tree, at: .root, previous: &previous, visit)
+    }
+
+    private func walk(_ id: ObjectID, at path: RepoPath, previous: inout RepoPath?, _ visit: (Step) throws -> Void) throws {
         let tree: Tree
         do {
             tree = try repository.tree(id)
@@ -69,29 +67,81 @@ struct LayoutPlan {
             guard names.insert(entry.name).inserted else {
                 throw FprepError.unsafeEntry(child.description, "two entries share this name (a symlink and a folder, say)")
             }
+            func leaf(_ kind: Kind, size: Int64, mtime: Int64) throws {
+                if let last = previous, !last.bytes.lexicographicallyPrecedes(child.bytes) {
+                    throw FprepError.unsafeEntry(child.description, "the remote's tree lists it out of git's order")
+                }
+                previous = child
+                try visit(.entry(Entry(path: child, kind: kind, id: entry.id, size: size, mtime: mtime)))
+            }
             switch entry.mode {
             case .tree:
-                plan.folders.append(child)
-                let index = Int32(plan.folders.count - 1)
-                try scan(repository, tree: entry.id, at: child, folder: index, into: &plan,
-                         defaultTime: defaultTime, sizes: sizes)
-            case .blob, .executable:
+                try visit(.folder(child))
+                try walk(entry.id, at: child, previous: &previous, visit)
+            case .blob, .executable, .symlink:
                 let info = try sizes(entry.id)
-                plan.entries.append(Entry(path: child, folder: folder, name: entry.name,
-                                          kind: .file(executable: entry.mode == .executable), id: entry.id,
-                                          size: info?.size ?? -1, mtime: info?.mtime ?? defaultTime))
-            case .symlink:
-                let info = try sizes(entry.id)
-                plan.entries.append(Entry(path: child, folder: folder, name: entry.name, kind: .symlink,
-                                          id: entry.id, size: info?.size ?? -1, mtime: info?.mtime ?? defaultTime))
+                let kind: Kind = entry.mode == .symlink ? .symlink : .file(executable: entry.mode == .executable)
+                try leaf(kind, size: info?.size ?? -1, mtime: info?.mtime ?? defaultTime)
             case .submodule:
                 // Shown as an empty folder; its content is another repository.
-                plan.folders.append(child)
-                plan.entries.append(Entry(path: child, folder: folder, name: entry.name, kind: .submodule,
-                                          id: entry.id, size: -1, mtime: defaultTime))
+                try visit(.folder(child))
+                try leaf(.submodule, size: -1, mtime: defaultTime)
             case .unknown:
                 break  // refused above
             }
         }
+    }
+}
+
+/// What one anchor's tree asks to be on disk, checked and counted before
+/// anything is written: the counts a clone reports and the index's header
+/// needs, and the few entries later steps want by name (symlinks, whose
+/// targets are fetched; ignore-rule files, materialized; submodules).
+struct LayoutPlan {
+    /// The walk that counted this, which the layout runs again to write
+    /// (nil for an empty remote).
+    var walk: TreeWalk?
+    var files = 0
+    /// Folders, submodules' empty folders included.
+    var folders = 0
+    var symlinks = 0
+    var submodules: [RepoPath] = []
+    /// What the files hold (symlinks and submodules not counted).
+    var logicalSize: Int64 = 0
+    /// Files whose size no source knew (laid out at 0 bytes).
+    var unknownSizes = 0
+    var symlinkIDs: Set<ObjectID> = []
+    var ruleFiles: [RepoPath] = []
+
+    /// The index entries the layout writes.
+    var entryCount: Int { files + symlinks + submodules.count }
+
+    /// Walks `tree` once, checking every entry (see `TreeWalk.run`).
+    static func scan(_ repository: Repository, tree: ObjectID, defaultTime: Int64,
+                     sizes: @escaping (ObjectID) throws -> BlobInfo?) throws -> LayoutPlan {
+        try scan(TreeWalk(repository: repository, tree: tree, defaultTime: defaultTime, sizes: sizes))
+    }
+
+    static func scan(_ walk: TreeWalk) throws -> LayoutPlan {
+        var plan = LayoutPlan(walk: walk)
+        try walk.run { step in
+            switch step {
+            case .folder:
+                plan.folders += 1
+            case .entry(let entry):
+                switch entry.kind {
+                case .file:
+                    plan.files += 1
+                    if entry.size < 0 { plan.unknownSizes += 1 } else { plan.logicalSize += entry.size }
+                    if IgnoreRules.isRuleFile(entry.path) { plan.ruleFiles.append(entry.path) }
+                case .symlink:
+                    plan.symlinks += 1
+                    plan.symlinkIDs.insert(entry.id)
+                case .submodule:
+                    plan.submodules.append(entry.path)
+                }
+            }
+        }
+        return plan
     }
 }

@@ -4,124 +4,180 @@ import FoundationEssentials
 import Glibc
 import FprepGit
 
-/// Writes a `LayoutPlan` onto disk: folders, placeholders, symlinks, and
-/// empty folders for submodules. Placeholders are made by two threads (the
-/// floor of a dataless clone is the kernel's file creation), each going
-/// through folder handles opened beneath the root, so no write ever follows
-/// a symlink.
+/// Writes one anchor's tree onto disk as it walks it (`TreeWalk`, after
+/// `LayoutPlan.scan` checked it): folders, placeholders, symlinks, empty
+/// folders for submodules, and each entry's line of a new index
+/// (`IndexStream`). Placeholders are made by two threads (the floor of a
+/// dataless clone is the kernel's file creation), a folder's worth at a
+/// time handed over through a short queue, each going through folder
+/// handles opened beneath the root, so no write ever follows a symlink.
+/// Nothing of the tree is held beyond that queue.
 struct PlaceholderLayout {
     let root: FolderHandle
     let progress: any ProgressReporter
 
-    /// Lays out `plan`; returns, per plan entry, the stat data the index
-    /// keeps for it. Files and folders first; symlinks last, once
-    /// `symlinkTargets` (which may still be fetching them) gives their targets.
-    func layOut(_ plan: LayoutPlan, symlinkTargets: () throws -> [ObjectID: [UInt8]]) throws -> [StatData] {
-        try makeFolders(plan.folders)
-        let results = StatResults(count: plan.entries.count)
-        let fileCount = plan.fileCount
-        let counter = ProgressCounter(total: fileCount, progress: progress)
-        let failures = FirstFailure()
-        let workers = fileCount > 2000 ? 2 : 1
-        let entries = plan.entries
-        let folders = plan.folders
-        let root = self.root
-        let chunk = (entries.count + workers - 1) / max(workers, 1)
-        DispatchQueue.concurrentPerform(iterations: workers) { worker in
-            let start = worker * chunk
-            let end = min(entries.count, start + chunk)
-            guard start < end else { return }
-            do {
-                try Self.layOutFiles(entries, range: start..<end, folders: folders, root: root,
-                                     results: results, counter: counter)
-            } catch {
-                failures.record(error)
-            }
-        }
-        if let error = failures.first { throw error }
-        try layOutSymlinks(plan, targets: plan.entries.contains { $0.kind == .symlink } ? symlinkTargets() : [:],
-                           results: results)
-        return results.values
-    }
+    /// Placeholders handed to the threads in groups of at most this many.
+    private static let batchSize = 256
+    /// Groups waiting at most: the walk pauses while the threads catch up.
+    private static let queueDepth = 64
 
-    private func makeFolders(_ folders: [RepoPath]) throws {
-        for folder in folders {
-            let parent = try root.folder(folder.parent)
-            if mkdirat(parent.fd, cPath(folder.name), 0o777) != 0 {
-                // A resumed layout finds the folders it already made.
-                guard errno == EEXIST, parent.stat(name: folder.name)?.isDirectory == true else {
-                    throw SystemError("mkdir", folder.description)
+    /// Lays out the tree `walk` visits, which `plan` counted, adding each
+    /// entry to `index`. Symlinks need their targets: `symlinkTargets`
+    /// (which may still be fetching them) is asked at the first one.
+    func layOut(_ walk: TreeWalk, plan: LayoutPlan, index: IndexStream,
+                symlinkTargets: () throws -> [ObjectID: [UInt8]]) throws {
+        let counter = ProgressCounter(total: plan.files, progress: progress)
+        let failures = FirstFailure()
+        let queue = BatchQueue<PlaceholderBatch>(depth: Self.queueDepth)
+        let workers = plan.files > 2000 ? 2 : 1
+        let group = DispatchGroup()
+        let root = self.root
+        for _ in 0..<workers {
+            DispatchQueue.global().async(group: group) {
+                while let batch = queue.take() {
+                    // After a failure the rest is only drained: the walk stops soon.
+                    guard failures.first == nil else { continue }
+                    do {
+                        try batch.create(root: root)
+                        counter.add(batch.entries.count)
+                    } catch {
+                        failures.record(error)
+                    }
                 }
             }
         }
+        var batch = PlaceholderBatch(folder: .root)
+        var targets: [ObjectID: [UInt8]]?
+        do {
+            try walk.run { step in
+                if let error = failures.first { throw error }
+                switch step {
+                case .folder(let path):
+                    try makeFolder(path)
+                case .entry(let entry):
+                    switch entry.kind {
+                    case .file:
+                        if entry.path.parent != batch.folder || batch.entries.count == Self.batchSize {
+                            if !batch.entries.isEmpty { queue.put(batch) }
+                            batch = PlaceholderBatch(folder: entry.path.parent)
+                        }
+                        batch.entries.append(entry)
+                        try index.append(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode,
+                                                    stat: Self.recordedStat(of: entry), skipWorktree: true))
+                    case .submodule:
+                        try index.append(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode,
+                                                    stat: StatData(), skipWorktree: true))
+                    case .symlink:
+                        if targets == nil { targets = try symlinkTargets() }
+                        let stat = try makeSymlink(entry, targets: targets ?? [:])
+                        try index.append(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode,
+                                                    stat: stat, skipWorktree: false))
+                    }
+                }
+            }
+            if !batch.entries.isEmpty { queue.put(batch) }
+        } catch {
+            queue.close(consumers: workers)
+            group.wait()
+            throw error
+        }
+        queue.close(consumers: workers)
+        group.wait()
+        if let error = failures.first { throw error }
     }
 
-    /// The placeholders of `range`. No fstat per file: the index keeps a
-    /// placeholder's size and date only, and a placeholder is unchanged
-    /// while it has no data blocks and that size (see `StateClassifier`).
-    private static func layOutFiles(_ entries: [LayoutPlan.Entry], range: Range<Int>, folders: [RepoPath],
-                                    root: FolderHandle, results: StatResults, counter: ProgressCounter) throws {
-        var currentFolder: Int32 = -2
-        var handle: FolderHandle = root
-        var sinceReport = 0
-        for i in range {
-            let entry = entries[i]
-            guard case .file(let executable) = entry.kind else { continue }
-            if entry.folder != currentFolder {
-                handle = entry.folder < 0 ? root : try root.folder(folders[Int(entry.folder)])
-                currentFolder = entry.folder
+    private func makeFolder(_ folder: RepoPath) throws {
+        let parent = try root.folder(folder.parent)
+        if mkdirat(parent.fd, cPath(folder.name), 0o777) != 0 {
+            // A resumed layout finds the folders it already made.
+            guard errno == EEXIST, parent.stat(name: folder.name)?.isDirectory == true else {
+                throw SystemError("mkdir", folder.description)
             }
+        }
+    }
+
+    private func makeSymlink(_ entry: TreeWalk.Entry, targets: [ObjectID: [UInt8]]) throws -> StatData {
+        guard let target = targets[entry.id] else {
+            throw FprepError("the target of symlink '\(entry.path)' was not fetched; run the command again")
+        }
+        let folder = try root.folder(entry.path.parent)
+        guard symlinkat(cPath(target), folder.fd, cPath(entry.name)) == 0, let stat = folder.stat(name: entry.name) else {
+            throw SystemError("symlink", entry.path.description)
+        }
+        return StatData(stat)
+    }
+
+    /// What the index keeps of a file laid out as a placeholder. No fstat
+    /// per file: the index keeps a placeholder's size and date only, and a
+    /// placeholder is unchanged while it has no data blocks and that size
+    /// (see `StateClassifier`).
+    static func recordedStat(of entry: TreeWalk.Entry) -> StatData {
+        if case .file = entry.kind { return .placeholder(size: entry.size, mtime: entry.mtime) }
+        return StatData()
+    }
+}
+
+/// Placeholders of one folder, made together by one thread.
+struct PlaceholderBatch: Sendable {
+    let folder: RepoPath
+    var entries: [TreeWalk.Entry] = []
+
+    init(folder: RepoPath) { self.folder = folder }
+
+    func create(root: FolderHandle) throws {
+        let handle = folder.isRoot ? root : try root.folder(folder)
+        for entry in entries {
+            guard case .file(let executable) = entry.kind else { continue }
             let size = max(entry.size, 0)
             let created = entry.id.bytes.withUnsafeBufferPointer { id in
                 fprep_create_placeholder(handle.fd, cPath(entry.name), executable ? 0o777 : 0o666, off_t(size),
                                          id.baseAddress, id.count, entry.mtime, 0, nil)
             }
             guard created == 0 else { throw SystemError("create placeholder", entry.path.description) }
-            results.set(i, recordedStat(of: entry))
-            sinceReport += 1
-            if sinceReport == 512 {
-                counter.add(sinceReport)
-                sinceReport = 0
-            }
-        }
-        counter.add(sinceReport)
-    }
-
-    /// What the index keeps of a plan entry laid out as a placeholder.
-    static func recordedStat(of entry: LayoutPlan.Entry) -> StatData {
-        if case .file = entry.kind { return .placeholder(size: entry.size, mtime: entry.mtime) }
-        return StatData()
-    }
-
-    private func layOutSymlinks(_ plan: LayoutPlan, targets: [ObjectID: [UInt8]], results: StatResults) throws {
-        for (i, entry) in plan.entries.enumerated() where entry.kind == .symlink {
-            guard let target = targets[entry.id] else {
-                throw FprepError("the target of symlink '\(entry.path)' was not fetched; run the command again")
-            }
-            let folder = try root.folder(entry.path.parent)
-            guard symlinkat(cPath(target), folder.fd, cPath(entry.name)) == 0, let stat = folder.stat(name: entry.name) else {
-                throw SystemError("symlink", entry.path.description)
-            }
-            results.set(i, StatData(stat))
         }
     }
 }
 
-/// A fixed buffer, not an Array: writes at disjoint indices from several
-/// threads are safe only without copy-on-write.
-final class StatResults: @unchecked Sendable {
-    private let storage: UnsafeMutableBufferPointer<StatData>
+/// A short first-in first-out queue between one producer and a few
+/// consumer threads: `put` waits while it is full, `take` while it is
+/// empty, and gives nil once it is closed and empty.
+final class BatchQueue<Element: Sendable>: @unchecked Sendable {
+    private let lock = Lock()
+    private var items: [Element] = []
+    private var closed = false
+    private let available = DispatchSemaphore(value: 0)
+    private let space: DispatchSemaphore
 
-    init(count: Int) {
-        storage = .allocate(capacity: count)
-        storage.initialize(repeating: StatData())
+    init(depth: Int) { space = DispatchSemaphore(value: depth) }
+
+    func put(_ item: Element) {
+        space.wait()
+        lock.lock()
+        items.append(item)
+        lock.unlock()
+        available.signal()
     }
 
-    deinit { storage.deallocate() }
+    func take() -> Element? {
+        available.wait()
+        lock.lock()
+        guard !items.isEmpty else {
+            lock.unlock()
+            return nil  // closed: one wake-up per consumer
+        }
+        let item = items.removeFirst()
+        lock.unlock()
+        space.signal()
+        return item
+    }
 
-    func set(_ index: Int, _ value: StatData) { storage[index] = value }
-
-    var values: [StatData] { Array(storage) }
+    /// No more items: each of `consumers` gets nil once the rest is taken.
+    func close(consumers: Int) {
+        lock.lock()
+        closed = true
+        lock.unlock()
+        for _ in 0..<consumers { available.signal() }
+    }
 }
 
 /// A progress count shared by worker threads.

@@ -35,9 +35,9 @@ public enum Cloner {
             self.domain = domain
             self.branch = branch
             self.anchor = anchor
-            files = plan.fileCount
-            folders = plan.folders.count - plan.submodules.count
-            symlinks = plan.entries.count { $0.kind == .symlink }
+            files = plan.files
+            folders = plan.folders - plan.submodules.count
+            symlinks = plan.symlinks
             unsupportedSubmodules = plan.submodules.map(\.description)
             unknownSizes = plan.unknownSizes
             logicalSize = plan.logicalSize
@@ -207,31 +207,24 @@ public enum Cloner {
         let info = try RemoteInfo.read(repository, reference: RemoteInfo.trackingReference)
         let domain = info?.domain ?? RemoteInfo.defaultDomain(forFolder: defaultDirectory(for: url))
 
-        // 3. Sizes and dates: the manifest, then the remote's own object
-        //    headers when the remote is a local folder.
-        var sizes: [ObjectID: BlobInfo] = [:]
-        var manifest: [(ObjectID, BlobInfo)] = []
+        // 3. Sizes and dates: the manifest, then the object headers of the
+        //    remote (a local folder) or of the clone (--full).
+        var table = BlobSizeTable()
         let manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
         if let manifestTip {
-            manifest = try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil)
-            sizes.reserveCapacity(manifest.count)
-            for (id, info) in manifest where sizes[id] == nil { sizes[id] = info }
+            table = BlobSizeTable(try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil))
         }
         Trace.mark("read manifest")
         var plan = LayoutPlan()
+        var found: [(ObjectID, BlobInfo)] = []
         if let anchor {
             let commit = try repository.commit(anchor)
-            plan = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { sizes[$0] }
-            // A clone that brought blobs (--full) knows their sizes itself.
-            let extra = try sizesFromLocalRemote(url: url, missingFrom: plan, time: commit.time)
-                + Cloner.sizes(in: repository, missingFrom: plan, time: commit.time)
-            if !extra.isEmpty {
-                let known = Dictionary(extra, uniquingKeysWith: { first, _ in first })
-                for i in plan.entries.indices where plan.entries[i].size < 0 {
-                    if let info = known[plan.entries[i].id] { plan.entries[i].size = info.size }
-                }
-                manifest += extra
+            let fallback = try SizeFallback(url: url, repository: repository, time: commit.time)
+            let listed = table
+            plan = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { id in
+                try listed[id] ?? fallback.size(of: id)
             }
+            found = fallback.found
             Trace.mark("scan tree")
         }
         try store.transaction {
@@ -247,7 +240,8 @@ public enum Cloner {
         // two do not depend on each other, and the layout is kernel-bound.
         let recorder = BackgroundWork {
             try store.transaction {
-                try store.recordBlobInfo(manifest)
+                try store.recordBlobInfo(table.entries)
+                try store.recordBlobInfo(found)
                 if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
             }
             // The replica's own walk of the manifest chain when it fetches
@@ -259,10 +253,7 @@ public enum Cloner {
         let replica = try Replica.open(containing: root, access: Replica.Access(command: "clone", exclusive: true, progress: progress),
                                        layoutPlan: plan, beforeReady: { try recorder.wait() })
         // Files of ignore rules arrive with their content: every scan reads them.
-        replica.materializeRuleFiles(plan.entries.filter { entry in
-            guard case .file = entry.kind else { return false }
-            return IgnoreRules.isRuleFile(entry.path)
-        }.map(\.path))
+        replica.materializeRuleFiles(plan.ruleFiles)
         progress.finish()
         return Result(root: root, url: url, domain: domain, branch: followed, anchor: anchor?.hex, plan: plan)
     }
@@ -284,27 +275,6 @@ public enum Cloner {
         }
     }
 
-    /// For a remote that is a folder on this machine, the sizes the manifest
-    /// lacks, read from the remote's object headers (never the content).
-    static func sizesFromLocalRemote(url: String, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
-        let missing = plan.entries.filter { $0.size < 0 && $0.kind != .submodule }
-        guard !missing.isEmpty, let path = localPath(of: url), let remote = try? Repository(openingAt: path) else { return [] }
-        return try sizes(in: remote, missingFrom: plan, time: time)
-    }
-
-    /// The sizes the manifest lacks that `repository` holds the blobs of,
-    /// from their object headers.
-    static func sizes(in repository: Repository, missingFrom plan: LayoutPlan, time: Int64) throws -> [(ObjectID, BlobInfo)] {
-        let missing = plan.entries.filter { $0.size < 0 && $0.kind != .submodule }
-        guard !missing.isEmpty else { return [] }
-        let odb = try repository.objectDatabase()
-        var result: [(ObjectID, BlobInfo)] = []
-        for entry in missing {
-            if let size = try odb.size(of: entry.id) { result.append((entry.id, BlobInfo(size: Int64(size), mtime: time))) }
-        }
-        return result
-    }
-
     /// The folder a local URL names (a path or `file://`), else nil.
     static func localPath(of url: String) -> String? {
         if url.hasPrefix("file://") { return String(url.dropFirst("file://".count)) }
@@ -323,27 +293,21 @@ public enum Cloner {
         for name in try replica.rootFolder.entryNames() where name != Array(".git".utf8) && name != Array(Replica.stateFolderName.utf8) {
             try? FileManager.default.removeItem(atPath: replica.root + "/" + String(decoding: name, as: UTF8.self))
         }
-        let index = try replica.repository.index()
-        try index.clear()
         if let anchor = replica.anchor {
             let plan = try given ?? replica.recoveredPlan()
+            guard let walk = plan.walk else { throw FprepError("the layout of '\(replica.root)' has no tree to walk; run the command again") }
             // Symlink targets are the only blobs a clone holds: fetch them in
             // one request while the placeholders are made.
             let odb = try replica.repository.objectDatabase()
-            let symlinkIDs = Array(Set(plan.entries.filter { $0.kind == .symlink }.map(\.id)))
+            let symlinkIDs = Array(plan.symlinkIDs)
             let missing = symlinkIDs.filter { !odb.contains($0) }
             let gitDirectory = replica.gitDirectory
             let fetch = BackgroundWork { try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
-            // The index entries of placeholders and submodules depend on the
-            // plan only: build them while the files are made.
-            let entries = plan.entries
-            let indexing = BackgroundWork {
-                for entry in entries where entry.kind != .symlink {
-                    try index.add(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode,
-                                             stat: PlaceholderLayout.recordedStat(of: entry), skipWorktree: true))
-                }
-            }
-            let stats = try PlaceholderLayout(root: replica.rootFolder, progress: replica.progress).layOut(plan) {
+            // The index is written as the tree is walked, never held whole;
+            // it replaces the one on disk only once every entry is in.
+            let index = try IndexStream(path: replica.repository.gitDirectory + "index", count: plan.entryCount,
+                                        extended: plan.files + plan.submodules.count > 0)
+            try PlaceholderLayout(root: replica.rootFolder, progress: replica.progress).layOut(walk, plan: plan, index: index) {
                 do {
                     try fetch.wait()
                 } catch let error as GitCommandError {
@@ -354,19 +318,18 @@ public enum Cloner {
                 for id in symlinkIDs { targets[id] = try replica.repository.blob(id).withContent { Array($0) } }
                 return targets
             }
+            // A layout with no symlinks never waited for the (empty) fetch.
+            try? fetch.wait()
             Trace.mark("placeholders")
             // Nobody else has had the replica yet: every placeholder is ours.
             try PlaceholderCheck.record(PlaceholderCheck.now(), in: replica.store)
-            try indexing.wait()
-            for (entry, stat) in zip(plan.entries, stats) where entry.kind == .symlink {
-                try index.add(IndexEntry(path: entry.path.bytes, id: entry.id, mode: entry.gitMode, stat: stat,
-                                         skipWorktree: false))
-            }
-            try index.write()
+            try index.finish()
             Trace.mark("index")
             try replica.repository.setReference("refs/heads/" + replica.branch, to: anchor, message: "fprep: clone")
             try replica.store.setMeta("logical_size", String(plan.logicalSize))
         } else {
+            let index = try replica.repository.index()
+            try index.clear()
             try index.write()
         }
         try replica.repository.setSymbolicReference("HEAD", to: "refs/heads/" + replica.branch)
@@ -412,23 +375,23 @@ extension Replica {
     /// the clone was still storing are read again first.
     func recoveredPlan() throws -> LayoutPlan {
         try ingestManifest()
-        var plan = try currentPlan()
-        if plan.unknownSizes > 0, let anchor {
-            let time = try repository.commit(anchor).time
-            let extra = try Cloner.sizesFromLocalRemote(url: remoteURL, missingFrom: plan, time: time)
-            if !extra.isEmpty {
-                try store.transaction { try store.recordBlobInfo(extra) }
-                plan = try currentPlan()
-            }
-        }
+        guard let anchor else { return LayoutPlan() }
+        let time = try repository.commit(anchor).time
+        let fallback = try SizeFallback(url: remoteURL, repository: repository, time: time)
+        let plan = try currentPlan(fallback: fallback)
+        let found = fallback.found
+        if !found.isEmpty { try store.transaction { try store.recordBlobInfo(found) } }
         return plan
     }
 
-    /// The layout plan of the anchor's tree, with sizes from the store.
-    func currentPlan() throws -> LayoutPlan {
+    /// The layout plan of the anchor's tree, with sizes from the store
+    /// (then from `fallback`).
+    func currentPlan(fallback: SizeFallback? = nil) throws -> LayoutPlan {
         guard let anchor else { return LayoutPlan() }
         let commit = try repository.commit(anchor)
         let lookup = try store.blobInfoLookup()
-        return try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time, sizes: lookup)
+        return try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { id in
+            try lookup(id) ?? fallback?.size(of: id)
+        }
     }
 }

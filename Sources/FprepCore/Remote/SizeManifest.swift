@@ -82,12 +82,33 @@ public enum SizeManifest {
         guard !lines.isEmpty else { return nil }
         let signature = Signature(name: "fprep", email: "fprep@localhost", time: time)
         var commit = parent
+        var written: [ObjectID] = []
         for start in stride(from: 0, to: lines.count, by: linesPerCommit) {
             let message = header + "\n\n" + lines[start..<min(start + linesPerCommit, lines.count)].joined()
             commit = try repository.writeCommit(tree: ObjectID.emptyTree, parents: commit.map { [$0] } ?? [],
                                                 message: message, author: signature, committer: signature)
+            written += commit.map { [$0] } ?? []
         }
+        if written.count >= packAtCommits { packWithoutDeltas(written, in: repository) }
         return commit
+    }
+
+    /// From this many commits at once (8,000 blobs), `append` packs them.
+    static let packAtCommits = 16
+
+    /// Moves new manifest commits from loose objects into one pack, with no
+    /// search for deltas (lines of random ids have none). Left loose, every
+    /// clone made the remote's `pack-objects` look for deltas among them
+    /// and compress them again: the manifest of 10^6 files (2,000 commits)
+    /// took 21 s of a clone's fetch, 2 s once packed, since git does not
+    /// retry deltas between objects of one pack. A failure costs that speed
+    /// only: the objects stay loose.
+    static func packWithoutDeltas(_ commits: [ObjectID], in repository: Repository) {
+        let gitDirectory = repository.gitDirectory
+        let list = Data(commits.map { $0.hex + "\n" }.joined().utf8)
+        guard (try? GitCommand.run(["--git-dir=" + gitDirectory, "pack-objects", "-q", "--window=0",
+                                    gitDirectory + "/objects/pack/pack"], input: list)) != nil else { return }
+        _ = try? GitCommand.run(["--git-dir=" + gitDirectory, "prune-packed", "-q"])
     }
 
     /// Brings the remote's commit-graph up to date after the manifest grew
@@ -103,21 +124,47 @@ public enum SizeManifest {
     }
 
     /// Reads the manifest commits from `tip` back to (not including) `stop`,
-    /// oldest last; the first date recorded for a blob wins when read in
+    /// oldest first; the first date recorded for a blob wins when read in
     /// order, so callers insert with "ignore if present" from oldest to newest.
     static func entries(_ repository: Repository, from tip: ObjectID, stoppingAt stop: ObjectID?) throws -> [(ObjectID, BlobInfo)] {
-        var chain: [Commit] = []
+        // Newest first, one commit in memory at a time, read as stored (no
+        // parsed copy of its message): each commit's lines are turned round as they
+        // are added, and the whole at the end, which gives the oldest
+        // commit's lines first, each commit's in its own order.
+        let objects = try repository.objectDatabase()
+        var result: [(ObjectID, BlobInfo)] = []
         var next: ObjectID? = tip
         while let id = next, id != stop {
-            let commit = try repository.commit(id)
-            chain.append(commit)
-            next = commit.parentIDs.first
+            next = try objects.withRawObject(id) { bytes in
+                let (parent, message) = commitParts(bytes)
+                let start = result.count
+                parse(message, into: &result)
+                result[start...].reverse()
+                return parent
+            }
         }
-        var result: [(ObjectID, BlobInfo)] = []
-        for commit in chain.reversed() {
-            commit.withMessageBytes { parse($0, into: &result) }
-        }
+        result.reverse()
         return result
+    }
+
+    /// A raw commit's first parent and its message (what follows the
+    /// first empty line).
+    static func commitParts(_ bytes: UnsafeRawBufferPointer) -> (parent: ObjectID?, message: UnsafeRawBufferPointer) {
+        var parent: ObjectID?
+        var lineStart = 0
+        while lineStart < bytes.count {
+            var lineEnd = lineStart
+            while lineEnd < bytes.count && bytes[lineEnd] != 0x0A { lineEnd += 1 }
+            if lineEnd == lineStart {
+                return (parent, UnsafeRawBufferPointer(rebasing: bytes[min(lineEnd + 1, bytes.count)...]))
+            }
+            let line = UnsafeRawBufferPointer(rebasing: bytes[lineStart..<lineEnd])
+            if parent == nil, line.count == 47, line.starts(with: Array("parent ".utf8)) {
+                parent = ObjectID(hexBytes: UnsafeRawBufferPointer(rebasing: line[7...]))
+            }
+            lineStart = lineEnd + 1
+        }
+        return (parent, UnsafeRawBufferPointer(start: nil, count: 0))
     }
 
     /// Parses `<40 hex> <size> <time>` lines; anything else is skipped.

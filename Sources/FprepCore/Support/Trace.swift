@@ -28,8 +28,36 @@ public enum Trace {
         let now = Date()
         let micro = Int((now.timeIntervalSince(last) * 1_000_000).rounded())
         let padded = phase.count < 28 ? phase + String(repeating: " ", count: 28 - phase.count) : phase
-        let line = Array("trace: \(padded) \(micro / 1_000_000).\(String(1_000_000 + micro % 1_000_000).dropFirst()) s\n".utf8)
+        let resident = statusField("VmRSS:").map { " (resident \($0 / 1024) MiB)" } ?? ""
+        let line = Array("trace: \(padded) \(micro / 1_000_000).\(String(1_000_000 + micro % 1_000_000).dropFirst()) s\(resident)\n".utf8)
         _ = line.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
-        last = now
+        last = Date()
+    }
+
+    /// A field of `/proc/self/status` in KiB ("VmRSS:", "VmHWM:").
+    private static func statusField(_ name: String) -> Int? {
+        // Read in a loop: a /proc file says it is 0 bytes long.
+        let fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            bytes += chunk[0..<n]
+        }
+        let status = String(decoding: bytes, as: UTF8.self)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name) }) else { return nil }
+        return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }
+    }
+
+    /// The process's own peak resident memory (`VmHWM`, its git children
+    /// not counted), as a last line: what a benchmark reports as fprep's
+    /// memory.
+    public static func peakMemory() {
+        guard enabled, let kilobytes = statusField("VmHWM:") else { return }
+        let text = Array("trace: peak memory \(kilobytes) KiB\n".utf8)
+        _ = text.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
     }
 }
