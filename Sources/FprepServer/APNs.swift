@@ -8,15 +8,21 @@ import NIOHTTP1
 /// instead of the system's (tests), the app's bundle identifier, and the
 /// provider key (`.p8`, ES256) with its key and team ids.
 public struct APNsConfiguration: Sendable {
+    /// APNs for apps from the App Store, TestFlight and ad hoc builds.
     public static let production = "api.push.apple.com:443"
+    /// APNs for apps built for development (`--apns-sandbox`).
     public static let sandbox = "api.sandbox.push.apple.com:443"
 
+    /// The APNs server's name (or address) and port.
     public let host: String
     public let port: Int
     /// A PEM file of CA certificates to trust instead of the system's.
     public let caFile: String?
+    /// The app's bundle identifier (the topic is `BUNDLE.pushkit.fileprovider`).
     public let bundleID: String
+    /// The provider key's id (the JWT's `kid`).
     public let keyID: String
+    /// The developer team's id (the JWT's `iss`).
     public let teamID: String
     let key: P256.Signing.PrivateKey
     /// `apns-priority`. Apple's "Sending notification requests to APNs":

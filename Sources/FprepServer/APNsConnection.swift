@@ -190,7 +190,8 @@ private final class ConnectionWatcher: ChannelInboundHandler, Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        let text = TLS.explain(error, peer: "APNs") ?? "it does not speak HTTP/2 (\(error))"
+        // NIO's HTTP/2 errors describe themselves with their source file and line: the name says enough.
+        let text = TLS.explain(error, peer: "APNs") ?? "it does not speak HTTP/2 (\(String("\(error)".prefix { $0 != "(" })))"
         state.failure.update { $0 = $0 ?? text }
         context.close(promise: nil)
     }

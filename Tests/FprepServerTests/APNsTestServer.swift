@@ -88,6 +88,9 @@ final class APNsTestServer: Sendable {
     let mostInFlight = Locked(0)
     /// How long each answer waits (so that streams overlap).
     let delay = Locked<TimeAmount?>(nil)
+    /// After its next answer, the server sends GOAWAY on that connection (as
+    /// APNs does before it closes one), then closes it.
+    let goAwayAfterNextAnswer = Locked(false)
     let reply: Locked<@Sendable (ReceivedPush) -> APNsReply>
 
     private init(port: Int, channel: any Channel, reply: Locked<@Sendable (ReceivedPush) -> APNsReply>) {
@@ -206,6 +209,13 @@ private final class Recorder: ChannelInboundHandler {
                                                              headers: headers))), promise: nil)
         if !text.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil) }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        if server.goAwayAfterNextAnswer.update({ flag -> Bool in
+            defer { flag = false }
+            return flag
+        }), let connection = context.channel.parent {
+            let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: .maxID, errorCode: .noError, opaqueData: nil))
+            connection.writeAndFlush(goAway).whenComplete { _ in connection.close(promise: nil) }
+        }
     }
 
     func channelInactive(context: ChannelHandlerContext) {

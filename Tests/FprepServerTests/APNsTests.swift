@@ -112,7 +112,22 @@ struct APNsTests {
         #expect(await setup.fixture.service.apnsConnectionsOpened() == 1)
         #expect(Set(received.map(\.connection)) == [1])
         #expect(setup.apns.mostInFlight.get() > 1, "streams never overlapped")
+        #expect(setup.apns.mostInFlight.get() <= 100, "more streams at once than the client allows")
         #expect(Set(received.compactMap { $0.headers.first(name: "authorization") }).count == 1, "one provider token, reused")
+        await setup.stop()
+    }
+
+    @Test("after APNs' GOAWAY the next push opens a new connection")
+    func goAway() async throws {
+        let setup = try await APNsSetup()
+        _ = try await setup.register(deviceToken(1))
+        setup.apns.goAwayAfterNextAnswer.set(true)
+        try await setup.fixture.push([(anchor(1), anchor(2), [root])])
+        #expect(await eventually { await setup.fixture.service.statistics.delivered == 1 })
+        try await setup.fixture.push([(anchor(2), anchor(3), [root])])
+        #expect(await eventually { await setup.fixture.service.statistics.delivered == 2 })
+        #expect(setup.apns.received.get().map(\.connection) == [1, 2], "\(setup.apns.received.get().map(\.connection))")
+        #expect(await setup.fixture.service.apnsConnectionsOpened() == 2)
         await setup.stop()
     }
 
