@@ -135,6 +135,10 @@ actor ProviderTokenCache {
         return token
     }
 
-    /// Forgets the token after APNs called it expired.
-    func invalidate() { current = nil }
+    /// Forgets `token` after APNs called it expired; a newer one made
+    /// meanwhile (another device's push saw the same answer) is kept, so
+    /// that many answers at once make one new token, not one each.
+    func invalidate(_ token: String) {
+        if current?.token == token { current = nil }
+    }
 }

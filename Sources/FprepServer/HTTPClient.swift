@@ -83,7 +83,7 @@ public final class HTTPClient: Sendable {
         guard !isShutDown.get() else { throw HTTPClientError("the client is shut down") }
         let deadline = NIODeadline.now() + timeout
         // Connections to a given address are pooled apart from those the name found.
-        let key = request.url.authority + (address?.ipAddress.map { "@" + $0 } ?? "")
+        let key = (request.url.isSecure ? "https://" : "http://") + request.url.authority + (address?.ipAddress.map { "@" + $0 } ?? "")
         if let idle = await pool.take(key) {
             // A pooled connection the server closed meanwhile fails at once:
             // then the request goes again on a new one.

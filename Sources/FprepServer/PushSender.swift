@@ -191,7 +191,8 @@ actor PushSender {
         }
         var refreshed = false
         while true {
-            let headers = apns.headers(providerToken: await tokens.token(), now: wallClockNow())
+            let providerToken = await tokens.token()
+            let headers = apns.headers(providerToken: providerToken, now: wallClockNow())
             let response: APNsResponse
             do {
                 response = try await apnsConnection.send(path: "/3/device/\(deviceToken)", headers: headers, body: event.payload,
@@ -209,7 +210,7 @@ actor PushSender {
             case (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
                 return .rejected(reason)
             case (403, "ExpiredProviderToken") where !refreshed:
-                await tokens.invalidate()
+                await tokens.invalidate(providerToken)
                 refreshed = true
                 continue
             case (429, _), (500..<600, _):

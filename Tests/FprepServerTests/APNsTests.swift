@@ -117,6 +117,31 @@ struct APNsTests {
         await setup.stop()
     }
 
+    @Test("the provider token is reused for 40 minutes, then renewed (APNs: not older than 60, not renewed within 20)")
+    func providerTokenAge() async throws {
+        let folder = NSTemporaryDirectory() + "fprep-apns-key-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: folder + "/key.p8", atomically: true, encoding: .utf8)
+        let configuration = try APNsConfiguration(bundleID: "com.example.app", keyID: "K", teamID: "T", keyFile: folder + "/key.p8")
+        let cache = ProviderTokenCache(configuration)
+        let start: Int64 = 1_800_000_000
+        let first = await cache.token(now: start)
+        #expect(await cache.token(now: start + 20 * 60) == first)
+        #expect(await cache.token(now: start + 40 * 60 - 1) == first)
+        let second = await cache.token(now: start + 40 * 60)
+        #expect(second != first)
+        // An expired answer for an older token does not throw away the newer one.
+        await cache.invalidate(first)
+        #expect(await cache.token(now: start + 40 * 60 + 1) == second)
+        await cache.invalidate(second)
+        #expect(await cache.token(now: start + 40 * 60 + 2) != second)
+        #expect(configuration.host == "api.push.apple.com" && configuration.port == 443)
+        #expect(APNsConfiguration.hostAndPort("api.sandbox.push.apple.com")! == ("api.sandbox.push.apple.com", 443))
+        #expect(APNsConfiguration.hostAndPort("[::1]:8443")! == ("::1", 8443))
+        #expect(APNsConfiguration.hostAndPort("https://api.push.apple.com") == nil)
+    }
+
     @Test("after APNs' GOAWAY the next push opens a new connection")
     func goAway() async throws {
         let setup = try await APNsSetup()
