@@ -41,7 +41,7 @@ struct TLSServiceTests {
     func watchOverTLS() throws {
         try withSandbox { box in
             let certificates = try TestCertificates.make(in: box.at("certs"))
-            let remote = try box.makeRemote()
+            let remote = try box.makeRemote(domain: "tlsdomain")
             let replica = box.at("B")
             _ = try box.clone(remote.path, replica)
             let service = try box.startService(remote.path, extra: ["--tls-cert", certificates.certificateFile,
@@ -52,6 +52,15 @@ struct TLSServiceTests {
                                           "-w", "%{http_version} %{http_code}", url + "/v1/health"])
                 #expect(curl.stdout == "\(version) 200", "\(curl)")
             }
+            // The event stream over HTTP/2: a device registered with curl reads its first comment.
+            let registered = try Shell.run(["curl", "-sS", "--http2", "--cacert", certificates.caFile, "-H", "content-type: application/json",
+                                            "-d", #"{"domain":"tlsdomain","enrollment":"\#(service.enrollment)","channel":{"kind":"stream"}}"#,
+                                            url + "/v1/devices"])
+            let token = try #require((try? JSONSerialization.jsonObject(with: Data(registered.stdout.utf8)) as? [String: Any])?["token"] as? String,
+                                     "\(registered)")
+            let events = try Shell.run(["curl", "-sS", "--http2", "-N", "--max-time", "3", "--cacert", certificates.caFile,
+                                        "-w", "%{http_version}", "-H", "authorization: Bearer \(token)", url + "/v1/events"])
+            #expect(events.stdout.hasPrefix(": fprep push stream for dev-") && events.stdout.hasSuffix("\n2"), "\(events)")
             // Plain HTTP to the TLS port gets nothing served.
             let plain = try Shell.run(["curl", "-sS", "--max-time", "10", "http://127.0.0.1:\(service.port)/v1/health"])
             #expect(plain.status != 0 && !plain.stdout.contains("ok"), "\(plain)")
