@@ -12,6 +12,10 @@ public enum TLS {
     public static func clientContext(caFile: String?, protocols: [String]) throws -> NIOSSLContext {
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.applicationProtocols = protocols
+        // A client that closes has read all it wants: it does not wait 5 s
+        // (NIO's default) for the peer's close_notify (a server streaming
+        // events may not read it soon), which held `fprep watch` up at exit.
+        configuration.shutdownTimeout = .milliseconds(200)
         if let caFile {
             let certificates: [NIOSSLCertificate]
             do {
@@ -48,6 +52,8 @@ public enum TLS {
         var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
                                                                     privateKey: .privateKey(key))
         configuration.applicationProtocols = protocols
+        // The service stopping closes every connection: a second is enough for the peers' close_notify.
+        configuration.shutdownTimeout = .seconds(1)
         do {
             return try NIOSSLContext(configuration: configuration)
         } catch {
