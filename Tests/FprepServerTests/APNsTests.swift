@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Glibc
 import FprepCore
 import NIOCore
 import NIOPosix
@@ -142,6 +143,57 @@ struct APNsTests {
         #expect(APNsConfiguration.hostAndPort("https://api.push.apple.com") == nil)
     }
 
+    @Test("against nghttpd (nghttp2's HTTP/2 server, another implementation): the headers arrive, pushes share one connection, a 404 is dropped")
+    func nghttpd() async throws {
+        let certificates = try TestCertificates.make()
+        defer { certificates.remove() }
+        try FileManager.default.createDirectory(atPath: certificates.folder + "/docroot", withIntermediateDirectories: true)
+        // A port the kernel picks, free again for nghttpd.
+        let probe = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
+        let port = probe.localAddress?.port ?? 0
+        try await probe.close()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/sbin/nghttpd")
+        server.arguments = ["-v", "-d", certificates.folder + "/docroot", "--address", "127.0.0.1", String(port),
+                            certificates.keyFile, certificates.certificateFile]
+        let logFile = certificates.folder + "/nghttpd.log"
+        FileManager.default.createFile(atPath: logFile, contents: nil)
+        server.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        // Foundation reaps it.
+        defer { kill(server.processIdentifier, SIGKILL) }
+        #expect(await eventually { isListening(port) }, "nghttpd did not listen (setup.sh installs nghttp2-server)")
+
+        let keyFile = certificates.folder + "/apns.p8"
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        let configuration = try APNsConfiguration(server: "127.0.0.1:\(port)", caFile: certificates.caFile, bundleID: "com.example.app",
+                                                  keyID: "KEY1234567", teamID: "TEAM123456", keyFile: keyFile)
+        let logs = Locked<[String]>([])
+        let fixture = try await ServiceFixture { settings in
+            settings.apns = configuration
+            settings.log = { line in logs.update { $0.append(line) } }
+        }
+        let token = deviceToken(7)
+        let device = try await fixture.register(#"{"kind":"apns","device-token":"\#(token)"}"#)
+        // Two pushes, the second after the first was answered (else they coalesce into one).
+        for (round, (old, new)) in [(anchor(1), anchor(2)), (anchor(2), anchor(3))].enumerated() {
+            try await fixture.push([(old, new, [root])])
+            #expect(await eventually { logs.get().filter { $0.contains("dropped: APNs answered 404") }.count == round + 1 },
+                    "\(logs.get())")
+        }
+        let log = (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? ""
+        let paths = log.split(separator: "\n").filter { $0.contains(":path: /3/device/\(token)") }
+        #expect(paths.count == 2, "\(log)")
+        // nghttpd numbers its connections: both requests came on the same one.
+        #expect(Set(paths.map { $0.prefix { $0 != " " } }).count == 1, "\(paths)")
+        #expect(log.contains(":method: POST") && log.contains("apns-push-type: fileprovider")
+                && log.contains("apns-topic: com.example.app.pushkit.fileprovider") && log.contains("apns-priority: 5"), "\(log)")
+        // A 404 drops the push, not the device.
+        #expect(try await fixture.call(.GET, "/v1/devices/me", token: device.token).status == 200)
+        await fixture.stop()
+    }
+
     @Test("after APNs' GOAWAY the next push opens a new connection")
     func goAway() async throws {
         let setup = try await APNsSetup()
@@ -249,5 +301,19 @@ struct APNsTests {
             #expect(await setup.fixture.service.statistics.delivered == 0)
             await setup.stop()
         }
+    }
+}
+
+/// Whether something listens on 127.0.0.1:`port`.
+func isListening(_ port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
     }
 }
