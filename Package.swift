@@ -29,6 +29,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // HMAC-SHA256 webhook signatures and ES256 APNs provider tokens (FprepServer).
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // APNs speaks HTTP/2 only (FprepServer's APNs client), and the service
+        // serves HTTP/2 beside HTTP/1.1 by ALPN (`fprep serve --tls-cert`).
+        .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+        // TLS: to APNs, for the service's own API (`--tls-cert/--tls-key`),
+        // and for devices that verify it (`fprep watch --ca`) (FprepServer).
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // libgit2 from the system (Debian: libgit2-dev); only FprepGit imports it.
@@ -69,6 +75,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -127,7 +135,15 @@ let package = Package(
         ),
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
-        .testTarget(name: "FprepServerTests", dependencies: ["FprepServer", "FprepCore", "FprepGit"]),
+        // The APNs tests' peer is a real HTTP/2 server over TLS, written with the same NIO stack.
+        .testTarget(name: "FprepServerTests", dependencies: [
+            "FprepServer", "FprepCore", "FprepGit",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ]),
         .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep", .product(name: "Crypto", package: "swift-crypto")],
                     exclude: ["Golden"]),
         .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),

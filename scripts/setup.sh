@@ -5,7 +5,9 @@
 # git, and attr (getfattr, used by the quickstart to show placeholder attributes). The tests
 # also use e2fsprogs (a small ext4 image for the full-disk tests: mkfs.ext4, chattr), strace
 # (to hold a program inside the swap a race test needs), python3 (mmap and append writers) and
-# lighttpd (a real web server in front of git http-backend for the smart-HTTP tests).
+# lighttpd (a real web server in front of git http-backend for the smart-HTTP tests), openssl (the
+# TLS tests make a test CA and certificates with it), curl (checks HTTP/2 and HTTP/1.1 by ALPN) and
+# nghttp2-server (nghttpd: an HTTP/2 server of another make for the APNs client).
 set -euo pipefail
 need=()
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
@@ -19,6 +21,11 @@ command -v strace >/dev/null || need+=(strace)
 [ -x /usr/bin/python3 ] || need+=(python3)
 # The smart-HTTP tests serve git http-backend through a real web server.
 command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
+# The TLS and APNs tests: certificates made at test time, an HTTP/2 client, and nghttp2's
+# HTTP/2 server (nghttpd), a second implementation that the APNs client is checked against.
+command -v openssl >/dev/null || need+=(openssl)
+command -v curl >/dev/null || need+=(curl)
+[ -x /usr/sbin/nghttpd ] || need+=(nghttp2-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

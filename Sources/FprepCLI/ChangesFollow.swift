@@ -117,7 +117,7 @@ private final class EnumeratorLease {
     private func connect() {
         let settings = try? replica.open("changes", exclusive: false).pushSettings()
         if let address = settings?.service, let url = ServiceURL(address), let token = settings?.token {
-            client = DeviceClient.make(service: url, timeoutSeconds: 2)
+            client = DeviceClient.make(service: url, timeoutSeconds: 2, caFile: settings?.ca)
             self.token = token
         }
     }

@@ -14,9 +14,11 @@ struct Serve: ParsableCommand {
 
             A device registers with an enrollment secret of the remote's domain, which an admin mints with 'fprep serve enroll' (only its hash is kept); 'fprep serve devices' lists the devices and secrets, 'fprep serve revoke' revokes a device's token or a secret. A device only ever hears about its own domain.
 
-            Devices receive pushes over a server-sent event stream (what 'fprep watch' uses; Last-Event-ID resumes it), as webhook POSTs, or as APNs requests (apns-topic BUNDLE.pushkit.fileprovider, apns-push-type fileprovider, an ES256 provider token) sent to --apns-endpoint, which must speak plain HTTP/1.1 (a TLS relay in front of APNs, or a test sink).
+            Devices receive pushes over a server-sent event stream (what 'fprep watch' uses; Last-Event-ID resumes it), as webhook POSTs, or through APNs: the service keeps one HTTP/2 connection over TLS to --apns-host (api.push.apple.com:443, or with --apns-sandbox api.sandbox.push.apple.com:443) and sends each push on a stream of it as POST /3/device/TOKEN with apns-topic BUNDLE.pushkit.fileprovider, apns-push-type fileprovider, apns-priority 5, apns-expiration an hour on, and an ES256 provider token (renewed every 40 minutes) made with --apns-key. APNs' 410 Unregistered (unless the device registered again after its timestamp) and 400 BadDeviceToken unregister the device; 429 and 5xx are tried again with growing pauses; a request with no answer in 5 s is given up alone.
 
             A webhook POST carries x-fprep-timestamp (seconds since 1970), x-fprep-delivery (an id kept on retries) and x-fprep-signature: sha256= and the hex HMAC-SHA256, keyed with the device's webhook secret, of TIMESTAMP.DELIVERY.BODY; a receiver refuses old timestamps and ids it saw. Webhooks go only to public addresses: the URL's host is resolved once, every address checked, and the checked address connected to. Loopback, link-local, private, unspecified, multicast and reserved addresses are refused (at registration for a literal address, at delivery for a name) unless --allow-webhook-host names the URL's host; cloud metadata addresses (169.254.169.254, fd00:ec2::254) always.
+
+            The API speaks plain HTTP on loopback only. On any other address it needs TLS: --tls-cert FILE and --tls-key FILE (PEM) serve HTTP/1.1 and HTTP/2, chosen by ALPN, and devices reach it as https://HOST:PORT ('fprep watch --ca FILE' when a private CA signed the certificate); the hook then pokes the service on a second, loopback-only listener. --insecure-listen serves plain HTTP on any address, for a TLS proxy in front.
 
             State (devices, token hashes, enrollment secrets' hashes, active enumerators, numbered events) is in fprep/service.db and survives a restart. Stop with SIGINT or SIGTERM.
 
@@ -24,7 +26,9 @@ struct Serve: ParsableCommand {
 
             Example: fprep serve --remote ~/remotes/photos.git --listen 127.0.0.1:7411
             Example: fprep serve enroll --remote ~/remotes/photos.git --expires 30d
-            Example: fprep serve --mirror https://github.com/me/photos.git --remote ~/mirrors/photos.git --webhook-secret-file ~/.config/fprep/photos.secret --listen 0.0.0.0:7411
+            Example: fprep serve --remote ~/remotes/photos.git --listen 0.0.0.0:7411 --tls-cert /etc/fprep/push.pem --tls-key /etc/fprep/push.key
+            Example: fprep serve --remote ~/remotes/photos.git --apns-bundle-id com.example.Photos --apns-key-id ABC123DEFG --apns-team-id DEF123GHIJ --apns-key AuthKey_ABC123DEFG.p8
+            Example: fprep serve --mirror https://github.com/me/photos.git --remote ~/mirrors/photos.git --webhook-secret-file ~/.config/fprep/photos.secret --listen 0.0.0.0:7411 --tls-cert /etc/fprep/push.pem --tls-key /etc/fprep/push.key
             """,
         subcommands: [ServeEnroll.self, ServeDevices.self, ServeRevoke.self]
     )
@@ -45,6 +49,15 @@ struct Serve: ParsableCommand {
 
     @Option(help: ArgumentHelp("Address to listen on; port 0 lets the system choose.", valueName: "HOST:PORT"))
     var listen = "127.0.0.1:7411"
+
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Serve the API over TLS (HTTP/1.1 and HTTP/2) with this PEM certificate chain, the server's certificate first.", valueName: "FILE"))
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("The PEM private key of --tls-cert.", valueName: "FILE"))
+    var tlsKey: String?
+
+    @Flag(name: .customLong("insecure-listen"), help: "Serve plain HTTP on an address other than loopback (only behind a TLS proxy: bearer tokens cross the network).")
+    var insecureListen = false
 
     @Option(name: .customLong("rate-limit"), help: "Requests a second each client address may make (0: no limit).")
     var rateLimit: Double = 50
@@ -71,7 +84,16 @@ struct Serve: ParsableCommand {
             help: ArgumentHelp("Let webhooks go to HOST (a name or address, as in the URL) even where it is loopback or private; repeatable.", valueName: "HOST"))
     var allowWebhookHosts: [String] = []
 
-    @Option(name: .customLong("apns-endpoint"), help: ArgumentHelp("Where APNs requests go (http://HOST:PORT).", valueName: "URL"))
+    @Option(name: .customLong("apns-host"), help: ArgumentHelp("The APNs server (default api.push.apple.com:443).", valueName: "HOST[:PORT]"))
+    var apnsHost: String?
+
+    @Flag(name: .customLong("apns-sandbox"), help: "Send to APNs' development server, api.sandbox.push.apple.com:443 (apps built for development).")
+    var apnsSandbox = false
+
+    @Option(name: .customLong("apns-ca"), help: ArgumentHelp("Trust only the CA certificates in FILE (PEM) for the APNs server, instead of the system's (a test server).", valueName: "FILE"))
+    var apnsCA: String?
+
+    @Option(name: .customLong("apns-endpoint"), help: .hidden)
     var apnsEndpoint: String?
 
     @Option(name: .customLong("apns-bundle-id"), help: "The app's bundle identifier (the topic is BUNDLE.pushkit.fileprovider).")
@@ -92,13 +114,18 @@ struct Serve: ParsableCommand {
               (0...65535).contains(port), colon > listen.startIndex else {
             throw FprepError(.usage, "'\(listen)' is not HOST:PORT for --listen")
         }
-        let apnsValues = [apnsEndpoint, apnsBundleID, apnsKeyID, apnsTeamID, apnsKey]
+        if apnsEndpoint != nil {
+            throw FprepError(.usage, "--apns-endpoint is gone: the service speaks HTTP/2 over TLS to APNs itself (use --apns-host HOST[:PORT] or --apns-sandbox)")
+        }
+        let apnsValues = [apnsHost, apnsCA, apnsBundleID, apnsKeyID, apnsTeamID, apnsKey]
         let apns: APNsConfiguration?
-        if apnsValues.contains(where: { $0 != nil }) {
-            guard let apnsEndpoint, let apnsBundleID, let apnsKeyID, let apnsTeamID, let apnsKey else {
-                throw FprepError(.usage, "APNs needs all of --apns-endpoint, --apns-bundle-id, --apns-key-id, --apns-team-id and --apns-key")
+        if apnsValues.contains(where: { $0 != nil }) || apnsSandbox {
+            guard let apnsBundleID, let apnsKeyID, let apnsTeamID, let apnsKey else {
+                throw FprepError(.usage, "APNs needs all of --apns-bundle-id, --apns-key-id, --apns-team-id and --apns-key")
             }
-            apns = try APNsConfiguration(endpoint: apnsEndpoint, bundleID: apnsBundleID, keyID: apnsKeyID,
+            if apnsSandbox && apnsHost != nil { throw FprepError(.usage, "give --apns-host or --apns-sandbox, not both") }
+            let server = apnsHost ?? (apnsSandbox ? APNsConfiguration.sandbox : APNsConfiguration.production)
+            apns = try APNsConfiguration(server: server, caFile: apnsCA, bundleID: apnsBundleID, keyID: apnsKeyID,
                                          teamID: apnsTeamID, keyFile: apnsKey)
         } else {
             apns = nil
@@ -125,6 +152,9 @@ struct Serve: ParsableCommand {
         }
         options.host = String(listen[..<colon]).trimmingBrackets
         options.port = port
+        options.tlsCertificate = tlsCertificate
+        options.tlsKey = tlsKey
+        options.insecureListen = insecureListen
         options.rateLimit = rateLimit
         options.rateBurst = burst
         options.pollInterval = .milliseconds(Int64(pollSeconds * 1000))

@@ -23,8 +23,10 @@ public struct DeviceClient: Sendable {
     }
 
     /// A client on NIO's shared event loops, for a command's few calls.
-    public static func make(service: ServiceURL, timeoutSeconds: Int64) -> DeviceClient {
-        DeviceClient(service: service, client: HTTPClient(group: MultiThreadedEventLoopGroup.singleton),
+    /// `caFile`: the CA an https service's certificate is checked against
+    /// (nil: the system's trust store).
+    public static func make(service: ServiceURL, timeoutSeconds: Int64, caFile: String? = nil) -> DeviceClient {
+        DeviceClient(service: service, client: HTTPClient(group: MultiThreadedEventLoopGroup.singleton, caFile: caFile),
                      timeout: .seconds(timeoutSeconds))
     }
 

@@ -2,6 +2,7 @@ import FoundationEssentials
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 /// A request the client sends.
 public struct ClientRequest: Sendable {
@@ -32,20 +33,41 @@ public struct HTTPClientError: Error, CustomStringConvertible, Sendable {
     init(_ description: String) { self.description = description }
 }
 
+/// TLS refused the server (its certificate is not trusted or does not name
+/// it): trying again will not help.
+public struct TLSFailure: Error, CustomStringConvertible, Sendable {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
 /// A small HTTP/1.1 client on SwiftNIO: keep-alive connections pooled per
 /// server (a delivery to 10,000 webhooks on one sink reuses a few sockets
 /// instead of opening 10,000), a deadline per request, responses read in
-/// full up to a limit.
+/// full up to a limit. `https://` URLs go over TLS, the server's
+/// certificate checked against the system's trust store or `caFile`.
 public final class HTTPClient: Sendable {
     let group: any EventLoopGroup
     private let pool = ConnectionPool()
     private let maxResponseBytes: Int
     /// Set by `shutdown`: no new connection may be asked of the event loops.
     let isShutDown = Locked(false)
+    private let caFile: String?
+    /// Made at the first https request (reading the trust store costs time).
+    private let tlsContext = Locked<NIOSSLContext?>(nil)
 
-    public init(group: any EventLoopGroup, maxResponseBytes: Int = 1 << 20) {
+    public init(group: any EventLoopGroup, maxResponseBytes: Int = 1 << 20, caFile: String? = nil) {
         self.group = group
         self.maxResponseBytes = maxResponseBytes
+        self.caFile = caFile
+    }
+
+    /// The TLS context for `url`, nil for plain HTTP.
+    func tls(for url: ServiceURL) throws -> NIOSSLContext? {
+        guard url.isSecure else { return nil }
+        if let context = tlsContext.get() { return context }
+        let context = try TLS.clientContext(caFile: caFile, protocols: ["http/1.1"])
+        tlsContext.set(context)
+        return context
     }
 
     /// Sends `request` and reads the answer, within `timeout` in all
@@ -61,14 +83,14 @@ public final class HTTPClient: Sendable {
         guard !isShutDown.get() else { throw HTTPClientError("the client is shut down") }
         let deadline = NIODeadline.now() + timeout
         // Connections to a given address are pooled apart from those the name found.
-        let key = request.url.authority + (address?.ipAddress.map { "@" + $0 } ?? "")
+        let key = (request.url.isSecure ? "https://" : "http://") + request.url.authority + (address?.ipAddress.map { "@" + $0 } ?? "")
         if let idle = await pool.take(key) {
             // A pooled connection the server closed meanwhile fails at once:
             // then the request goes again on a new one.
             if let response = try? await exchange(request, on: idle, deadline: deadline, key: key) { return response }
         }
         let fresh = try await PooledConnection.connect(to: request.url, address: address, group: group, timeout: timeout,
-                                                       maxResponseBytes: maxResponseBytes)
+                                                       maxResponseBytes: maxResponseBytes, tls: try tls(for: request.url))
         return try await exchange(request, on: fresh, deadline: deadline, key: key)
     }
 
@@ -131,7 +153,7 @@ private final class PooledConnection: Sendable {
     var isActive: Bool { channel.isActive }
 
     static func connect(to url: ServiceURL, address: SocketAddress?, group: any EventLoopGroup, timeout: TimeAmount,
-                        maxResponseBytes: Int) async throws -> PooledConnection {
+                        maxResponseBytes: Int, tls: NIOSSLContext?) async throws -> PooledConnection {
         let channel: any Channel
         do {
             let bootstrap = ClientBootstrap(group: group)
@@ -139,8 +161,9 @@ private final class PooledConnection: Sendable {
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        if let tls { try channel.pipeline.syncOperations.addHandler(try TLS.clientHandler(tls, host: url.host)) }
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        try channel.pipeline.syncOperations.addHandler(ResponseCollector(limit: maxResponseBytes))
+                        try channel.pipeline.syncOperations.addHandler(ResponseCollector(limit: maxResponseBytes, peer: url.authority))
                     }
                 }
             if let address {
@@ -192,13 +215,20 @@ private final class ResponseCollector: ChannelInboundHandler {
     typealias InboundIn = HTTPClientResponsePart
 
     private let limit: Int
+    private let peer: String
     private var promise: EventLoopPromise<(ClientResponse, Bool)>?
     private var head: HTTPResponseHead?
     private var body: [UInt8] = []
+    /// A TLS failure seen before a request started (the handshake runs at connect).
+    private var tlsFailure: TLSFailure?
 
-    init(limit: Int) { self.limit = limit }
+    init(limit: Int, peer: String) {
+        self.limit = limit
+        self.peer = peer
+    }
 
     func start(_ promise: EventLoopPromise<(ClientResponse, Bool)>) {
+        if let tlsFailure { return promise.fail(tlsFailure) }
         self.promise = promise
         head = nil
         body = []
@@ -229,12 +259,17 @@ private final class ResponseCollector: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        fail(HTTPClientError("connection failed: \(error)"))
+        if let text = TLS.explain(error, peer: peer) {
+            tlsFailure = TLSFailure(text)
+            fail(TLSFailure(text))
+        } else {
+            fail(HTTPClientError("connection failed: \(error)"))
+        }
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        fail(HTTPClientError("the server closed the connection"))
+        fail(tlsFailure ?? HTTPClientError("the server closed the connection"))
         context.fireChannelInactive()
     }
 }

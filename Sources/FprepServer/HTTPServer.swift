@@ -3,13 +3,18 @@ import FprepCore
 
 import NIOCore
 import NIOHTTP1
+import NIOHTTP2
 import NIOPosix
+import NIOSSL
 
 /// A small HTTP/1.1 server on SwiftNIO: each request is read in full (up to
 /// `maxBodyBytes`, else 413 and the connection closes), handed to the
 /// handler, and answered; keep-alive and pipelining as NIO's server pipeline
 /// does them; a malformed request gets NIO's 400. A streamed answer
 /// (server-sent events) runs until its stream ends or the client leaves.
+/// With TLS it speaks HTTP/1.1 and HTTP/2, as ALPN chooses: each HTTP/2
+/// stream is turned into HTTP/1 parts by NIO's codec and served as a request
+/// of its own by the same code.
 public final class HTTPServer: Sendable {
     public typealias Handler = @Sendable (HTTPRequest) async -> HTTPResponse
 
@@ -21,39 +26,97 @@ public final class HTTPServer: Sendable {
     private let open: OpenChannels
 
     /// Binds `host:port` and starts serving; returns once the socket listens.
+    /// With `tls`, connections are TLS and HTTP/1.1 or HTTP/2 by ALPN.
     public static func start(host: String, port: Int, group: any EventLoopGroup, maxBodyBytes: Int = 64 * 1024,
-                             idleTimeout: TimeAmount = .seconds(60), handler: @escaping Handler) async throws -> HTTPServer {
+                             idleTimeout: TimeAmount = .seconds(60), tls: NIOSSLContext? = nil,
+                             handler: @escaping Handler) async throws -> HTTPServer {
         let open = OpenChannels()
-        let listener = try await ServerBootstrap(group: group)
+        let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 4096)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .bind(host: host, port: port) { channel in
+        // Idle in both directions for this long: closed. A server-sent event
+        // stream writes heartbeats to stay open.
+        @Sendable func addIdleHandlers(_ channel: any Channel) throws {
+            try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idleTimeout))
+            try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
+        }
+        let serverChannel: any Channel
+        let loop: Task<Void, Never>
+        if let tls {
+            let listener = try await bootstrap.bind(host: host, port: port) { channel in
                 open.add(channel)
                 return channel.eventLoop.makeCompletedFuture {
-                    // Idle in both directions for this long: closed. A
-                    // server-sent event stream writes heartbeats to stay open.
-                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idleTimeout))
-                    try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
+                    try addIdleHandlers(channel)
+                }.flatMap {
+                    channel.configureAsyncHTTPServerPipeline { connection in
+                        connection.eventLoop.makeCompletedFuture {
+                            try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: connection)
+                        }
+                    } http2ConnectionInitializer: { connection in
+                        connection.eventLoop.makeSucceededVoidFuture()
+                    } http2StreamInitializer: { stream in
+                        stream.eventLoop.makeCompletedFuture {
+                            try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
+                            return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: stream)
+                        }
+                    }
+                }
+            }
+            serverChannel = listener.channel
+            loop = Task {
+                await withDiscardingTaskGroup { connections in
+                    try? await listener.executeThenClose { inbound in
+                        for try await negotiation in inbound {
+                            connections.addTask {
+                                // A failed handshake (a client that does not trust the certificate…) ends here.
+                                guard let negotiated = try? await negotiation.get() else { return }
+                                switch negotiated {
+                                case .http1_1(let connection):
+                                    await serve(connection, maxBodyBytes: maxBodyBytes, handler: handler)
+                                case .http2((_, let streams)):
+                                    await withDiscardingTaskGroup { requests in
+                                        do {
+                                            for try await stream in streams.inbound {
+                                                requests.addTask { await serve(stream, maxBodyBytes: maxBodyBytes, handler: handler) }
+                                            }
+                                        } catch {}
+                                        requests.cancelAll()
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    connections.cancelAll()
+                }
+            }
+        } else {
+            let listener = try await bootstrap.bind(host: host, port: port) { channel in
+                open.add(channel)
+                return channel.eventLoop.makeCompletedFuture {
+                    try addIdleHandlers(channel)
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
                 }
             }
-        let boundPort = listener.channel.localAddress?.port ?? port
-        let loop = Task {
-            await withDiscardingTaskGroup { connections in
-                try? await listener.executeThenClose { inbound in
-                    for try await connection in inbound {
-                        connections.addTask {
-                            await serve(connection, maxBodyBytes: maxBodyBytes, handler: handler)
+            serverChannel = listener.channel
+            loop = Task {
+                await withDiscardingTaskGroup { connections in
+                    try? await listener.executeThenClose { inbound in
+                        for try await connection in inbound {
+                            connections.addTask {
+                                await serve(connection, maxBodyBytes: maxBodyBytes, handler: handler)
+                            }
                         }
                     }
+                    // The listener is closed: end every connection still open.
+                    connections.cancelAll()
                 }
-                // The listener is closed: end every connection still open.
-                connections.cancelAll()
             }
         }
-        return HTTPServer(port: boundPort, host: host, serverChannel: listener.channel, acceptLoop: loop, open: open)
+        let boundPort = serverChannel.localAddress?.port ?? port
+        return HTTPServer(port: boundPort, host: host, serverChannel: serverChannel, acceptLoop: loop, open: open)
     }
 
     private init(port: Int, host: String, serverChannel: any Channel, acceptLoop: Task<Void, Never>, open: OpenChannels) {
@@ -78,7 +141,8 @@ public final class HTTPServer: Sendable {
     /// answer closes it.
     private static func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>,
                               maxBodyBytes: Int, handler: Handler) async {
-        let client = connection.channel.remoteAddress?.ipAddress ?? "unknown"
+        // An HTTP/2 stream's peer is its connection's.
+        let client = (connection.channel.remoteAddress ?? connection.channel.parent?.remoteAddress)?.ipAddress ?? "unknown"
         let closed = connection.channel.closeFuture
         try? await connection.executeThenClose { inbound, outbound in
             var parts = inbound.makeAsyncIterator()

@@ -10,6 +10,8 @@ public enum Poke {
     /// within `timeoutMilliseconds`.
     @discardableResult
     public static func send(_ url: ServiceURL, bearer: String, timeoutMilliseconds: Int) -> Bool {
+        // The service records a plain loopback address for the hook even when it serves TLS.
+        guard !url.isSecure else { return false }
         let deadline = now() + Double(timeoutMilliseconds) / 1000
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)

@@ -32,14 +32,14 @@ public final class PushFollower: @unchecked Sendable {
                  onPush: @escaping @Sendable () -> Void, connection: @escaping @Sendable (String?) -> Void,
                  note: @escaping @Sendable (String) -> Void) {
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        client = HTTPClient(group: group)
+        client = HTTPClient(group: group, caFile: settings.ca)
         let stream = ServiceStream(device: DeviceClient(service: url, client: client), root: root, domain: domain, branch: branch,
                                    replicated: false, name: "fprep agent \(root)", maxBackoff: .seconds(10), idleTimeout: .seconds(65),
                                    output: note, withReplica: { try withReplica($0, command: "agent", $1) })
         let shared = Locked(settings)
         let connected = Locked(false)
         task = Task {
-            await stream.follow(shared, onOpen: {
+            let failure = await stream.follow(shared, onOpen: {
                 connected.set(true)
                 connection(nil)
                 note("connected to the push service \(url)")
@@ -58,6 +58,11 @@ public final class PushFollower: @unchecked Sendable {
                 connected.set(false)
                 connection(reason)
             })
+            // A certificate refused: said once; the worker polls the remote as without a service.
+            if let failure {
+                note("not following the push service \(url): \(failure)")
+                connection(failure.description)
+            }
         }
     }
 

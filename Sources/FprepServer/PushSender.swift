@@ -11,11 +11,15 @@ actor PushSender {
     private let client: HTTPClient
     private let apns: APNsConfiguration?
     private let tokens: ProviderTokenCache?
+    /// The one HTTP/2 connection to APNs all devices' pushes share.
+    let apnsConnection: APNsConnection?
     private let timeout: TimeAmount
     /// Where webhooks may go.
     private let policy: WebhookPolicy
     private let onDelivered: @Sendable (_ device: String, _ seq: Int64) async -> Void
-    private let onRejected: @Sendable (_ device: String, _ reason: String) async -> Void
+    /// `since`: APNs' timestamp (ms since 1970) from when the device token is
+    /// known to be invalid; a device that registered after it is kept.
+    private let onRejected: @Sendable (_ device: String, _ reason: String, _ since: Int64?) async -> Void
     private let log: @Sendable (String) -> Void
     private var queues: [String: (channel: DeliveryChannel, events: [DeviceEvent])] = [:]
     /// The sender task of each device with a queue.
@@ -29,11 +33,17 @@ actor PushSender {
     init(client: HTTPClient, apns: APNsConfiguration?, timeout: TimeAmount, concurrency: Int, policy: WebhookPolicy,
          backoff: [Double] = [0.25, 0.5, 1, 2, 4, 8, 15, 30],
          onDelivered: @escaping @Sendable (String, Int64) async -> Void,
-         onRejected: @escaping @Sendable (String, String) async -> Void,
-         log: @escaping @Sendable (String) -> Void) {
+         onRejected: @escaping @Sendable (String, String, Int64?) async -> Void,
+         log: @escaping @Sendable (String) -> Void) throws {
         self.client = client
         self.apns = apns
         tokens = apns.map(ProviderTokenCache.init)
+        if let apns {
+            let tls = try TLS.clientContext(caFile: apns.caFile, protocols: ["h2"])
+            apnsConnection = APNsConnection(host: apns.host, port: apns.port, tls: tls, group: client.group)
+        } else {
+            apnsConnection = nil
+        }
         self.timeout = timeout
         self.policy = policy
         slots = Slots(count: concurrency)
@@ -66,6 +76,7 @@ actor PushSender {
         for task in running { task.cancel() }
         await slots.wakeAll()
         for task in running { await task.value }
+        await apnsConnection?.shutdown()
     }
 
     /// Drops a device's queue (it unregistered).
@@ -96,15 +107,17 @@ actor PushSender {
                 switch outcome {
                 case .delivered:
                     await onDelivered(device, event.seq)
-                case .rejected(let reason):
+                case .rejected(let reason, let since):
                     // The endpoint will never take it (unknown device token…).
                     queues[device] = nil
                     workers[device] = nil
-                    await onRejected(device, reason)
+                    await onRejected(device, reason, since)
                     return
                 case .dropped(let reason):
                     log("event \(event.seq) for device \(device) dropped: \(reason)")
                 case .retry(let reason):
+                    // Said once per event: the attempts after it say it again until the last.
+                    if attempt == 0 { log("event \(event.seq) for device \(device) not sent, trying again: \(reason)") }
                     if attempt < backoff.count && !stopped && !Task.isCancelled {
                         try? await Task.sleep(for: .milliseconds(Int64(backoff[attempt] * 1000)))
                         attempt += 1
@@ -122,8 +135,9 @@ actor PushSender {
         case retry(String)
         /// The endpoint refused this event; the next ones are still sent.
         case dropped(String)
-        /// The endpoint will never take anything for this device (APNs: bad or unregistered token).
-        case rejected(String)
+        /// The endpoint will never take anything for this device (APNs: bad
+        /// or unregistered token; `since`: APNs' timestamp of it, ms).
+        case rejected(String, since: Int64? = nil)
     }
 
     private func send(_ event: DeviceEvent, of device: String, on channel: DeliveryChannel) async -> Outcome {
@@ -152,26 +166,79 @@ actor PushSender {
             ]
             request = ClientRequest(.POST, url, headers: headers, body: event.payload)
         case .apns(let deviceToken):
-            guard let apns, let tokens else { return .rejected("no APNs endpoint is configured (start 'fprep serve' with --apns-…)") }
-            request = apns.request(deviceToken: deviceToken, payload: event.payload, providerToken: await tokens.token())
+            return await sendAPNs(event, to: deviceToken)
         }
         do {
             let response = try await client.send(request, connectingTo: address, timeout: timeout)
             switch response.status {
             case 200..<300: return .delivered
-            case 403 where ServiceError.message(in: response.body).contains("ExpiredProviderToken"):
-                await tokens?.invalidate()
-                return .retry("the provider token expired")
-            case 400, 404, 410, 413:
-                let reason = "\(response.status) \(ServiceError.message(in: response.body))"
-                if case .apns = channel { return .rejected(reason) }
-                return .dropped(reason)
-            default:
-                return .retry("\(response.status) \(ServiceError.message(in: response.body))")
+            case 400, 404, 410, 413: return .dropped("\(response.status) \(ServiceError.message(in: response.body))")
+            default: return .retry("\(response.status) \(ServiceError.message(in: response.body))")
             }
         } catch {
             return .retry("\(error)")
         }
+    }
+
+    /// One push through APNs, and what its answer means (Apple's "Handling
+    /// notification responses from APNs"): 200 sent; 410 Unregistered and
+    /// 400 BadDeviceToken: the token is dead; 403 ExpiredProviderToken: a
+    /// new provider token, once, at once; 429 and 5xx: again later; any
+    /// other answer drops this push.
+    private func sendAPNs(_ event: DeviceEvent, to deviceToken: String) async -> Outcome {
+        guard let apns, let tokens, let apnsConnection else {
+            return .rejected("no APNs server is configured (start 'fprep serve' with --apns-…)")
+        }
+        var refreshed = false
+        while true {
+            let providerToken = await tokens.token()
+            let headers = apns.headers(providerToken: providerToken, now: wallClockNow())
+            let response: APNsResponse
+            do {
+                response = try await apnsConnection.send(path: "/3/device/\(deviceToken)", headers: headers, body: event.payload,
+                                                         timeout: timeout)
+            } catch {
+                return .retry("\(error)")
+            }
+            let answer = APNsAnswer(response.body)
+            let reason = "APNs answered \(response.status) \(answer.reason ?? answer.text)"
+            switch (response.status, answer.reason) {
+            case (200, _):
+                return .delivered
+            case (410, _):
+                return .rejected(reason, since: answer.timestamp)
+            case (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
+                return .rejected(reason)
+            case (403, "ExpiredProviderToken") where !refreshed:
+                await tokens.invalidate(providerToken)
+                refreshed = true
+                continue
+            case (429, _), (500..<600, _):
+                return .retry(reason)
+            default:
+                return .dropped(reason)
+            }
+        }
+    }
+}
+
+/// APNs' error body, `{"reason": "...", "timestamp": ms}` (timestamp with 410 only).
+struct APNsAnswer {
+    var reason: String?
+    var timestamp: Int64?
+    /// The body's first line when it is not that JSON.
+    var text: String
+
+    init(_ body: [UInt8]) {
+        struct Fields: Decodable {
+            let reason: String?
+            let timestamp: Int64?
+        }
+        let fields = try? JSONCoding.decode(Fields.self, from: body)
+        reason = fields?.reason
+        timestamp = fields?.timestamp
+        let first = String(decoding: body.prefix(200), as: UTF8.self).split(separator: "\n").first.map(String.init)
+        text = fields == nil ? (first.map { "(not APNs' JSON: \($0))" } ?? "(no body)") : "(no reason)"
     }
 }
 

@@ -5,6 +5,7 @@ import FprepCore
 import FprepGit
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 /// `fprep serve`: the push service of one remote, run until SIGINT/SIGTERM.
 public enum PushServer {
@@ -19,6 +20,11 @@ public enum PushServer {
         /// How often the outbox is read without a poke.
         public var pollInterval: Duration = .seconds(2)
         public var maxBodyBytes = 64 * 1024
+        /// TLS for the API: a PEM certificate chain and its key (HTTP/1.1 and HTTP/2 by ALPN).
+        public var tlsCertificate: String?
+        public var tlsKey: String?
+        /// Serve plain HTTP on an address other than loopback (behind a TLS proxy).
+        public var insecureListen = false
         public var configure: @Sendable (inout ServiceConfiguration) -> Void = { _ in }
         /// A part run beside the service (a hosted remote's mirror), started
         /// once the service listens and stopped before it.
@@ -32,6 +38,7 @@ public enum PushServer {
     /// `onListening` gets the service's URL once it accepts connections.
     public static func run(_ options: Options, onListening: @Sendable (String) -> Void) async throws {
         let signals = TerminationSignals()
+        let tls = try tlsContext(options)
         let (folder, domain) = try ServedRemote.open(options.remote)
         let secret = try folder.ensureSecret()
         let lock = try ServiceLock(path: folder.lockPath, remote: options.remote)
@@ -46,18 +53,29 @@ public enum PushServer {
                              limiter: RateLimiter(rate: options.rateLimit, burst: options.rateBurst),
                              companion: options.companion)
         let server: HTTPServer
+        // With TLS, the hook (on this machine, without TLS) pokes a second
+        // listener on loopback that answers the poke alone.
+        var hookServer: HTTPServer?
         do {
             server = try await HTTPServer.start(host: options.host, port: options.port, group: group,
                                                 maxBodyBytes: options.maxBodyBytes,
                                                 idleTimeout: .seconds(Int64(configuration.heartbeat.components.seconds * 4 + 5)),
-                                                handler: api.handle)
+                                                tls: tls, handler: api.handle)
+            if tls != nil {
+                hookServer = try await HTTPServer.start(host: "127.0.0.1", port: 0, group: group, maxBodyBytes: 1024) { request in
+                    guard request.path == "/v1/outbox/poke" else {
+                        return .error(.notFound, "this loopback listener only takes the hook's poke; the API is at https")
+                    }
+                    return await api.handle(request)
+                }
+            }
         } catch {
             try? await group.shutdownGracefully()
             throw FprepError("cannot listen on \(options.host):\(options.port): \(error)")
         }
-        let url = ServiceURL(host: options.host, port: server.port, path: "/").description
-        try folder.recordServiceURL(url)
-        configuration.log("serving \(options.remote) (domain \(domain)) at \(url)")
+        let url = ServiceURL(host: options.host, port: server.port, path: "/", secure: tls != nil).description
+        try folder.recordServiceURL(hookServer.map { ServiceURL(host: "127.0.0.1", port: $0.port, path: "/").description } ?? url)
+        configuration.log("serving \(options.remote) (domain \(domain)) at \(url)\(tls != nil ? " (TLS: HTTP/1.1 and HTTP/2)" : "")")
         onListening(url)
 
         try await service.resumeDeliveries()
@@ -83,9 +101,28 @@ public enum PushServer {
         await options.companion?.stop()
         await service.shutdown()
         await server.stop()
+        await hookServer?.stop()
         await service.maintain()
         await client.shutdown()
         try? await group.shutdownGracefully()
+    }
+}
+
+/// The API's TLS context, or nil for plain HTTP, which only loopback may
+/// serve unless asked: the bearer tokens and enrollment secrets must not
+/// cross a network in clear text.
+private func tlsContext(_ options: PushServer.Options) throws -> NIOSSLContext? {
+    switch (options.tlsCertificate, options.tlsKey) {
+    case (let certificate?, let key?):
+        return try TLS.serverContext(certificateFile: certificate, keyFile: key, protocols: ["h2", "http/1.1"])
+    case (nil, nil):
+        let loopback = options.host == "localhost" || IPAddress(literal: options.host)?.kind == .loopback
+        guard loopback || options.insecureListen else {
+            throw FprepError(.usage, "refusing to serve in clear text on \(options.host): bearer tokens would cross the network unencrypted (give --tls-cert FILE --tls-key FILE, or --insecure-listen behind a TLS proxy)")
+        }
+        return nil
+    default:
+        throw FprepError(.usage, "TLS needs both --tls-cert FILE and --tls-key FILE")
     }
 }
 

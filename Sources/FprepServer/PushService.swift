@@ -100,10 +100,10 @@ public actor PushService {
         for record in try store.enumerators() where record.expires > now {
             active[record.device, default: [:]][record.container] = record.expires
         }
-        sender = PushSender(client: client, apns: configuration.apns, timeout: configuration.deliveryTimeout,
+        sender = try PushSender(client: client, apns: configuration.apns, timeout: configuration.deliveryTimeout,
                             concurrency: configuration.deliveryConcurrency, policy: configuration.webhookPolicy,
                             onDelivered: { [weak self] device, seq in await self?.acknowledge(device, seq) },
-                            onRejected: { [weak self] device, reason in await self?.rejected(device, reason) },
+                            onRejected: { [weak self] device, reason, since in await self?.rejected(device, reason, since: since) },
                             log: configuration.log)
     }
 
@@ -453,9 +453,23 @@ public actor PushService {
         unsavedAcks[id] = seq
     }
 
-    func rejected(_ id: String, _ reason: String) {
+    /// The endpoint will never take pushes for this device: it is
+    /// unregistered, unless APNs' `since` (ms since 1970: when it last
+    /// found the device token invalid) is older than the registration, which
+    /// then is one that came after, with a token valid again.
+    func rejected(_ id: String, _ reason: String, since: Int64? = nil) {
+        guard let device = devices[id] else { return }
+        if let since, device.created * 1000 > since {
+            configuration.log("device \(id): \(reason), but it registered after that (\(device.created * 1000) > \(since) ms); it is kept")
+            return
+        }
         configuration.log("device \(id) refused by its endpoint: \(reason); it is unregistered")
         try? unregister(id)
+    }
+
+    /// How many connections to APNs were opened (one, while it stays up).
+    public func apnsConnectionsOpened() async -> Int {
+        await sender?.apnsConnection?.connectionsOpened ?? 0
     }
 
     /// Saves delivery acknowledgements and forgets old events, expired

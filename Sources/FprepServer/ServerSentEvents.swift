@@ -98,12 +98,14 @@ extension HTTPClient {
                        onEvent: @Sendable (ServerSentEvent) async -> Void) async throws {
         guard !isShutDown.get() else { throw HTTPClientError("the client is shut down") }
         let url = request.url
+        let tls = try tls(for: url)
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
             channel = try await ClientBootstrap(group: group)
                 .connectTimeout(connectTimeout)
                 .connect(host: url.host, port: url.port) { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        if let tls { try channel.pipeline.syncOperations.addHandler(try TLS.clientHandler(tls, host: url.host)) }
                         try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                         try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
@@ -118,9 +120,21 @@ extension HTTPClient {
         headers.replaceOrAdd(name: "accept", value: "text/event-stream")
         headers.replaceOrAdd(name: "content-length", value: String(request.body.count))
         let head = HTTPRequestHead(version: .http1_1, method: request.method, uri: url.path, headers: headers)
+        do {
+            try await follow(channel, head: head, body: request.body, onOpen: onOpen, onEvent: onEvent)
+        } catch {
+            // The handshake runs once connected: a certificate refused shows here.
+            if let text = TLS.explain(error, peer: url.authority) { throw TLSFailure(text) }
+            throw error
+        }
+    }
+
+    private func follow(_ channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>, head: HTTPRequestHead,
+                        body: [UInt8], onOpen: @Sendable () async -> Void,
+                        onEvent: @Sendable (ServerSentEvent) async -> Void) async throws {
         try await channel.executeThenClose { inbound, outbound in
             try await outbound.write(.head(head))
-            if !request.body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: request.body)))) }
+            if !body.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
             try await outbound.write(.end(nil))
             var parser = ServerSentEventParser()
             var refusal: (status: Int, body: [UInt8])?

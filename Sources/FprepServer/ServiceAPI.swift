@@ -106,8 +106,8 @@ struct ServiceAPI: Sendable {
         case "stream":
             channel = .stream
         case "webhook":
-            guard let text = body.channel.url, let url = ServiceURL(text) else {
-                throw APIError(.badRequest, "a webhook channel needs 'url' as http://HOST:PORT/PATH (plain HTTP; the service speaks no TLS)")
+            guard let text = body.channel.url, let url = ServiceURL(text), !url.isSecure else {
+                throw APIError(.badRequest, "a webhook channel needs 'url' as http://HOST:PORT/PATH (plain HTTP: webhooks are sent without TLS)")
             }
             if let refusal = service.configuration.webhookPolicy.refusal(ofLiteral: url.host) {
                 throw APIError(.forbidden, "webhook url '\(url)' refused: \(refusal)")

@@ -20,9 +20,11 @@ struct ServiceStream: Sendable {
     /// Opens the replica for one short step (saving the token).
     let withReplica: @Sendable (String, (Replica) throws -> Void) throws -> Void
 
-    /// Runs until the task is cancelled.
+    /// Runs until the task is cancelled, or TLS refuses the service (a
+    /// certificate not trusted: trying again would not help); returns why then.
+    @discardableResult
     func follow(_ shared: Locked<PushSettings>, onOpen: @escaping @Sendable () -> Void,
-                onPush: @escaping @Sendable (ServerSentEvent) -> Void, onDrop: @escaping @Sendable (String) -> Void) async {
+                onPush: @escaping @Sendable (ServerSentEvent) -> Void, onDrop: @escaping @Sendable (String) -> Void) async -> TLSFailure? {
         var pause: Duration = .milliseconds(100)
         var lastRefusal: String?
         while !Task.isCancelled {
@@ -60,6 +62,8 @@ struct ServiceStream: Sendable {
                                         onEvent: { event in if event.event == "push" { onPush(event) } })
                 onDrop("the stream ended")
                 pause = .milliseconds(100)
+            } catch let failure as TLSFailure {
+                return failure
             } catch is RegistrationRefused {
                 onDrop("registration refused")
             } catch let refused as ServiceRefused where refused.status == 401 {
@@ -73,6 +77,7 @@ struct ServiceStream: Sendable {
             try? await Task.sleep(for: pause)
             pause = min(pause * 2, maxBackoff)
         }
+        return nil
     }
 }
 

@@ -16,6 +16,9 @@ public struct Watcher: Sendable {
         public var service: String?
         /// The enrollment secret to register with from now on (recorded); nil: the recorded one.
         public var enrollment: String?
+        /// The CA file an https service's certificate is checked against
+        /// from now on (recorded); nil: the recorded one, else the system's trust store.
+        public var ca: String?
         public var replicated = false
         /// How long after a push the sync starts (0: at once; pushes that
         /// arrive while it runs ride along into the next).
@@ -39,6 +42,8 @@ public struct Watcher: Sendable {
         case disconnected(String)
         case push(ServerSentEvent)
         case tick
+        /// TLS refused the service: the watch ends with this line.
+        case refused(String)
     }
 
     /// Runs until SIGINT or SIGTERM (then returns, between syncs).
@@ -51,10 +56,18 @@ public struct Watcher: Sendable {
             var settings = try replica.pushSettings()
             if let service = options.service, service != settings.service {
                 guard ServiceURL(service) != nil else {
-                    throw FprepError(.usage, "'\(service)' is not an http://HOST:PORT address for --service")
+                    throw FprepError(.usage, "'\(service)' is not an http://HOST:PORT or https://HOST[:PORT] address for --service")
                 }
                 // Another service: the old device and events mean nothing there.
-                settings = PushSettings(service: service)
+                settings = PushSettings(service: service, ca: settings.ca)
+                try replica.savePushSettings(settings)
+            }
+            if let ca = options.ca {
+                let path = absolutePath(ca)
+                guard FileManager.default.isReadableFile(atPath: path) else {
+                    throw FprepError(.usage, "cannot read the CA file '\(ca)' for --ca (a PEM file of the CA that signed the service's certificate)")
+                }
+                settings.ca = path
                 try replica.savePushSettings(settings)
             }
             if let enrollment = options.enrollment, enrollment != settings.enrollment {
@@ -69,10 +82,14 @@ public struct Watcher: Sendable {
             return (replica.domain, replica.branch, settings)
         }
         guard let address = settings.service, let url = ServiceURL(address) else {
-            throw FprepError(.usage, "no push service is recorded for this replica; pass --service http://HOST:PORT once")
+            throw FprepError(.usage, "no push service is recorded for this replica; pass --service http://HOST:PORT (or https://…) once")
+        }
+        if url.isSecure {
+            // A CA file that cannot be read fails here, in one line, not at each reconnection.
+            _ = try TLS.clientContext(caFile: settings.ca, protocols: ["http/1.1"])
         }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let client = HTTPClient(group: group)
+        let client = HTTPClient(group: group, caFile: settings.ca)
         let device = DeviceClient(service: url, client: client)
         let shared = Locked(settings)
         let (inputs, input) = AsyncStream.makeStream(of: Input.self)
@@ -82,8 +99,10 @@ public struct Watcher: Sendable {
                                    name: "fprep watch \(root)", maxBackoff: options.maxBackoff, idleTimeout: options.idleTimeout,
                                    output: options.output, withReplica: { try withReplica($0, $1) })
         let streamTask = Task {
-            await stream.follow(shared, onOpen: { input.yield(.connected) }, onPush: { input.yield(.push($0)) },
-                                onDrop: { input.yield(.disconnected($0)) })
+            if let failure = await stream.follow(shared, onOpen: { input.yield(.connected) }, onPush: { input.yield(.push($0)) },
+                                                 onDrop: { input.yield(.disconnected($0)) }) {
+                input.yield(.refused(failure.description))
+            }
         }
         let ticker = Task {
             while !Task.isCancelled {
@@ -103,9 +122,13 @@ public struct Watcher: Sendable {
         var connected = false
         var wasDisconnected = false
         var pending: (since: ContinuousClock.Instant, eventID: Int64?)?
-        for await next in inputs {
+        var refusal: String?
+        inputLoop: for await next in inputs {
             if stopping.get() { break }
             switch next {
+            case .refused(let reason):
+                refusal = reason
+                break inputLoop
             case .connected:
                 connected = true
                 options.output("connected to \(url)")
@@ -166,6 +189,7 @@ public struct Watcher: Sendable {
         await streamTask.value
         await client.shutdown()
         try? await group.shutdownGracefully()
+        if let refusal { throw FprepError(refusal) }
     }
 
     /// Syncs on a thread of its own (git and libgit2 block), holding the

@@ -147,6 +147,32 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("over TLS: the agent follows an https service with the CA fprep watch --ca recorded")
+    func pushSignalOverTLS() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s, poll: 0)
+            let certificates = try TestCertificates.make(in: s.at("certs"))
+            let service = try s.startService(remote.path, extra: ["--tls-cert", certificates.certificateFile,
+                                                                  "--tls-key", certificates.keyFile])
+            let url = "https://127.0.0.1:\(service.port)"
+            let watch = try s.spawnFprep(["watch", "-C", replica, "--service", url, "--ca", certificates.caFile,
+                                          "--enroll", service.enrollment])
+            #expect(waitUntil { watch.stdoutSoFar.contains("connected to") }, "\(watch.stdoutSoFar)")
+            watch.signal(SIGTERM)
+            #expect(watch.wait(timeout: patienceSeconds).status == 0)
+
+            let agent = try s.startAgent(replica, syncs: true)
+            #expect(waitUntil { agent.stderrSoFar.contains("connected to the push service \(url)") || !agent.isRunning },
+                    "\(agent.stderrSoFar)")
+            let work = s.at("work")
+            try s.gitOK(["clone", "-q", remote.path, work])
+            let (commit, push) = try s.commitAndPush(work, file: "signalled.txt", content: "came by a push signal over TLS\n")
+            #expect(push.status == 0, "\(push)")
+            #expect(waitUntil { replicaHead(replica) == commit }, "\(agent.stderrSoFar)")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("a placeholder a sync moves keeps its mark and is filled at its new path, before and after the agent lists again; never zeros")
     func movedPlaceholderIsFilledAtItsNewPath() throws {
         try withSandbox { s in

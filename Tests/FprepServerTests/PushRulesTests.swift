@@ -50,11 +50,15 @@ struct PushRulesTests {
         #expect(parsed == events)
     }
 
-    @Test("service URLs: http only, with a port")
+    @Test("service URLs: http and https, with a port (80 and 443 by default)")
     func urls() {
         #expect(ServiceURL("http://127.0.0.1:8080/x?y")?.description == "http://127.0.0.1:8080/x?y")
         #expect(ServiceURL("http://[::1]:9/")?.authority == "[::1]:9")
-        #expect(ServiceURL("https://example.com") == nil)
+        #expect(ServiceURL("http://example.com")?.port == 80)
+        let secure = ServiceURL("https://example.com")
+        #expect(secure?.isSecure == true && secure?.port == 443 && secure?.description == "https://example.com:443")
+        #expect(secure?.with(path: "/v1/events").description == "https://example.com:443/v1/events")
+        #expect(ServiceURL("ftp://example.com") == nil)
         #expect(ServiceURL("http://host:99999") == nil)
         #expect(ServiceURL("http://:80") == nil)
     }

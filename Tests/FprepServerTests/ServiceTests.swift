@@ -65,53 +65,6 @@ struct ServiceTests {
         await fixture.stop()
     }
 
-    @Test("an APNs request: path, topic, push type, payload and an ES256 provider token")
-    func apnsRequest() async throws {
-        let key = P256.Signing.PrivateKey()
-        let keyFile = NSTemporaryDirectory() + "fprep-apns-\(UUID().uuidString).p8"
-        try key.pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
-        defer { unlink(keyFile) }
-        let sinkHolder = Locked<String>("")
-        let fixture = try await ServiceFixture { configuration in
-            configuration.apns = try? APNsConfiguration(endpoint: sinkHolder.get(), bundleID: "com.example.app", keyID: "KEY1234567",
-                                                        teamID: "TEAM123456", keyFile: keyFile)
-        }
-        // The sink exists only once the fixture does: restart the service with its address.
-        sinkHolder.set("http://127.0.0.1:\(fixture.sink.server.port)")
-        try await fixture.restart()
-        let deviceToken = String(repeating: "ab", count: 32)
-        _ = try await fixture.register(#"{"kind":"apns","device-token":"\#(deviceToken)"}"#)
-        try await fixture.push([(anchor(1), anchor(2), [root])])
-        let request = try #require(await fixture.sink.waitFor(1).first)
-        #expect(request.method == .POST)
-        #expect(request.path == "/3/device/\(deviceToken)")
-        #expect(request.headers.first(name: "apns-topic") == "com.example.app.pushkit.fileprovider")
-        #expect(request.headers.first(name: "apns-push-type") == "fileprovider")
-        let body = try JSONSerialization.jsonObject(with: Data(request.body.readableBytesView)) as? [String: String]
-        #expect(body?["container-identifier"] == workingSet)
-        #expect(body?["domain"] == fixture.domain)
-        #expect(body?["old-anchor"] == anchor(1) && body?["new-anchor"] == anchor(2))
-
-        let authorization = try #require(request.headers.first(name: "authorization"))
-        #expect(authorization.hasPrefix("bearer "))
-        let parts = authorization.dropFirst(7).split(separator: ".").map(String.init)
-        try #require(parts.count == 3)
-        func decode(_ part: String) -> Data {
-            var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-            while text.count % 4 != 0 { text += "=" }
-            return Data(base64Encoded: text) ?? Data()
-        }
-        let header = try JSONSerialization.jsonObject(with: decode(parts[0])) as? [String: String]
-        #expect(header == ["alg": "ES256", "kid": "KEY1234567"])
-        let claims = try JSONSerialization.jsonObject(with: decode(parts[1])) as? [String: Any]
-        #expect(claims?["iss"] as? String == "TEAM123456")
-        let issued = (claims?["iat"] as? NSNumber)?.int64Value ?? 0
-        #expect(abs(issued - Int64(Date().timeIntervalSince1970)) < 60)
-        let signature = try P256.Signing.ECDSASignature(rawRepresentation: decode(parts[2]))
-        #expect(key.publicKey.isValidSignature(signature, for: Data((parts[0] + "." + parts[1]).utf8)))
-        await fixture.stop()
-    }
-
     @Test("bad input gets a clear 4xx and the service stays up")
     func badInput() async throws {
         let fixture = try await ServiceFixture { $0.tokenLifetime = 3600 }
