@@ -29,6 +29,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // HMAC-SHA256 webhook signatures and ES256 APNs provider tokens (FprepServer).
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // `fprep serve --database postgres://…`: several instances on one
+        // PostgreSQL database (FprepServicePostgres only).
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // libgit2 from the system (Debian: libgit2-dev); only FprepGit imports it.
@@ -72,6 +75,17 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // The push service's state in PostgreSQL, shared by several
+        // `fprep serve` instances that wake each other with LISTEN/NOTIFY.
+        .target(
+            name: "FprepServicePostgres",
+            dependencies: [
+                "FprepServer", "FprepCore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         // `fprep serve --mirror`: a hosted remote's webhook, its local mirror,
         // sizes and push signals for it (a companion of the service).
         .target(
@@ -87,7 +101,7 @@ let package = Package(
         .target(
             name: "FprepCLI",
             dependencies: [
-                "FprepCore", "FprepServer", "FprepMirror", "FprepAgent",
+                "FprepCore", "FprepServer", "FprepServicePostgres", "FprepMirror", "FprepAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             plugins: ["BuildInfo"]

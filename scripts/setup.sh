@@ -5,7 +5,9 @@
 # git, and attr (getfattr, used by the quickstart to show placeholder attributes). The tests
 # also use e2fsprogs (a small ext4 image for the full-disk tests: mkfs.ext4, chattr), strace
 # (to hold a program inside the swap a race test needs), python3 (mmap and append writers) and
-# lighttpd (a real web server in front of git http-backend for the smart-HTTP tests).
+# lighttpd (a real web server in front of git http-backend for the smart-HTTP tests) and
+# postgresql (the server programs: the tests of `fprep serve --database` make and start a
+# cluster of their own in a temporary folder).
 set -euo pipefail
 need=()
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
@@ -19,6 +21,8 @@ command -v strace >/dev/null || need+=(strace)
 [ -x /usr/bin/python3 ] || need+=(python3)
 # The smart-HTTP tests serve git http-backend through a real web server.
 command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
+# Debian's postgresql: initdb and postgres in /usr/lib/postgresql/N/bin.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -27,6 +31,15 @@ if [ ${#need[@]} -gt 0 ]; then
   # The tests start their own lighttpd on 127.0.0.1; the packaged service is not needed.
   if [[ " ${need[*]} " == *" lighttpd "* ]] && command -v systemctl >/dev/null; then
     $sudo systemctl disable --now lighttpd >/dev/null 2>&1 || true
+  fi
+  # The package makes and starts a cluster of its own (port 5432); the tests start theirs.
+  if [[ " ${need[*]} " == *" postgresql "* ]]; then
+    if command -v systemctl >/dev/null; then $sudo systemctl disable --now postgresql >/dev/null 2>&1 || true; fi
+    if command -v pg_lsclusters >/dev/null; then
+      pg_lsclusters --no-header 2>/dev/null | while read -r version cluster _; do
+        $sudo pg_ctlcluster "$version" "$cluster" stop >/dev/null 2>&1 || true
+      done
+    fi
   fi
 fi
 command -v swift >/dev/null || export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"
