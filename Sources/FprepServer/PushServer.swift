@@ -77,6 +77,7 @@ public enum PushServer {
         let poller = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: options.pollInterval)
+                if Task.isCancelled { break }
                 await service.drainOutbox()
                 await service.maintain()
             }
@@ -92,6 +93,8 @@ public enum PushServer {
         configuration.log("stopping (signal \(signal))")
         poller.cancel()
         heart.cancel()
+        // Its last round ends before the store closes.
+        await poller.value
         await options.companion?.stop()
         await service.shutdown()
         await server.stop()

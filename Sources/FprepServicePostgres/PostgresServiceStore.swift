@@ -85,7 +85,9 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
         guard !wasClosed else { return }
         continuation.finish()
         // Gone at once rather than when the lease runs out: another instance takes its devices now.
-        _ = try? run("DELETE FROM fprep_instances WHERE id = \(instance)")
+        if !connection.isClosed {
+            _ = try? connection.query("DELETE FROM fprep_instances WHERE id = \(instance)", logger: logger).wait()
+        }
         try? connection.close().wait()
         if let listener = listening.get() { try? listener.close().wait() }
         try? group.syncShutdownGracefully()
@@ -121,6 +123,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
 
     /// The connection, opened again when the server closed it.
     private func live() throws -> PostgresConnection {
+        guard !closed.get() else { throw FprepError("the connection to the database at \(address) is closed") }
         if connection.isClosed { connection = try Self.connect(settings, on: group, logger: logger, address: address) }
         return connection
     }

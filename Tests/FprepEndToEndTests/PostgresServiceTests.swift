@@ -115,8 +115,9 @@ struct PostgresServiceTests {
                 let logs = [first.stop(), second.stop()]
                 for log in logs { #expect(log.status == 0 && !looksLikeCrash(log.stderr), "\(log)") }
                 // Each push was read into events once, by one instance or the other.
-                let dispatched = logs.map { $0.stderr.components(separatedBy: "\n").filter { $0.contains(": push ") }.count }
+                let dispatched = logs.map { $0.stderr.components(separatedBy: "\n").filter { $0.contains(": push ") && $0.hasSuffix(", \(devices) devices") }.count }
                 #expect(dispatched.reduce(0, +) == 7, "\(logs.map(\.stderr))")
+                for log in logs { #expect(!log.stderr.contains("ERROR") && !log.stderr.contains("cannot"), "\(log.stderr)") }
             }
         }
     }
