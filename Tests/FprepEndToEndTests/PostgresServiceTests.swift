@@ -195,7 +195,8 @@ struct PostgresServiceTests {
                 _ = watch.wait(timeout: 60)
                 let quietLog = quiet.stop().stderr
                 let busyLog = busy.stop().stderr
-                #expect(busyLog.contains("push 1:") && !quietLog.contains("push 1:"), "\(quietLog)\n\(busyLog)")
+                // Push 1 is the import's, before any device; push 2 is the one the watcher got.
+                #expect(busyLog.contains("push 2: refs/heads/main") && !quietLog.contains("push 2:"), "\(quietLog)\n\(busyLog)")
                 #expect(quietLog.contains("device \(device) was revoked"), "\(quietLog)")
             }
         }
