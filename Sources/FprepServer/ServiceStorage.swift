@@ -7,29 +7,42 @@ import FoundationEssentials
 /// never drift apart mid-call.
 package protocol ServiceStorage: AnyObject {
     // MARK: devices
+    /// Every registered device, oldest first.
     func devices() throws -> [Device]
     /// The device whose bearer token has this SHA-256, or nil.
     func device(tokenHash: String) throws -> Device?
+    /// Records a new device.
     func insert(_ device: Device) throws
     /// Forgets a device; false when there was none by that id.
     @discardableResult
     func delete(device id: String) throws -> Bool
     /// Whether another process changed the devices since the last call.
     func changedElsewhere() throws -> Bool
+    /// Records when devices were last heard from (a time only moves forward).
     func saveLastSeen(_ times: [String: Int64]) throws
 
     // MARK: enrollments
+    /// Records a new enrollment (its secret's hash only).
     func insert(_ enrollment: Enrollment) throws
+    /// The enrollment with this id, or nil.
     func enrollment(id: String) throws -> Enrollment?
+    /// Every enrollment, oldest first.
     func enrollments() throws -> [Enrollment]
+    /// Marks an enrollment revoked; false when there is none by that id.
     func revoke(enrollment id: String, at time: Int64) throws -> Bool
 
     // MARK: enumerators and events
+    /// Every recorded enumerator and its expiry.
     func enumerators() throws -> [(device: String, container: String, expires: Int64)]
+    /// Opens (an expiry) or closes (nil) a device's enumerator.
     func setEnumerator(device: String, container: String, expires: Int64?) throws
+    /// Stores new events and raises the devices' last sequence numbers, in one transaction.
     func append(_ events: [(device: String, event: DeviceEvent)], at time: Int64) throws
+    /// A device's events after `seq`, oldest first.
     func events(device: String, after seq: Int64, limit: Int) throws -> [DeviceEvent]
+    /// Records what webhook and APNs devices have received.
     func saveAcknowledgements(_ acks: [String: Int64]) throws
+    /// Forgets old events, expired enumerators and long-expired devices.
     func prune(eventsBefore: Int64, devicesExpiredBefore: Int64, now: Int64) throws
 
     /// Lets go of connections and background work.

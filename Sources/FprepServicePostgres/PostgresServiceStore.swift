@@ -111,7 +111,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
             if let underlying = error.underlying { return describe(underlying) }
             switch error.code {
             case .serverClosedConnection, .clientClosedConnection: return "the connection closed"
-            case .authMechanismRequiresPassword: return "the server asks for a password (put it in the URL: postgres://USER:PASSWORD@HOST/DATABASE)"
+            case .authMechanismRequiresPassword: return "the server asks for a password (put it in the URL, postgres://USER:PASSWORD@HOST/DATABASE, or in PGPASSWORD)"
             default: return "\(error.code)"
             }
         }

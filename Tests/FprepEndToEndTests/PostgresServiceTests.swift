@@ -202,7 +202,7 @@ struct PostgresServiceTests {
         }
     }
 
-    @Test("a registration flood is answered (created, or 429 with when to retry), the service stays up, a registered device still gets its pushes")
+    @Test("a registration flood is answered (created, or 429 with when to retry); revoked and expired secrets are refused; the service stays up and a registered device still gets its pushes")
     func registrationFlood() throws {
         try withSandbox { box in
             try withPostgres(box) { postgres in
@@ -238,6 +238,18 @@ struct PostgresServiceTests {
                 let refusal = answer(outcome["refusal"] as? String ?? "")["error"] as? String ?? ""
                 #expect(refusal.contains("too many requests; retry in"), "\(run.stdout)")
                 #expect(service.process.isRunning)
+
+                // A stolen secret, revoked on the database; one that expired: refused with why, at once.
+                let stolen = String(service.enrollment.prefix { $0 != "." })
+                try box.fprepOK(["serve", "revoke", "--remote", remote.path, "--database", postgres.url, "--enrollment", stolen])
+                usleep(1_100_000)  // the rate limiter's bucket refills
+                let refused = try box.register(at: service, domain: domain, enrollment: service.enrollment)
+                #expect(refused.status == 401 && refused.body.contains("was revoked"), "\(refused)")
+                let expiring = try box.fprepOK(["serve", "enroll", "--remote", remote.path, "--database", postgres.url, "--expires", "1s"])
+                    .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                usleep(2_100_000)
+                let expired = try box.register(at: service, domain: domain, enrollment: expiring)
+                #expect(expired.status == 401 && expired.body.contains("expired"), "\(expired)")
 
                 let work = box.at("work")
                 try box.gitOK(["clone", "-q", remote.path, work])
