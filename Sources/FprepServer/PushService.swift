@@ -575,10 +575,23 @@ public actor PushService {
             statistics.pushesRead += 1
             configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
         }
-        return order.compactMap { id, domain in
-            let payloads = boxes[id]?.payloads(domain: domain).map { JSONCoding.encode($0) } ?? []
-            return payloads.isEmpty ? nil : (id, payloads)
+        // Devices of one push mostly get the same payloads: each is encoded once.
+        var encoded: [PushPayload: [UInt8]] = [:]
+        var result: [(device: String, payloads: [[UInt8]])] = []
+        for (id, domain) in order {
+            var payloads: [[UInt8]] = []
+            for payload in boxes[id]?.payloads(domain: domain) ?? [] {
+                if let bytes = encoded[payload] {
+                    payloads.append(bytes)
+                } else {
+                    let bytes: [UInt8] = JSONCoding.encode(payload)
+                    encoded[payload] = bytes
+                    payloads.append(bytes)
+                }
+            }
+            if !payloads.isEmpty { result.append((id, payloads)) }
         }
+        return result
     }
 
     /// What another instance (or this one) announced through the store.
