@@ -35,6 +35,9 @@ let package = Package(
         // TLS: to APNs, for the service's own API (`--tls-cert/--tls-key`),
         // and for devices that verify it (`fprep watch --ca`) (FprepServer).
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // `fprep serve --database postgres://…`: several instances on one
+        // PostgreSQL database (FprepServicePostgres only).
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // libgit2 from the system (Debian: libgit2-dev); only FprepGit imports it.
@@ -80,6 +83,17 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // The push service's state in PostgreSQL, shared by several
+        // `fprep serve` instances that wake each other with LISTEN/NOTIFY.
+        .target(
+            name: "FprepServicePostgres",
+            dependencies: [
+                "FprepServer", "FprepCore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         // `fprep serve --mirror`: a hosted remote's webhook, its local mirror,
         // sizes and push signals for it (a companion of the service).
         .target(
@@ -95,7 +109,7 @@ let package = Package(
         .target(
             name: "FprepCLI",
             dependencies: [
-                "FprepCore", "FprepServer", "FprepMirror", "FprepAgent",
+                "FprepCore", "FprepServer", "FprepServicePostgres", "FprepMirror", "FprepAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             plugins: ["BuildInfo"]

@@ -6,8 +6,10 @@
 # also use e2fsprogs (a small ext4 image for the full-disk tests: mkfs.ext4, chattr), strace
 # (to hold a program inside the swap a race test needs), python3 (mmap and append writers) and
 # lighttpd (a real web server in front of git http-backend for the smart-HTTP tests), openssl (the
-# TLS tests make a test CA and certificates with it), curl (checks HTTP/2 and HTTP/1.1 by ALPN) and
-# nghttp2-server (nghttpd: an HTTP/2 server of another make for the APNs client).
+# TLS tests make a test CA and certificates with it), curl (checks HTTP/2 and HTTP/1.1 by ALPN),
+# nghttp2-server (nghttpd: an HTTP/2 server of another make for the APNs client) and postgresql
+# (the server programs: the tests of `fprep serve --database` make and start a cluster of their
+# own in a temporary folder).
 set -euo pipefail
 need=()
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
@@ -26,6 +28,8 @@ command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 [ -x /usr/sbin/nghttpd ] || need+=(nghttp2-server)
+# Debian's postgresql: initdb and postgres in /usr/lib/postgresql/N/bin.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -34,6 +38,15 @@ if [ ${#need[@]} -gt 0 ]; then
   # The tests start their own lighttpd on 127.0.0.1; the packaged service is not needed.
   if [[ " ${need[*]} " == *" lighttpd "* ]] && command -v systemctl >/dev/null; then
     $sudo systemctl disable --now lighttpd >/dev/null 2>&1 || true
+  fi
+  # The package makes and starts a cluster of its own (port 5432); the tests start theirs.
+  if [[ " ${need[*]} " == *" postgresql "* ]]; then
+    if command -v systemctl >/dev/null; then $sudo systemctl disable --now postgresql >/dev/null 2>&1 || true; fi
+    if command -v pg_lsclusters >/dev/null; then
+      pg_lsclusters --no-header 2>/dev/null | while read -r version cluster _; do
+        $sudo pg_ctlcluster "$version" "$cluster" stop >/dev/null 2>&1 || true
+      done
+    fi
   fi
 fi
 command -v swift >/dev/null || export PATH="/opt/swift/usr/bin:/opt/swift/bin:$PATH"

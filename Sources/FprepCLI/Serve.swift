@@ -4,6 +4,7 @@ import Glibc
 import FprepCore
 import FprepMirror
 import FprepServer
+import FprepServicePostgres
 
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -22,6 +23,8 @@ struct Serve: ParsableCommand {
 
             State (devices, token hashes, enrollment secrets' hashes, active enumerators, numbered events) is in fprep/service.db and survives a restart. Stop with SIGINT or SIGTERM.
 
+            Several instances: with --database postgres://USER:PASSWORD@HOST:PORT/DATABASE the state is in PostgreSQL instead, and any number of 'fprep serve' processes for the remote may run on it at once (each on its own --listen address; put them behind one address for the devices). Each copies the remote's outbox into the database; one transaction turns each push into the devices' events, once in all; every instance is told (LISTEN/NOTIFY) and sends the events of its own event streams, and each webhook or APNs device is sent to by one live instance. An instance killed mid-delivery loses nothing: within a few poll intervals another takes its devices over and sends what they had not acknowledged (a delivery it sent just before dying may come twice; the x-fprep-delivery id tells). Give the admin commands the same --database.
+
             A hosted remote (GitHub, GitLab, Gitea, Forgejo) runs no hook: with --mirror URL the service keeps --remote PATH as a bare mirror of URL (made when missing, with every blob) and takes the host's push webhook at POST /v1/webhook, content type application/json, verified with the secret in --webhook-secret-file (GitHub's X-Hub-Signature-256, GitLab's X-Gitlab-Token, Gitea's and Forgejo's X-Gitea-Signature). Each delivery is answered at once and queues a pass: fetch the host, publish the pushed blobs' sizes to the host's size manifest (refs/fprep/sizes), and record push signals in the mirror's outbox as the hook does. A redelivered id does nothing; a sweep fetches every --sweep-interval seconds for pushes the host never announced. git's credentials (a credential helper, an ssh key) must let the service fetch and push URL.
 
             Example: fprep serve --remote ~/remotes/photos.git --listen 127.0.0.1:7411
@@ -29,6 +32,7 @@ struct Serve: ParsableCommand {
             Example: fprep serve --remote ~/remotes/photos.git --listen 0.0.0.0:7411 --tls-cert /etc/fprep/push.pem --tls-key /etc/fprep/push.key
             Example: fprep serve --remote ~/remotes/photos.git --apns-bundle-id com.example.Photos --apns-key-id ABC123DEFG --apns-team-id DEF123GHIJ --apns-key AuthKey_ABC123DEFG.p8
             Example: fprep serve --mirror https://github.com/me/photos.git --remote ~/mirrors/photos.git --webhook-secret-file ~/.config/fprep/photos.secret --listen 0.0.0.0:7411 --tls-cert /etc/fprep/push.pem --tls-key /etc/fprep/push.key
+            Example: fprep serve --remote ~/remotes/photos.git --database postgres://fprep:secret@db.internal/fprep --listen 0.0.0.0:7411 --tls-cert /etc/fprep/push.pem --tls-key /etc/fprep/push.key
             """,
         subcommands: [ServeEnroll.self, ServeDevices.self, ServeRevoke.self]
     )
@@ -158,6 +162,12 @@ struct Serve: ParsableCommand {
         options.rateLimit = rateLimit
         options.rateBurst = burst
         options.pollInterval = .milliseconds(Int64(pollSeconds * 1000))
+        if let database = state.database {
+            // Checked now, so that a bad URL is one line before anything starts.
+            try PostgresServiceStore(url: database, listen: false).close()
+            options.openSharedStorage = { _ in try PostgresServiceStore(url: database) }
+        }
+        let lease = max(3, Int64((pollSeconds * 3).rounded(.up)))
         let (coalesce, throttle, heartbeat, lifetime, verbose) = (coalesceMilliseconds, throttleMilliseconds, heartbeatSeconds, tokenLifetime, output.verbose)
         options.configure = { configuration in
             configuration.coalesceWindow = .milliseconds(coalesce)
@@ -167,6 +177,7 @@ struct Serve: ParsableCommand {
             configuration.apns = apns
             configuration.webhookPolicy = policy
             configuration.verbose = verbose
+            configuration.senderLease = lease
         }
         let settings = options
         try runBlocking {

@@ -2,6 +2,7 @@ import ArgumentParser
 import FoundationEssentials
 import FprepCore
 import FprepServer
+import FprepServicePostgres
 
 /// The remote a service serves, whose state the admin commands work on
 /// (one group, so that `fprep serve` and its subcommands share `--remote`).
@@ -11,13 +12,19 @@ struct ServiceStateOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The remote (a bare repository made by init-remote or install-hooks), or with --mirror the mirror's folder (required).", valueName: "PATH"))
     var remote: String?
 
+    @Option(help: ArgumentHelp("Keep devices, enumerators and events in this PostgreSQL database instead of the remote's fprep/service.db, so that several instances share them (postgres://USER:PASSWORD@HOST:PORT/DATABASE; PGPASSWORD is read when the URL has no password).", valueName: "URL"))
+    var database: String?
+
     /// The remote's path; a usage error when --remote is missing.
     func path() throws -> String {
         guard let remote else { throw ValidationError("missing --remote PATH, the remote whose push service this is") }
         return remote
     }
 
-    func open() throws -> ServiceAdmin { try ServiceAdmin(remote: path()) }
+    func open() throws -> ServiceAdmin {
+        guard let database else { return try ServiceAdmin(remote: path()) }
+        return try ServiceAdmin(remote: path(), openStorage: { _ in try PostgresServiceStore(url: database, listen: false) })
+    }
 }
 
 struct ServeEnroll: ParsableCommand {

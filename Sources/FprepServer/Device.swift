@@ -21,30 +21,53 @@ public enum DeliveryChannel: Sendable, Equatable {
 }
 
 /// A registered device.
-struct Device: Sendable {
-    let id: String
+package struct Device: Sendable {
+    package let id: String
     /// SHA-256 of the bearer token, hex: the token itself is never stored.
-    let tokenHash: String
-    let domain: String
-    let branch: String
+    package let tokenHash: String
+    package let domain: String
+    package let branch: String
     /// A replicated provider gets the working-set identifier only (seed 003).
-    let replicated: Bool
-    let channel: DeliveryChannel
-    let name: String
-    let created: Int64
-    let expires: Int64
+    package let replicated: Bool
+    package let channel: DeliveryChannel
+    package let name: String
+    package let created: Int64
+    package let expires: Int64
     /// The sequence number of the device's last event.
-    var lastSeq: Int64
+    package var lastSeq: Int64
     /// Webhook and APNs devices: the last event delivered.
-    var ackedSeq: Int64
+    package var ackedSeq: Int64
     /// The enrollment it registered with.
-    var enrollment: String = ""
+    package var enrollment: String = ""
     /// When it last called the service (seconds since 1970; 0: never since registering).
-    var lastSeen: Int64 = 0
+    package var lastSeen: Int64 = 0
+
+    package init(id: String, tokenHash: String, domain: String, branch: String, replicated: Bool, channel: DeliveryChannel,
+                 name: String, created: Int64, expires: Int64, lastSeq: Int64, ackedSeq: Int64, enrollment: String = "",
+                 lastSeen: Int64 = 0) {
+        self.id = id
+        self.tokenHash = tokenHash
+        self.domain = domain
+        self.branch = branch
+        self.replicated = replicated
+        self.channel = channel
+        self.name = name
+        self.created = created
+        self.expires = expires
+        self.lastSeq = lastSeq
+        self.ackedSeq = ackedSeq
+        self.enrollment = enrollment
+        self.lastSeen = lastSeen
+    }
 }
 
 /// One event queued for a device: its sequence number and payload.
-struct DeviceEvent: Sendable {
-    let seq: Int64
-    let payload: [UInt8]
+package struct DeviceEvent: Sendable {
+    package let seq: Int64
+    package let payload: [UInt8]
+
+    package init(seq: Int64, payload: [UInt8]) {
+        self.seq = seq
+        self.payload = payload
+    }
 }

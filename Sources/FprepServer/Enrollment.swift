@@ -10,13 +10,22 @@ public struct Enrollment: Sendable, Equatable {
     public let id: String
     public let domain: String
     /// SHA-256 of the secret's random part, hex.
-    let secretHash: String
+    package let secretHash: String
     /// Seconds since 1970.
     public let created: Int64
     /// Seconds since 1970; nil: valid until revoked.
     public let expires: Int64?
     /// When it was revoked; nil while valid.
     public let revoked: Int64?
+
+    package init(id: String, domain: String, secretHash: String, created: Int64, expires: Int64?, revoked: Int64?) {
+        self.id = id
+        self.domain = domain
+        self.secretHash = secretHash
+        self.created = created
+        self.expires = expires
+        self.revoked = revoked
+    }
 
     /// Why it cannot register a device at `now`, or nil when it can.
     func refusal(at now: Int64) -> String? {

@@ -16,6 +16,16 @@ public final class Outbox {
         public let new: String
         public let containers: [String]
         public let created: Int64
+
+        package init(seq: Int64, domain: String, reference: String, old: String, new: String, containers: [String], created: Int64) {
+            self.seq = seq
+            self.domain = domain
+            self.reference = reference
+            self.old = old
+            self.new = new
+            self.containers = containers
+            self.created = created
+        }
     }
 
     private let database: Database

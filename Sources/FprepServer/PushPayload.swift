@@ -3,7 +3,7 @@ import FoundationEssentials
 /// One push as a device receives it: File Provider's payload
 /// (`container-identifier`, `domain`) plus the commits the change moved
 /// between, so a device can drop a duplicate and notice a gap.
-public struct PushPayload: Sendable, Codable, Equatable {
+public struct PushPayload: Sendable, Codable, Hashable {
     public var container: String
     public var domain: String
     /// The commit the change started from (all zeros for a new branch).

@@ -29,6 +29,9 @@ public enum PushServer {
         /// A part run beside the service (a hosted remote's mirror), started
         /// once the service listens and stopped before it.
         public var companion: (any ServiceCompanion)?
+        /// Opens a store that several instances share (`--database`); nil:
+        /// the remote's own SQLite state, one instance at a time.
+        package var openSharedStorage: (@Sendable (PushFolder) throws -> any ServiceStorage)?
 
         public init(remote: String) { self.remote = remote }
     }
@@ -41,14 +44,23 @@ public enum PushServer {
         let tls = try tlsContext(options)
         let (folder, domain) = try ServedRemote.open(options.remote)
         let secret = try folder.ensureSecret()
-        let lock = try ServiceLock(path: folder.lockPath, remote: options.remote)
+        // Instances on a shared store run side by side; on the remote's own state, one at a time.
+        let lock = options.openSharedStorage == nil ? try ServiceLock(path: folder.lockPath, remote: options.remote) : nil
         defer { withExtendedLifetime(lock) {} }
 
         var configuration = ServiceConfiguration(domain: domain)
         options.configure(&configuration)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, min(2, System.coreCount)))
         let client = HTTPClient(group: group)
-        let service = try await PushService(configuration: configuration, folder: folder, client: client)
+        let service: PushService
+        do {
+            service = try await PushService(configuration: configuration, folder: folder, client: client,
+                                            openStorage: options.openSharedStorage ?? { try ServiceStore(path: $0.servicePath) })
+        } catch {
+            await client.shutdown()
+            try? await group.shutdownGracefully()
+            throw error
+        }
         let api = ServiceAPI(service: service, hookSecret: secret,
                              limiter: RateLimiter(rate: options.rateLimit, burst: options.rateBurst),
                              companion: options.companion)
@@ -83,6 +95,7 @@ public enum PushServer {
         let poller = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: options.pollInterval)
+                if Task.isCancelled { break }
                 await service.drainOutbox()
                 await service.maintain()
             }
@@ -98,11 +111,14 @@ public enum PushServer {
         configuration.log("stopping (signal \(signal))")
         poller.cancel()
         heart.cancel()
+        // Its last round ends before the store closes.
+        await poller.value
         await options.companion?.stop()
         await service.shutdown()
         await server.stop()
         await hookServer?.stop()
         await service.maintain()
+        await service.closeStore()
         await client.shutdown()
         try? await group.shutdownGracefully()
     }

@@ -31,6 +31,10 @@ public struct ServiceConfiguration: Sendable {
     public var log: @Sendable (String) -> Void = { Console.error("fprep serve: \($0)\n") }
     /// Log each registration and enumerator change too.
     public var verbose = false
+    /// Several instances (a shared store): how long an instance that stops
+    /// renewing its lease keeps its webhook and APNs devices before another
+    /// instance takes them over (seconds).
+    public var senderLease: Int64 = 10
 
     public init(domain: String) { self.domain = domain }
 }
@@ -48,12 +52,23 @@ struct APIError: Error {
 /// The push service's state and work: registered devices and their active
 /// enumerators, the outbox read into per-device mailboxes, the flushes that
 /// turn mailboxes into numbered events, and their delivery (streams here,
-/// webhooks and APNs through `PushSender`). Everything durable is in
-/// `ServiceStore`; the rest is rebuilt from it on start.
+/// webhooks and APNs through `PushSender`). Everything durable is in its
+/// store (`ServiceStorage`); the rest is rebuilt from it on start.
+///
+/// With a shared store (`SharedServiceStorage`, several instances on one
+/// PostgreSQL database) the outbox goes to the store, a dispatch there turns
+/// pushes into events once for all instances (no mailboxes here: the pushes
+/// one dispatch claims are coalesced together), and the store's
+/// notifications bring every instance the events its streams and senders
+/// deliver.
 public actor PushService {
     let configuration: ServiceConfiguration
-    private let store: ServiceStore
+    private let store: any ServiceStorage
+    private let shared: (any SharedServiceStorage)?
+    /// Where the outbox's entries come from, in the shared store.
+    private let source: String
     private let outbox: Outbox
+    private var listener: Task<Void, Never>?
     private var sender: PushSender?
 
     private var devices: [String: Device] = [:]
@@ -88,9 +103,18 @@ public actor PushService {
 
     /// Async so that it runs on the actor and can hand `self` to the sender.
     public init(configuration: ServiceConfiguration, folder: PushFolder, client: HTTPClient) async throws {
+        try await self.init(configuration: configuration, folder: folder, client: client,
+                            openStorage: { try ServiceStore(path: $0.servicePath) })
+    }
+
+    /// A service on the store `openStorage` opens (SQLite in the remote, or a shared one).
+    package init(configuration: ServiceConfiguration, folder: PushFolder, client: HTTPClient,
+                 openStorage: @Sendable (PushFolder) throws -> any ServiceStorage) async throws {
         self.configuration = configuration
         try folder.ensureFolder()
-        store = try ServiceStore(path: folder.servicePath)
+        store = try openStorage(folder)
+        shared = store as? any SharedServiceStorage
+        source = folder.remote
         outbox = try Outbox(path: folder.outboxPath)
         let now = wallClockNow()
         for device in try store.devices() {
@@ -105,10 +129,17 @@ public actor PushService {
                             onDelivered: { [weak self] device, seq in await self?.acknowledge(device, seq) },
                             onRejected: { [weak self] device, reason, since in await self?.rejected(device, reason, since: since) },
                             log: configuration.log)
+        if let shared {
+            let notifications = shared.notifications
+            listener = Task { [weak self] in
+                for await notification in notifications { await self?.received(notification) }
+            }
+        }
     }
 
     /// Sends again what webhook and APNs devices had not received before a restart.
     public func resumeDeliveries() async throws {
+        if shared != nil { return await keepAlive() }
         for device in devices.values where device.channel != .stream && device.lastSeq > device.ackedSeq {
             let events = try store.events(device: device.id, after: device.ackedSeq, limit: configuration.replayLimit)
             await sender?.enqueue(device: device.id, channel: device.channel, events: events)
@@ -174,7 +205,12 @@ public actor PushService {
     func authenticate(_ token: String?) throws(APIError) -> Device {
         noticeRevocations()
         guard let token else { throw APIError(.unauthorized, "a bearer token is required (register with POST /v1/devices)") }
-        guard let id = deviceByToken[Signing.sha256Hex(token)], let device = devices[id] else {
+        let hash = Signing.sha256Hex(token)
+        if deviceByToken[hash] == nil, shared != nil, let known = try? store.device(tokenHash: hash) {
+            // Registered at another instance.
+            remember(known)
+        }
+        guard let id = deviceByToken[hash], let device = devices[id] else {
             throw APIError(.unauthorized, "unknown token (register again with POST /v1/devices)")
         }
         let now = wallClockNow()
@@ -191,11 +227,13 @@ public actor PushService {
     public func noticeRevocations() {
         do {
             guard try store.changedElsewhere() else { return }
-            let recorded = try store.deviceIDs()
-            for id in devices.keys where !recorded.contains(id) {
+            let recorded = try store.devices()
+            let ids = Set(recorded.map(\.id))
+            for id in devices.keys where !ids.contains(id) {
                 forget(id)
                 configuration.log("device \(id) was revoked")
             }
+            for device in recorded where devices[device.id] == nil { remember(device) }
         } catch {
             configuration.log("cannot read the devices: \(error)")
         }
@@ -206,6 +244,11 @@ public actor PushService {
         forget(id)
         do { try store.delete(device: id) } catch { throw APIError(.internalServerError, "cannot forget the device: \(error)") }
         if configuration.verbose { configuration.log("unregistered \(id)") }
+    }
+
+    private func remember(_ device: Device) {
+        devices[device.id] = device
+        deviceByToken[device.tokenHash] = device.id
     }
 
     /// Drops a device from memory: its token, enumerators, mail, streams and sends.
@@ -297,6 +340,7 @@ public actor PushService {
     /// webhook and APNs senders (before the event loops shut down).
     public func shutdown() async {
         flushTask?.cancel()
+        listener?.cancel()
         closeAllStreams()
         await sender?.stop()
     }
@@ -316,6 +360,7 @@ public actor PushService {
     /// Reads the outbox entries not yet read into mailboxes. Safe to call
     /// often: a call during a drain makes that drain run once more.
     public func drainOutbox() {
+        if let shared { return drainShared(shared) }
         guard !draining else {
             drainAgain = true
             return
@@ -473,8 +518,10 @@ public actor PushService {
     }
 
     /// Saves delivery acknowledgements and forgets old events, expired
-    /// enumerators and long-expired devices.
-    public func maintain() {
+    /// enumerators and long-expired devices; with a shared store, renews
+    /// this instance's lease and takes over the devices of instances gone.
+    public func maintain() async {
+        if shared != nil { await keepAlive() }
         do {
             try store.saveAcknowledgements(unsavedAcks)
             unsavedAcks = [:]
@@ -490,6 +537,137 @@ public actor PushService {
             try outbox.prune(deliveredBefore: now - configuration.eventRetention)
         } catch {
             configuration.log("maintenance failed: \(error)")
+        }
+    }
+
+    /// Lets go of the store (after the last `maintain`): a shared store
+    /// drops this instance's lease, so its devices move at once.
+    public func closeStore() {
+        store.close()
+    }
+
+    // MARK: several instances (a shared store)
+
+    /// Copies the outbox into the shared store, then dispatches what waits
+    /// there, in claims of up to 100 pushes.
+    private func drainShared(_ shared: any SharedServiceStorage) {
+        do {
+            _ = try? outbox.drainSpool()
+            while true {
+                let entries = try outbox.pending(limit: 1000)
+                if entries.isEmpty { break }
+                try shared.ingest(entries, source: source)
+                try outbox.markDelivered(entries.map(\.seq), at: wallClockNow())
+            }
+            let now = wallClockNow()
+            while try !shared.dispatch(limit: 100, now: now, plan: { pushes, devices, active in
+                plan(pushes, devices: devices, active: active, now: now)
+            }).isEmpty {}
+        } catch {
+            configuration.log("cannot dispatch the outbox: \(error)")
+        }
+    }
+
+    /// Each device's payloads for pushes claimed together (coalesced as one mailbox).
+    private func plan(_ pushes: [Outbox.Entry], devices: [Device], active: [String: [String]],
+                      now: Int64) -> [(device: String, payloads: [[UInt8]])] {
+        var boxes: [String: Mailbox] = [:]
+        var order: [(id: String, domain: String)] = []
+        for entry in pushes {
+            let pushed = Set(entry.containers)
+            var reached = 0
+            for device in devices where device.domain == entry.domain && entry.reference == "refs/heads/" + device.branch
+                && device.expires > now {
+                let targets = PushRules.containers(pushed: pushed, active: active[device.id] ?? [], replicated: device.replicated)
+                if boxes[device.id] == nil {
+                    boxes[device.id] = Mailbox(old: entry.old, new: entry.new)
+                    order.append((device.id, device.domain))
+                }
+                boxes[device.id]?.add(targets, new: entry.new)
+                reached += 1
+            }
+            statistics.pushesRead += 1
+            configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
+        }
+        // Devices of one push mostly get the same payloads: each is encoded once.
+        var encoded: [PushPayload: [UInt8]] = [:]
+        var result: [(device: String, payloads: [[UInt8]])] = []
+        for (id, domain) in order {
+            var payloads: [[UInt8]] = []
+            for payload in boxes[id]?.payloads(domain: domain) ?? [] {
+                if let bytes = encoded[payload] {
+                    payloads.append(bytes)
+                } else {
+                    let bytes: [UInt8] = JSONCoding.encode(payload)
+                    encoded[payload] = bytes
+                    payloads.append(bytes)
+                }
+            }
+            if !payloads.isEmpty { result.append((id, payloads)) }
+        }
+        return result
+    }
+
+    /// What another instance (or this one) announced through the store.
+    private func received(_ notification: ServiceNotification) async {
+        switch notification {
+        case .events(let batch): await deliver(batch: batch)
+        case .revoked(let id):
+            guard devices[id] != nil else { return }
+            forget(id)
+            configuration.log("device \(id) was revoked")
+        }
+    }
+
+    /// Hands a dispatch's events to the streams open here and to this
+    /// instance's sender for the devices it sends to.
+    private func deliver(batch: Int64) async {
+        guard let shared, let sender else { return }
+        let rows: [(device: String, event: DeviceEvent, sender: String?)]
+        do {
+            rows = try shared.events(batch: batch)
+        } catch {
+            return configuration.log("cannot read the events of batch \(batch): \(error)")
+        }
+        var reloaded = false
+        var sends: [String: [DeviceEvent]] = [:]
+        for (id, event, sendingInstance) in rows {
+            statistics.eventsQueued += sendingInstance == shared.instance || streams[id] != nil ? 1 : 0
+            if let open = streams[id], !open.isEmpty {
+                let bytes = Self.encode(event)
+                for continuation in open.values { continuation.yield(bytes) }
+                statistics.delivered += 1
+            }
+            guard sendingInstance == shared.instance else { continue }
+            if devices[id] == nil && !reloaded {
+                // Registered at another instance since this one read the devices.
+                reloaded = true
+                for device in (try? store.devices()) ?? [] where devices[device.id] == nil { remember(device) }
+            }
+            guard var device = devices[id], device.channel != .stream else { continue }
+            device.lastSeq = max(device.lastSeq, event.seq)
+            devices[id] = device
+            sends[id, default: []].append(event)
+        }
+        let queued = sends.compactMap { id, events in devices[id].map { (id, $0.channel, events) } }
+        if !queued.isEmpty { await sender.enqueue(queued) }
+    }
+
+    /// Renews this instance's lease in the shared store and resends what the
+    /// devices it took over had not acknowledged.
+    private func keepAlive() async {
+        guard let shared, let sender else { return }
+        let now = wallClockNow()
+        do {
+            let taken = try shared.heartbeat(until: now + configuration.senderLease, now: now)
+            for device in taken {
+                remember(device)
+                let events = try store.events(device: device.id, after: device.ackedSeq, limit: configuration.replayLimit)
+                configuration.log("took over device \(device.id) (\(counted(events.count, "event")) to send)")
+                await sender.enqueue(device: device.id, channel: device.channel, events: events)
+            }
+        } catch {
+            configuration.log("cannot renew this instance's lease: \(error)")
         }
     }
 }

@@ -29,15 +29,22 @@ public final class ServiceAdmin {
     /// The remote's domain (`fprep.domain`).
     public let domain: String
     private let folder: PushFolder
-    private let store: ServiceStore
+    private let store: any ServiceStorage
 
     /// Opens the service state of the remote at `remote` (a bare repository
     /// made by init-remote or install-hooks).
-    public init(remote: String) throws {
+    public convenience init(remote: String) throws {
+        try self.init(remote: remote, openStorage: { try ServiceStore(path: $0.servicePath) })
+    }
+
+    /// Opens the state `openStorage` gives (a shared database, `--database`).
+    package init(remote: String, openStorage: (PushFolder) throws -> any ServiceStorage) throws {
         (folder, domain) = try ServedRemote.open(remote)
         try folder.ensureFolder()
-        store = try ServiceStore(path: folder.servicePath)
+        store = try openStorage(folder)
     }
+
+    deinit { store.close() }
 
     /// Mints an enrollment secret for `domain` (the remote's when nil),
     /// valid for `lifetime` seconds (nil: until revoked). Only its hash is

@@ -8,7 +8,7 @@ import FprepCore
 /// (`fprep serve enroll`, `devices`, `revoke`) each open it.
 /// `synchronous=NORMAL`: a power cut may lose the last events, which a
 /// device then sees as a gap in the anchors and answers with a full sync.
-final class ServiceStore {
+final class ServiceStore: ServiceStorage {
     private let database: Database
     /// The last `PRAGMA data_version` read (see `changedElsewhere`).
     private var seenDataVersion: Int64?
@@ -54,10 +54,18 @@ final class ServiceStore {
     // MARK: devices
 
     func devices() throws -> [Device] {
+        try devices(where: "")
+    }
+
+    func device(tokenHash: String) throws -> Device? {
+        try devices(where: "WHERE token_hash = ?1", .text(tokenHash)).first
+    }
+
+    private func devices(where clause: String, _ values: SQLValue...) throws -> [Device] {
         let statement = try database.prepare("""
             SELECT id, token_hash, domain, branch, replicated, channel, target, secret, name, created_at, expires_at,
-                last_seq, acked_seq, enrollment, last_seen FROM devices ORDER BY created_at, id
-            """)
+                last_seq, acked_seq, enrollment, last_seen FROM devices \(clause) ORDER BY created_at, id
+            """).bind(values)
         var result: [Device] = []
         while try statement.step() {
             let channel: DeliveryChannel

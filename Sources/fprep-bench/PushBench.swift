@@ -27,6 +27,11 @@ struct PushBench: ParsableCommand {
         `git push` returns: until the sink has the push's payload for every device (deliveries per second \
         = devices / that time), and until the replica's branch has moved (the sync done). Every process \
         it starts is stopped at the end.
+
+        With --postgres it first makes a PostgreSQL cluster in WORK/postgres (Debian's initdb and postgres, \
+        run as the postgres user when this runs as root) on a free port, and runs --instances `fprep serve \
+        --database` processes on it: registrations go to them in turn, the replica watches the first, and \
+        the hook pokes the last started.
         """)
 
     @Option(help: "Registered webhook devices.")
@@ -40,6 +45,12 @@ struct PushBench: ParsableCommand {
 
     @Option(name: .customLong("debounce-ms"), help: "fprep watch's debounce (its default: 0, a sync at once on a push).")
     var debounceMilliseconds = 0
+
+    @Flag(help: "Keep the service's state in a PostgreSQL cluster this run makes in WORK/postgres.")
+    var postgres = false
+
+    @Option(help: "fprep serve instances on the PostgreSQL cluster (with --postgres).")
+    var instances = 1
 
     @Option(help: ArgumentHelp("Working folder (emptied first).", valueName: "dir"))
     var work = "/tmp/fprep-bench-push"
@@ -58,6 +69,7 @@ struct PushBench: ParsableCommand {
 
     func validate() throws {
         guard devices > 0, pushes > 0, concurrency > 0 else { throw ValidationError("--devices, --pushes and --concurrency must be positive") }
+        guard instances >= 1, instances == 1 || postgres else { throw ValidationError("--instances above 1 needs --postgres (one database they share)") }
     }
 
     func run() throws {
@@ -80,29 +92,38 @@ struct PushBench: ParsableCommand {
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let sink = try runBlocking { try await WebhookSink.start(group: group) }
-        let port = try freeLoopbackPort()
-        let url = "http://127.0.0.1:\(port)"
+        let ports = try (0..<instances).map { _ in try freeLoopbackPort() }
+        let urls = ports.map { "http://127.0.0.1:\($0)" }
+        let url = urls[0]
         let processes = ChildProcesses(subprocess: subprocess, work: work)
         defer {
             processes.stopAll()
             try? runBlocking { await sink.server.stop() }
             try? group.syncShutdownGracefully()
         }
+        var database: [String] = []
+        if postgres {
+            database = ["--database", try startPostgres(in: work, processes: processes, subprocess: subprocess)]
+            note("PostgreSQL cluster in \(work)/postgres, \(instances) fprep serve instance(s) on it")
+        }
         // Registering needs an enrollment secret; the sink is on loopback, which webhooks reach only when allowed.
-        let enrollment = try subprocess.run(Command([fprepPath, "serve", "enroll", "--remote", remote])).stdoutText
+        let enrollment = try subprocess.run(Command([fprepPath, "serve", "enroll", "--remote", remote] + database)).stdoutText
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        try processes.start("serve", [fprepPath, "serve", "--remote", remote, "--listen", "127.0.0.1:\(port)", "--rate-limit", "0",
-                                      "--allow-webhook-host", "127.0.0.1"])
-        guard waitFor(10, { tcpState(localPort: port, state: "0A") }) else { throw BenchError.message("fprep serve did not listen (log: \(work)/serve.log)") }
+        for (index, port) in ports.enumerated() {
+            let name = instances == 1 ? "serve" : "serve-\(index + 1)"
+            try processes.start(name, [fprepPath, "serve", "--remote", remote, "--listen", "127.0.0.1:\(port)", "--rate-limit", "0",
+                                       "--allow-webhook-host", "127.0.0.1"] + database)
+            guard waitFor(20, { tcpState(localPort: port, state: "0A") }) else { throw BenchError.message("fprep serve did not listen (log: \(work)/\(name).log)") }
+        }
 
         note("registering \(devices) webhook devices")
         let registration = try runBlocking { [devices, concurrency] in
-            try await registerDevices(devices, service: url, enrollment: enrollment, sink: sink.url, concurrency: concurrency, group: group)
+            try await registerDevices(devices, services: urls, enrollment: enrollment, sink: sink.url, concurrency: concurrency, group: group)
         }
         note("registered \(devices) devices in \(String(format: "%.2f", registration)) s (\(Int(Double(devices) / registration)) a second)")
         try processes.start("watch", [fprepPath, "watch", "-C", replica, "--service", url, "--enroll", enrollment, "--fallback-interval", "600",
                                       "--debounce-ms", String(debounceMilliseconds)])
-        guard waitFor(20, { tcpState(remotePort: port, state: "01") }) else { throw BenchError.message("fprep watch did not connect (log: \(work)/watch.log)") }
+        guard waitFor(20, { tcpState(remotePort: ports[0], state: "01") }) else { throw BenchError.message("fprep watch did not connect (log: \(work)/watch.log)") }
 
         var rows: [(rate: Double, all: Double, synced: Double, push: Double)] = []
         for round in 1...pushes {
@@ -131,7 +152,7 @@ struct PushBench: ParsableCommand {
         }
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         print("""
-            push service: \(devices) webhook devices (loopback sink in fprep-bench) + 1 fprep watch replica (event stream), \(pushes) pushes
+            push service: \(devices) webhook devices (loopback sink in fprep-bench) + 1 fprep watch replica (event stream), \(pushes) pushes, \(postgres ? "PostgreSQL, \(instances) instance(s)" : "SQLite, 1 instance")
             registration           \(Int(Double(devices) / registration)) devices/s
             deliveries per second  median \(Int(median(rows.map(\.rate))))  (min \(Int(rows.map(\.rate).min() ?? 0)), max \(Int(rows.map(\.rate).max() ?? 0)))
             push → all delivered   median \(ms(median(rows.map(\.all))))  (min \(ms(rows.map(\.all).min() ?? 0)), max \(ms(rows.map(\.all).max() ?? 0)))
@@ -144,9 +165,12 @@ struct PushBench: ParsableCommand {
 }
 
 /// Registers `count` webhook devices, `concurrency` requests at a time; returns the seconds it took.
-private func registerDevices(_ count: Int, service: String, enrollment: String, sink: String, concurrency: Int,
+private func registerDevices(_ count: Int, services: [String], enrollment: String, sink: String, concurrency: Int,
                              group: any EventLoopGroup) async throws -> Double {
-    guard let url = ServiceURL(service + "/v1/devices") else { throw BenchError.message("bad service URL \(service)") }
+    let urls = try services.map { service in
+        guard let url = ServiceURL(service + "/v1/devices") else { throw BenchError.message("bad service URL \(service)") }
+        return url
+    }
     let client = HTTPClient(group: group)
     let domain = "remote"
     let started = monotonicSeconds()
@@ -155,7 +179,7 @@ private func registerDevices(_ count: Int, service: String, enrollment: String, 
             if index >= concurrency { try await tasks.next() }
             tasks.addTask {
                 let body = #"{"domain":"\#(domain)","enrollment":"\#(enrollment)","name":"bench-\#(index)","channel":{"kind":"webhook","url":"\#(sink)","secret":"bench-secret-0123456789"}}"#
-                let response = try await client.send(ClientRequest(.POST, url, headers: ["content-type": "application/json"],
+                let response = try await client.send(ClientRequest(.POST, urls[index % urls.count], headers: ["content-type": "application/json"],
                                                                    body: Array(body.utf8)), timeout: .seconds(10))
                 guard response.status == 201 else { throw BenchError.message("registration \(index): \(response.status) \(response.text)") }
             }
@@ -164,6 +188,32 @@ private func registerDevices(_ count: Int, service: String, enrollment: String, 
     }
     await client.shutdown()
     return monotonicSeconds() - started
+}
+
+/// Makes a PostgreSQL cluster in WORK/postgres (password authentication),
+/// starts it on a free loopback port with the processes, waits until it
+/// answers, and returns its URL. PostgreSQL refuses root: as root, the
+/// folder is the postgres user's and its programs run as that user.
+private func startPostgres(in work: String, processes: ChildProcesses, subprocess: Subprocess) throws -> String {
+    let versions = ((try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []).compactMap(Int.init).sorted()
+    guard let bin = versions.reversed().map({ "/usr/lib/postgresql/\($0)/bin" }).first(where: { access($0 + "/initdb", X_OK) == 0 }) else {
+        throw BenchError.message("--postgres needs PostgreSQL's server programs in /usr/lib/postgresql/*/bin (bash scripts/setup.sh installs them)")
+    }
+    let folder = work + "/postgres", password = "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    try Data((password + "\n").utf8).write(to: URL(fileURLWithPath: folder + "/password"))
+    let asPostgres = getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []
+    if getuid() == 0 { try subprocess.run(Command(["/bin/chown", "-R", "postgres:postgres", folder])) }
+    try subprocess.run(Command(asPostgres + [bin + "/initdb", "-D", folder + "/data", "-U", "postgres", "--auth=scram-sha-256",
+                                             "--pwfile=" + folder + "/password", "--no-sync", "-E", "UTF8"], environment: ["LC_ALL": "C"]))
+    let port = try freeLoopbackPort()
+    try processes.start("postgres", asPostgres + [bin + "/postgres", "-D", folder + "/data", "-k", folder, "-p", String(port),
+                                                  "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"])
+    let ready = waitFor(60) {
+        (try? subprocess.run(Command([bin + "/pg_isready", "-q", "-h", "127.0.0.1", "-p", String(port)]))) != nil
+    }
+    guard ready else { throw BenchError.message("PostgreSQL did not start (log: \(work)/postgres.log)") }
+    return "postgres://postgres:\(password)@127.0.0.1:\(port)/postgres"
 }
 
 /// The webhook sink: counts deliveries per new anchor.

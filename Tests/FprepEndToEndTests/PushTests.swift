@@ -26,8 +26,9 @@ extension Sandbox {
     /// Starts `fprep serve` for `remote` on `port` (a free one when nil),
     /// waits until it listens, and mints an enrollment secret. Webhooks may
     /// go to 127.0.0.1 (the tests' receivers) unless `allowLoopbackWebhooks` is false.
+    /// `enrollWith`: more arguments for `fprep serve enroll` (the service's `--database`).
     func startService(_ remote: String, port: UInt16? = nil, extra: [String] = [],
-                      allowLoopbackWebhooks: Bool = true) throws -> PushService {
+                      allowLoopbackWebhooks: Bool = true, enrollWith: [String] = []) throws -> PushService {
         let port = try port ?? GitDaemon.freePort()
         let allow = allowLoopbackWebhooks ? ["--allow-webhook-host", "127.0.0.1"] : []
         let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(port)"] + allow + extra)
@@ -39,7 +40,7 @@ extension Sandbox {
             usleep(10_000)
         }
         // After it listens: a mirror's folder exists only once the service made it.
-        let enrollment = try fprepOK(["serve", "enroll", "--remote", remote]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let enrollment = try fprepOK(["serve", "enroll", "--remote", remote] + enrollWith).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         return PushService(process: process, port: port, enrollment: enrollment)
     }
 
