@@ -81,6 +81,9 @@ struct Bench: ParsableCommand {
     @Flag(help: "Print one JSON object instead of the table.")
     var json = false
 
+    @Flag(help: "Run each side's tree-creating steps (the floors' clone and placeholders; fprep's clone, materialize, evict) on a new ext4 filesystem of its own (as root): a disk that just deleted many files makes the next creation of many files several times slower, whichever side comes after.")
+    var freshFilesystems = false
+
     @Flag(help: "Run only generation and the git/filesystem floors (no fprep commands; the remote is a plain bare repo configured like an fprep remote).")
     var skipFprep = false
 
@@ -142,7 +145,8 @@ struct Bench: ParsableCommand {
         if !dropCaches { note("not root: caches cannot be dropped, times are warm-cache times") }
         let cycle = Cycle(work: work, url: url, fprep: fprepPath, tree: tree, sample: chosen,
                           sampleListPath: listPath, sampleBlobs: blobs, subprocess: subprocess,
-                          floors: FilesystemFloors(libc: libc), dropCaches: dropCaches)
+                          floors: FilesystemFloors(libc: libc), dropCaches: dropCaches,
+                          freshFilesystems: freshFilesystems && geteuid() == 0)
         var results: [CycleResult] = []
         for i in 0..<runs {
             if runs > 1 { note("run \(i + 1)/\(runs)") }

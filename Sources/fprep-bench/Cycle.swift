@@ -43,10 +43,21 @@ struct Cycle {
     let subprocess: Subprocess
     let floors: FilesystemFloors
     let dropCaches: Bool
+    /// Each side on a new filesystem (see `FreshFilesystem`).
+    var freshFilesystems = false
 
-    var replica: String { "\(work)/replica" }
-    var gitClone: String { "\(work)/gitclone" }
-    var floorRoot: String { "\(work)/floor" }
+    private var floorSide: String { freshFilesystems ? "\(work)/fs-floor" : work }
+    private var fprepSide: String { freshFilesystems ? "\(work)/fs-fprep" : work }
+    var replica: String { "\(fprepSide)/replica" }
+    var gitClone: String { "\(floorSide)/gitclone" }
+    var floorRoot: String { "\(floorSide)/floor" }
+
+    /// A new filesystem for one side, big enough for the tree twice over.
+    private func freshSide(_ path: String) throws -> FreshFilesystem? {
+        guard freshFilesystems else { return nil }
+        let inodes = tree.count * 2 + 100_000
+        return try FreshFilesystem(mountPoint: path, inodes: inodes, bytes: Int64(inodes) * 4096 + (4 << 30), subprocess: subprocess)
+    }
 
     /// Floors first, then fprep, each phase starting with WORK emptied of
     /// clones. On this disk a tree created while another large tree sits beside
@@ -56,6 +67,8 @@ struct Cycle {
     /// state. fprep goes last so its replica stays in WORK for inspection.
     func run(log: (String) -> Void) throws -> CycleResult {
         try remove([replica, gitClone, floorRoot])
+        let floorFilesystem = try freshSide(floorSide)
+        defer { floorFilesystem?.remove() }
 
         log("git clone --filter=blob:none --no-checkout")
         let clone = try timed(Command(["git", "-c", "gc.auto=0", "clone", "-q", "--filter=blob:none",
@@ -87,6 +100,9 @@ struct Cycle {
             // -C comes after the subcommand: fprep's -C is a per-command option
             // (`fprep -C DIR materialize` is rejected as an unknown option).
             try remove([gitClone])
+            floorFilesystem?.remove()
+            let fprepFilesystem = try freshSide(fprepSide)
+            defer { fprepFilesystem?.remove() }
             // Each fprep step writes its phases and its own peak memory to a trace file.
             let traceFile = "\(work)/fprep-trace.txt"
             func traced(_ step: Int, _ argv: [String]) throws -> Double {
