@@ -7,33 +7,6 @@ import Testing
 // real remotes and hooks, webhook receivers in Python on 127.0.0.1.
 
 extension Sandbox {
-    /// A webhook receiver like `Recorder` that answers each request only
-    /// after `delay` seconds, one at a time (a slow endpoint).
-    func startSlowRecorder(delay: Double) throws -> Recorder {
-        let script = """
-            import http.server, json, sys, time
-            class Recorder(http.server.BaseHTTPRequestHandler):
-                def do_POST(self):
-                    body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                    line = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body.decode()}
-                    with open(sys.argv[2], "a") as log:
-                        log.write(json.dumps(line) + "\\n")
-                    time.sleep(float(sys.argv[3]))
-                    self.send_response(200)
-                    self.end_headers()
-                def log_message(self, *args):
-                    pass
-            http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Recorder).serve_forever()
-            """
-        let port = try GitDaemon.freePort()
-        let log = at("slow-recorder-\(port).jsonl")
-        let process = try spawn(["/usr/bin/python3", "-c", script, String(port), log, String(delay)])
-        guard waitUntil({ tcpSocket(local: port, state: "0A") || !process.isRunning }), process.isRunning else {
-            throw HarnessError("the recorder did not listen: \(process.kill9())")
-        }
-        return Recorder(process: process, port: port, log: log)
-    }
-
     /// Starts one `fprep serve` instance on the shared database.
     func startInstance(_ remote: String, database: String, poll: String = "0.5", extra: [String] = []) throws -> PushService {
         try startService(remote, extra: ["--database", database, "--poll-interval", poll] + extra, enrollWith: ["--database", database])
@@ -131,7 +104,7 @@ struct PostgresServiceTests {
                 let start = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
                 // Only the first instance runs when the pushes come: it dispatches them and sends to every device.
                 let doomed = try box.startInstance(remote.path, database: postgres.url)
-                let slow = try box.startSlowRecorder(delay: 0.6)
+                let slow = try box.startRecorder(delay: 0.6)
                 defer { _ = slow.process.kill9() }
                 let devices = 4
                 for n in 0..<devices {

@@ -28,13 +28,14 @@ struct Recorder {
 
 extension Sandbox {
     static let recorderScript = """
-        import http.server, json, sys
+        import http.server, json, sys, time
         class Recorder(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 line = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body.decode()}
                 with open(sys.argv[2], "a") as log:
                     log.write(json.dumps(line) + "\\n")
+                time.sleep(float(sys.argv[3]))
                 self.send_response(200)
                 self.end_headers()
             def log_message(self, *args):
@@ -42,11 +43,13 @@ extension Sandbox {
         http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Recorder).serve_forever()
         """
 
-    /// Starts a recording webhook receiver and waits until it listens.
-    func startRecorder() throws -> Recorder {
+    /// Starts a recording webhook receiver and waits until it listens;
+    /// with a `delay`, it answers each request only after that many
+    /// seconds, one at a time (a slow endpoint).
+    func startRecorder(delay: Double = 0) throws -> Recorder {
         let port = try GitDaemon.freePort()
         let log = at("recorder-\(port).jsonl")
-        let process = try spawn(["/usr/bin/python3", "-c", Self.recorderScript, String(port), log])
+        let process = try spawn(["/usr/bin/python3", "-c", Self.recorderScript, String(port), log, String(delay)])
         guard waitUntil({ tcpSocket(local: port, state: "0A") || !process.isRunning }), process.isRunning else {
             throw HarnessError("the recorder did not listen: \(process.kill9())")
         }
