@@ -48,6 +48,7 @@ struct PlaceholderLayout {
         }
         var batch = PlaceholderBatch(folder: .root)
         var targets: [ObjectID: [UInt8]]?
+        var walkFailure: Error?
         do {
             try walk.run { step in
                 if let error = failures.first { throw error }
@@ -77,13 +78,12 @@ struct PlaceholderLayout {
             }
             if !batch.entries.isEmpty { queue.put(batch) }
         } catch {
-            queue.close(consumers: workers)
-            group.wait()
-            throw error
+            walkFailure = error
         }
+        // The threads end once the queue is empty, after a failure too.
         queue.close(consumers: workers)
         group.wait()
-        if let error = failures.first { throw error }
+        if let error = walkFailure ?? failures.first { throw error }
     }
 
     private func makeFolder(_ folder: RepoPath) throws {
@@ -144,7 +144,6 @@ struct PlaceholderBatch: Sendable {
 final class BatchQueue<Element: Sendable>: @unchecked Sendable {
     private let lock = Lock()
     private var items: [Element] = []
-    private var closed = false
     private let available = DispatchSemaphore(value: 0)
     private let space: DispatchSemaphore
 
@@ -173,9 +172,6 @@ final class BatchQueue<Element: Sendable>: @unchecked Sendable {
 
     /// No more items: each of `consumers` gets nil once the rest is taken.
     func close(consumers: Int) {
-        lock.lock()
-        closed = true
-        lock.unlock()
         for _ in 0..<consumers { available.signal() }
     }
 }
