@@ -51,7 +51,11 @@ public struct Fprep: ParsableCommand {
                 Trace.peakMemory()
                 Glibc.exit(0)
             }
-            var command = try parseAsRoot(arguments)
+            var command = try parseAsRoot(PathArguments.fold(arguments))
+            if var takesPaths = command as? any TakesPaths {
+                takesPaths.paths = PathArguments.unfold(takesPaths.paths)
+                command = takesPaths
+            }
             Verbosity.apply(arguments)
             // Ctrl-C: what is done stays done (each step is atomic or
             // journaled) and the next fprep command settles the rest.
@@ -72,7 +76,7 @@ public struct Fprep: ParsableCommand {
             // --help and --version print and exit 0; a usage mistake is one line.
             let code = exitCode(for: error)
             guard code != .success else { exit(withError: error) }
-            let message = self.message(for: error).split(separator: "\n").first.map(String.init) ?? "bad usage"
+            let message = PathArguments.unfoldMessage(self.message(for: error)).split(separator: "\n").first.map(String.init) ?? "bad usage"
             fail("fprep: \(message.replacingAll("Error: ", with: "")) (see 'fprep --help')", status: code.rawValue)
         }
     }

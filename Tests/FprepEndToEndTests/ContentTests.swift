@@ -111,6 +111,48 @@ struct MaterializeTests {
         }
     }
 
+    /// The command line folds long runs of paths before ArgumentParser sees
+    /// them (see PathArguments); each form a run can take must come back
+    /// whole: after the command's name, after an option's value, after
+    /// `--` (names that look like options), split by options, repeated.
+    @Test("long lists of paths on the command line: every form, every path, options anywhere")
+    func longPathLists() throws {
+        var nodes = standardTree
+        let names = (0..<90).map { String(format: "many/f%02d.txt", $0) }
+        for (i, name) in names.enumerated() { nodes[name] = .text("file \(i)\n") }
+        nodes["many/-dash.txt"] = .text("dash\n")
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let first = Array(names[0..<40]), second = Array(names[40..<80]), third = Array(names[80...])
+
+            // A run right after the command's name, one after -C's value,
+            // options between runs, names twice.
+            let done = try box.fprepJSON(["materialize"] + first + ["-C", replica] + second + ["--json"] + first.prefix(3)
+                                         + second.suffix(30), cwd: box.path)
+            #expect(Set(done.strings("materialized")) == Set(first + second))
+            // A run after '--', with a name that looks like an option.
+            try box.fprepOK(["materialize", "-C", replica, "--"] + third + ["many/-dash.txt"] + first, cwd: box.path)
+            for name in names + ["many/-dash.txt"] { expectMaterialized(replica, remote, name) }
+
+            // A run that starts with --paths-from's value.
+            let list = box.at("list.txt")
+            _ = FileManager.default.createFile(atPath: list, contents: Data("a.txt\n".utf8))
+            let evicted = try box.fprepJSON(["evict", "--paths-from", list] + names + ["--json"], cwd: replica)
+            #expect(Set(evicted.strings("evicted")) == Set(names))
+            #expect(evicted.int("alreadyDataless") == 1, "a.txt, from the list: \(evicted)")
+            for name in names { try expectDataless(box, replica, remote, name) }
+
+            // A wrong name deep in a long run is named as itself.
+            let wrong = try box.fprep(["materialize"] + first + ["many/nothing-here"] + second, cwd: replica)
+            expectOneLineError(wrong, mentioning: ["many/nothing-here"])
+            let unknown = try box.fprep(["evict"] + first + ["--no-such-option"], cwd: replica)
+            expectOneLineError(unknown, status: 64, mentioning: ["--no-such-option"])
+            try expectGitClean(box, replica)
+        }
+    }
+
     @Test("fetched packs are not kept: disk use after evict is back to what it was")
     func packsNotKept() throws {
         try withSandbox { box in
