@@ -108,6 +108,7 @@ enum Verbosity {
             }
         }
         verbose = verbose || verboseAsked
+        if verbose { Trace.showPhases() }
         guard quietAsked else { return }
         quiet = true
         if !json {

@@ -145,6 +145,10 @@ final class Spawned: @unchecked Sendable {
 
     func signal(_ sig: Int32) { if reaped == nil { kill(pid, sig) } }
 
+    /// What Ctrl-C on a terminal does: the signal to the whole process group
+    /// (started with `newProcessGroup`), children included.
+    func signalGroup(_ sig: Int32) { if reaped == nil { kill(-pid, sig) } }
+
     /// What it has written to stdout so far (it may still be running).
     var stdoutSoFar: String {
         String(decoding: FileManager.default.contents(atPath: outPath) ?? Data(), as: UTF8.self)
@@ -341,8 +345,12 @@ final class Sandbox: @unchecked Sendable {
     }
 
     /// Starts fprep without waiting for it.
-    func spawnFprep(_ args: [String], cwd: String? = nil, env: [String: String] = [:]) throws -> Spawned {
-        let started = try Shell.spawn([Binaries.fprep] + args, cwd: cwd ?? path, env: environment(env), ioFolder: io)
+    /// `newProcessGroup`: it leads a group of its own, as a terminal's
+    /// foreground job does, so `signalGroup` reaches its git children too.
+    func spawnFprep(_ args: [String], cwd: String? = nil, env: [String: String] = [:],
+                    newProcessGroup: Bool = false) throws -> Spawned {
+        let started = try Shell.spawn([Binaries.fprep] + args, cwd: cwd ?? path, env: environment(env), ioFolder: io,
+                                      newProcessGroup: newProcessGroup)
         spawned.append(started)
         return started
     }

@@ -281,6 +281,7 @@ struct ContentOperations {
     /// first (see `AgentLink`), and they go without a write lease (see `punch`).
     func evict(_ items: [(RepoPath, String)], dryRun: Bool = false) throws -> EvictResult {
         let index = try replica.repository.index()
+        Trace.mark("read index")
         var result = EvictResult()
         var candidates: [IndexEntry] = []
         let pins = try PinSet(replica.store)
@@ -300,6 +301,7 @@ struct ContentOperations {
                 result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it was deleted locally (run 'fprep sync' first)"))
             }
         }
+        Trace.mark("classify")
         guard !candidates.isEmpty else { return result }
         if dryRun {
             for entry in candidates {
@@ -340,11 +342,14 @@ struct ContentOperations {
             }
             if done % 64 == 0 { replica.progress.report("evicting", done: done, total: candidates.count) }
         }
+        Trace.mark("punch")
         try replica.writeIndexKeepingJournal(index, lookAgainAt: evicted.map(\.bytes))
+        Trace.mark("index write")
         try replica.store.transaction {
             try replica.store.forgetMaterialized(evicted)
             try replica.store.endOperation(operation)
         }
+        Trace.mark("store")
         replica.progress.finish()
         result.evicted = evicted.map(\.description)
         return result

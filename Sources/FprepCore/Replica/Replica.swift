@@ -15,6 +15,9 @@ public final class Replica {
     /// they are made (see `AgentLink`); looked for once per command.
     lazy var agentWatch: AgentLink.Need = AgentLink.need(replicaRoot: root)
     let progress: any ProgressReporter
+    /// The root with every symlink resolved, which a user's path may start
+    /// with instead; resolved once, not for each path named.
+    private lazy var physicalRoot: String = realPath(root == "/" ? "/" : root)
 
     public let remoteURL: String
     public let branch: String
@@ -230,7 +233,6 @@ public final class Replica {
         }
         let absolutePath = "/" + parts.joined(separator: "/")
         let rootPath = root == "/" ? "" : root
-        let physicalRoot = realPath(rootPath.isEmpty ? "/" : rootPath)
         var relative: String?
         for candidate in [rootPath, physicalRoot] {
             if absolutePath == candidate { relative = ""; break }

@@ -1,10 +1,11 @@
 import FoundationEssentials
 import Glibc
 
-/// Phase timings when `FPREP_TRACE` is set: how a benchmark's figure
-/// splits into its parts. On standard error, or appended to the file
-/// `FPREP_TRACE` names when it is an absolute path (a benchmark that keeps
-/// fprep's standard error to itself).
+/// Phase timings: with `FPREP_TRACE` set, how a benchmark's figure splits
+/// into its parts, on standard error or appended to the file `FPREP_TRACE`
+/// names when it is an absolute path (a benchmark that keeps fprep's
+/// standard error to itself); with `--verbose`, a line per phase for the
+/// user, on standard error.
 public enum Trace {
     // getenv, not ProcessInfo: building the whole environment costs every
     // command a little, traced or not.
@@ -16,21 +17,37 @@ public enum Trace {
         return fd >= 0 ? fd : 2
     }()
     nonisolated(unsafe) private static var last = Date()
+    /// `--verbose`: each phase is also a line for the user on standard error.
+    nonisolated(unsafe) private static var phasesShown = false
+
+    /// Shows each phase as it ends on standard error (`--verbose`).
+    public static func showPhases() {
+        phasesShown = true
+        last = Date()
+    }
 
     /// Starts the clock for the next mark.
     public static func start() {
-        guard enabled else { return }
+        guard enabled || phasesShown else { return }
         last = Date()
     }
 
     public static func mark(_ phase: String) {
-        guard enabled else { return }
+        guard enabled || phasesShown else { return }
         let now = Date()
         let micro = Int((now.timeIntervalSince(last) * 1_000_000).rounded())
-        let padded = phase.count < 28 ? phase + String(repeating: " ", count: 28 - phase.count) : phase
-        let resident = statusField("VmRSS:").map { " (resident \($0 / 1024) MiB)" } ?? ""
-        let line = Array("trace: \(padded) \(micro / 1_000_000).\(String(1_000_000 + micro % 1_000_000).dropFirst()) s\(resident)\n".utf8)
-        _ = line.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
+        let seconds = "\(micro / 1_000_000).\(String(1_000_000 + micro % 1_000_000).dropFirst())"
+        let resident = statusField("VmRSS:")
+        if enabled {
+            let padded = phase.count < 28 ? phase + String(repeating: " ", count: 28 - phase.count) : phase
+            let line = Array("trace: \(padded) \(seconds) s\(resident.map { " (resident \($0 / 1024) MiB)" } ?? "")\n".utf8)
+            _ = line.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
+        }
+        if phasesShown {
+            let clear = isatty(2) == 1 ? "\r\u{1B}[K" : ""
+            let line = Array("\(clear)fprep: \(phase): \(seconds.prefix(seconds.count - 3)) s\(resident.map { ", \($0 / 1024) MiB in memory" } ?? "")\n".utf8)
+            _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        }
         last = Date()
     }
 
