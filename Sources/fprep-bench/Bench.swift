@@ -21,9 +21,12 @@ struct Bench: ParsableCommand {
         serves it, then per run: `fprep clone`, `fprep materialize` of a seeded sample, \
         `fprep evict` of it, and the floors: `git clone --filter=blob:none --no-checkout` \
         plus N sparse files with one xattr (clone), one `git fetch` of the sample's \
-        blob ids plus `git checkout` (materialize), and fallocate PUNCH_HOLE of the \
-        sample (evict, for scale). Before each timed step the previous clones are \
-        removed, `sync` runs and, as root, caches are dropped. The floors run first, \
+        blob ids plus `git checkout` (materialize), and a process that punches the \
+        sample's files to holes (fallocate PUNCH_HOLE) in a tree of N files, the \
+        sample with content (evict). Before each timed step the previous clones are \
+        removed, `sync` runs and, as root, caches are dropped; then the step's \
+        program runs once untimed (`--version`), so its binary is warm and its data \
+        cold, as for a user who runs it often. The floors run first, \
         then fprep, each phase in a WORK emptied of clones; the replica (or, with \
         --skip-fprep, the git clone) is left in WORK for inspection until the next run.
 
@@ -45,6 +48,8 @@ struct Bench: ParsableCommand {
             ScanBench.main(Array(arguments.dropFirst()))
         } else if arguments.first == HydrateBench.mode {
             HydrateBench.main(Array(arguments.dropFirst()))
+        } else if arguments.first == PunchFloor.mode {
+            PunchFloor.main(Array(arguments.dropFirst()))
         } else if arguments.first == PushBench.mode {
             PushBench.main(Array(arguments.dropFirst()))
         } else {

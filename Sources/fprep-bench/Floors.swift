@@ -47,24 +47,66 @@ struct FilesystemFloors {
         return monotonicSeconds() - start
     }
 
-    /// Frees the data blocks of `entries` under `root` (fallocate PUNCH_HOLE,
-    /// size kept) and returns the seconds taken: the raw cost of an eviction.
-    func punchHoles(root: String, entries: [TreeEntry]) throws -> Double {
-        let paths = CStrings(entries.map(\.path))
-        let sizes = entries.map { Int64($0.size) }
-        let rootFD = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard rootFD >= 0 else { throw BenchError.message("open \(root): \(errnoText())") }
-        defer { close(rootFD) }
-        let start = monotonicSeconds()
+    /// Writes content into the placeholders of `entries` under `root`
+    /// (untimed): what the evict floor then frees.
+    func fill(root: String, entries: [TreeEntry]) throws {
+        let chunk = [UInt8](repeating: 0xA5, count: 1 << 16)
+        for entry in entries where entry.size > 0 {
+            let fd = open(root + "/" + entry.path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw BenchError.message("open \(root)/\(entry.path): \(errnoText())") }
+            defer { close(fd) }
+            var left = Int(entry.size)
+            while left > 0 {
+                let n = chunk.withUnsafeBytes { write(fd, $0.baseAddress, min(left, $0.count)) }
+                guard n > 0 else { throw BenchError.message("write \(root)/\(entry.path): \(errnoText())") }
+                left -= n
+            }
+        }
+    }
+}
+
+/// The evict floor as a command of its own (`fprep-bench punch-floor ROOT
+/// LIST`): a process that opens each listed file under ROOT and frees its
+/// blocks (fallocate PUNCH_HOLE, size kept), started as fprep's evict is,
+/// so both pay a process's start. With no arguments it only starts (to warm
+/// its binary).
+enum PunchFloor {
+    static let mode = "punch-floor"
+
+    static var executable: String {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        return n > 0 ? String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
+    }
+
+    private static func fail(_ message: String) -> Never {
+        FileHandle.standardError.write(Data("fprep-bench punch-floor: \(message)\n".utf8))
+        exit(1)
+    }
+
+    static func main(_ arguments: [String]) -> Never {
+        guard arguments.count == 2 else { exit(0) }
+        guard let libc = try? LibC.load() else {
+            fail("no fallocate in the C library")
+        }
+        guard let list = try? String(contentsOfFile: arguments[1], encoding: .utf8) else {
+            fail("cannot read \(arguments[1])")
+        }
+        let paths = CStrings(list.split(separator: "\n").map(String.init))
+        let rootFD = open(arguments[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard rootFD >= 0 else {
+            fail("open \(arguments[0]): \(errnoText())")
+        }
         for i in 0..<paths.count {
             let fd = openat(rootFD, paths[i], O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw BenchError.message("open \(root)/\(entries[i].path): \(errnoText())") }
-            let rc = sizes[i] == 0 ? 0 : libc.fallocate(fd, LibC.punchHole | LibC.keepSize, 0, sizes[i])
-            let failure = errno
+            var info = stat()
+            guard fd >= 0, fstat(fd, &info) == 0,
+                  info.st_size == 0 || libc.fallocate(fd, LibC.punchHole | LibC.keepSize, 0, Int64(info.st_size)) == 0 else {
+                fail("\(String(cString: paths[i])): \(errnoText())")
+            }
             close(fd)
-            guard rc == 0 else { throw BenchError.message("punch \(root)/\(entries[i].path): \(errnoText(failure))") }
         }
-        return monotonicSeconds() - start
+        exit(0)
     }
 }
 

@@ -132,7 +132,7 @@ struct Report: Encodable {
         out.append(row("  git fetch of \(n) blob ids (one request)", "", secs(m.gitFetchBlobs)))
         out.append(row("  git checkout of the \(n) paths", "", secs(m.gitCheckout)))
         out.append(row("evict", secs(m.fprepEvict), secs(m.punchHoles), ratio(evict), goal(evict)))
-        out.append(row("  punch \(n) files to holes (no git floor)", "", secs(m.punchHoles)))
+        out.append(row("  a process punching \(n) files to holes, tree of the same size", "", secs(m.punchHoles)))
         if let c = m.clonePeakKiB {
             out.append("")
             out.append("fprep's own peak memory (VmHWM; git's processes not counted), largest of the runs")
