@@ -93,6 +93,20 @@ enum EntryOffsets {
         return offsets
     }
 
+    /// After the index was written in place (its entries where they were):
+    /// the table, when it named the `old` checksum, names the `new` one. A
+    /// table left naming another checksum is not read (the entries are
+    /// walked instead), so a failure here only costs speed.
+    static func replaceChecksum(beside indexPath: String, old: [UInt8], new: [UInt8]) {
+        guard old.count == 20, new.count == 20 else { return }
+        let fd = open(path(beside: indexPath), O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var named = [UInt8](repeating: 0, count: 20)
+        guard named.withUnsafeMutableBytes({ pread(fd, $0.baseAddress, 20, 8) }) == 20, named == old else { return }
+        _ = new.withUnsafeBytes { pwrite(fd, $0.baseAddress, 20, 8) }
+    }
+
     /// Whether the table beside `indexPath` names the index file's
     /// current checksum: fprep wrote the index as it is now.
     static func describes(indexPath: String) -> Bool {

@@ -77,6 +77,14 @@ public final class Index {
     /// Adds and removals not merged into `slots` yet, by path.
     private var pending: [[UInt8]: Edit] = [:]
     private var stamp: FileStamp?
+    /// The mapped bytes are the file at `filePath` as it stands: false for
+    /// version 4 (entries re-encoded) and after a whole new file was
+    /// written (the mapping is of the old one).
+    private var mappingIsFile = false
+    /// For each entry of `owned` that replaced one entry of the file with
+    /// the same path, where that entry stands in the file: what a write in
+    /// place overwrites. nil once an edit cannot be written in place.
+    private var fileOffsets: [Int: Int32]? = [:]
 
     private enum Edit {
         case put(IndexEntry)
@@ -124,11 +132,14 @@ public final class Index {
         storage = .empty
         checksum = []
         stamp = current
+        mappingIsFile = false
+        fileOffsets = [:]
         guard current != nil else { return }
         let (storage, slots) = try IndexStorage.read(filePath)
         self.storage = storage
         self.slots = slots
         checksum = storage.checksum
+        mappingIsFile = storage.isFile
     }
 
     /// Whether fprep wrote the index file as it is now on disk: false once
@@ -147,6 +158,7 @@ public final class Index {
         pending = [:]
         owned = []
         slots = []
+        fileOffsets = nil
     }
 
     /// The entry at position `i` in path order.
@@ -239,30 +251,31 @@ public final class Index {
     /// git does (a lock file that exists means another writer; nothing is
     /// written then).
     public func write() throws {
+        if try writeInPlace() { return }
         settle()
-        var extended = false
-        for slot in slots where hasExtendedFlags(slot) { extended = true; break }
         let lock = filePath + ".lock"
         let file = try IndexFileWriter(path: lock)
         var offsets: [UInt32] = []
         var checksum: [UInt8] = []
         do {
             var header = Array("DIRC".utf8)
-            appendBigEndian(&header, UInt32(extended ? 3 : 2))
+            appendBigEndian(&header, UInt32(3))
             appendBigEndian(&header, UInt32(slots.count))
             try file.append(header)
             // Entries kept from the file go out in runs of adjacent bytes,
             // straight from the mapping. Where each entry lands is noted
-            // for the offsets table (EntryOffsets).
+            // for the offsets table (EntryOffsets). An entry git wrote
+            // without the extended flags is written with them (see
+            // `encodeIndexEntry`).
             offsets.reserveCapacity(slots.count)
             var position = header.count
             var encoded: [UInt8] = []
             var i = 0
             while i < slots.count {
                 let slot = slots[i]
-                if slot < 0 {
+                if slot < 0 || !hasExtendedFlags(slot) {
                     encoded.removeAll(keepingCapacity: true)
-                    encodeIndexEntry(owned[Int(~slot)], into: &encoded)
+                    encodeIndexEntry(slot < 0 ? owned[Int(~slot)] : decode(slot), into: &encoded)
                     try file.append(encoded)
                     offsets.append(UInt32(position))
                     position += encoded.count
@@ -273,7 +286,7 @@ public final class Index {
                 offsets.append(UInt32(position))
                 var end = start + storage.entrySize(at: start)
                 i += 1
-                while i < slots.count, slots[i] >= 0, Int(slots[i]) == end {
+                while i < slots.count, slots[i] >= 0, Int(slots[i]) == end, hasExtendedFlags(slots[i]) {
                     offsets.append(UInt32(position + end - start))
                     end += storage.entrySize(at: end)
                     i += 1
@@ -289,6 +302,79 @@ public final class Index {
         try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
         stamp = FileStamp(path: filePath)
         self.checksum = checksum
+        mappingIsFile = false
+        fileOffsets = nil
+    }
+
+    /// Writes the edits over the entries they replace, in the index file
+    /// itself, when each keeps its path and its size: fprep writes every
+    /// entry with the extended flags, so making a file dataless or
+    /// materialized changes only its stat data and flags. At 10^6 entries
+    /// this reads the file once for its checksum instead of writing a new
+    /// one of 119 MB. False (nothing done) when the edits cannot be written
+    /// so: an entry added, removed or resized, a file another program
+    /// wrote, version 4; the whole file is written then.
+    ///
+    /// Under `index.lock`, as git writes it, so no git process writes the
+    /// index meanwhile. Killed halfway, the file holds some edits and the
+    /// old checksum, which git does not check on its commands (only `git
+    /// fsck` does); fprep's journal of the operation makes the next command
+    /// settle its files and write the index whole.
+    private func writeInPlace() throws -> Bool {
+        guard mappingIsFile, let known = fileOffsets, let stamp, FileStamp(path: filePath) == stamp else { return false }
+        var patches: [(offset: Int, bytes: [UInt8])] = []
+        for (k, offset) in known { patches.append((Int(offset), encoded(owned[k]))) }
+        for (path, edit) in pending {
+            guard case .put(let entry) = edit, let position = search(path) else { return false }
+            // A path with conflict stages is more than one entry.
+            if position + 1 < slots.count, withPath(slots[position + 1], { $0.elementsEqual(path) }) { return false }
+            let slot = slots[position]
+            let offset: Int32
+            if slot >= 0 { offset = slot } else if let replaced = known[Int(~slot)] { offset = replaced } else { return false }
+            patches.append((Int(offset), encoded(entry)))
+        }
+        // Past a sixteenth of the entries, one write of the whole file costs
+        // less than a write per entry.
+        guard !patches.isEmpty, patches.count <= max(256, slots.count / 16) else { return false }
+        for patch in patches where storage.entrySize(at: patch.offset) != patch.bytes.count { return false }
+
+        let lock = filePath + ".lock"
+        let lockFD = open(lock, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard lockFD >= 0 else {
+            let code = errno
+            if code == EEXIST {
+                throw GitError(code: .locked, message: "'\(lock)' exists: another git process is writing the index (remove it if none is)",
+                               function: "index write")
+            }
+            throw GitError(code: .other(-1), message: "cannot create '\(lock)': \(String(cString: strerror(code)))", function: "index write")
+        }
+        close(lockFD)
+        defer { unlink(lock) }
+        let fd = open(filePath, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, FileStamp(info) == stamp, Int(info.st_size) == storage.count else { return false }
+        func failure(_ what: String) -> GitError {
+            GitError(code: .other(-1), message: "cannot \(what) '\(filePath)': \(String(cString: strerror(errno)))", function: "index write")
+        }
+        for patch in patches {
+            guard pwriteAll(fd, patch.bytes, at: patch.offset) else { throw failure("write") }
+            CrashPoint.reach()
+        }
+        if storage.u32(4) == 2, !pwriteAll(fd, [0, 0, 0, 3], at: 4) { throw failure("write") }
+        guard let newChecksum = checksumOfFile(fd, length: storage.count - 20) else { throw failure("read") }
+        guard pwriteAll(fd, newChecksum, at: storage.count - 20) else { throw failure("write") }
+        EntryOffsets.replaceChecksum(beside: filePath, old: checksum, new: newChecksum)
+        self.stamp = FileStamp(path: filePath)
+        checksum = newChecksum
+        return true
+    }
+
+    private func encoded(_ entry: IndexEntry) -> [UInt8] {
+        var bytes: [UInt8] = []
+        encodeIndexEntry(entry, into: &bytes)
+        return bytes
     }
 
     // MARK: entries in place
@@ -309,10 +395,22 @@ public final class Index {
                 merged.append(slots[i])
                 i += 1
             }
-            while i < slots.count, order(slots[i]) == 0 { i += 1 }  // replaced or removed, every stage
+            var replaced: [Int32] = []
+            while i < slots.count, order(slots[i]) == 0 { replaced.append(slots[i]); i += 1 }  // replaced or removed, every stage
             if case .put(let entry) = edit {
                 owned.append(entry)
                 merged.append(~Int32(owned.count - 1))
+                // Where in the file this entry stands, for a write in place.
+                if replaced.count == 1, replaced[0] >= 0 {
+                    fileOffsets?[owned.count - 1] = replaced[0]
+                } else if replaced.count == 1, let earlier = fileOffsets?[Int(~replaced[0])] {
+                    fileOffsets?[Int(~replaced[0])] = nil
+                    fileOffsets?[owned.count - 1] = earlier
+                } else {
+                    fileOffsets = nil
+                }
+            } else {
+                fileOffsets = nil
             }
         }
         merged.append(contentsOf: slots[i...])
@@ -358,8 +456,10 @@ public final class Index {
         slot < 0 ? 0 : Int((storage.u16(Int(slot) + 60) >> 12) & 3)
     }
 
+    /// Whether an entry of the file carries the extended flags word (every
+    /// entry fprep writes does).
     private func hasExtendedFlags(_ slot: Int32) -> Bool {
-        if slot < 0 { return owned[Int(~slot)].skipWorktree }
+        if slot < 0 { return true }
         return storage.u16(Int(slot) + 60) & 0x4000 != 0
     }
 
@@ -403,9 +503,14 @@ private func encodeIndexEntry(_ entry: IndexEntry, into output: inout [UInt8]) {
     appendBigEndian(&output, stat.gid)
     appendBigEndian(&output, stat.fileSize)
     withUnsafeBytes(of: entry.id.raw.id) { output.append(contentsOf: $0) }
+    // Every entry carries the extended flags word (version 3), zero when
+    // no flag is set, which git reads as it reads none: a change of the
+    // skip-worktree bit then keeps the entry's size, and the index can be
+    // written in place (`Index.writeInPlace`). git drops the word when it
+    // rewrites the index; fprep's next whole write puts it back.
     let nameLength = UInt16(min(entry.path.count, 0xFFF))
-    appendBigEndian(&output, (entry.skipWorktree ? 0x4000 : 0) | nameLength)
-    if entry.skipWorktree { appendBigEndian(&output, UInt16(0x4000)) }
+    appendBigEndian(&output, UInt16(0x4000) | nameLength)
+    appendBigEndian(&output, UInt16(entry.skipWorktree ? 0x4000 : 0))
     output += entry.path
     // NUL-padded to a multiple of 8, with at least one NUL.
     let size = (output.count - start + 8) & ~7
@@ -442,14 +547,13 @@ public final class IndexStream {
     private var encoded: [UInt8] = []
     private var ended = false
 
-    /// `extended`: some entry will carry the skip-worktree bit (version 3).
-    public init(path: String, count: Int, extended: Bool) throws {
+    public init(path: String, count: Int) throws {
         filePath = path
         lock = path + ".lock"
         declared = count
         file = try IndexFileWriter(path: lock)
         var header = Array("DIRC".utf8)
-        appendBigEndian(&header, UInt32(extended ? 3 : 2))
+        appendBigEndian(&header, UInt32(3))
         appendBigEndian(&header, UInt32(count))
         do {
             try file.append(header)
@@ -616,6 +720,10 @@ private struct FileStamp: Equatable {
     init?(path: String) {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
+        self.init(info)
+    }
+
+    init(_ info: stat) {
         size = Int64(info.st_size)
         mtime = Int64(info.st_mtim.tv_sec)
         mtimeNanoseconds = Int64(info.st_mtim.tv_nsec)
@@ -623,11 +731,43 @@ private struct FileStamp: Equatable {
     }
 }
 
+/// Writes all of `bytes` at `offset`.
+private func pwriteAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Bool {
+    var done = 0
+    while done < bytes.count {
+        let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { return false }
+        done += n
+    }
+    return true
+}
+
+/// The SHA-1 of the first `length` bytes of the file, read through a small
+/// buffer (not the mapping: a command's memory stays what its work needs).
+private func checksumOfFile(_ fd: Int32, length: Int) -> [UInt8]? {
+    guard let context = fprep_sha1_begin() else { return nil }
+    var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    var done = 0
+    var ok = true
+    while done < length {
+        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, min($0.count, length - done), off_t(done)) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0, buffer.withUnsafeBytes({ fprep_sha1_update(context, $0.baseAddress, n) }) == 0 else { ok = false; break }
+        done += n
+    }
+    var checksum = [UInt8](repeating: 0, count: 20)
+    guard fprep_sha1_end(context, &checksum) == 0, ok else { return nil }
+    return checksum
+}
+
 /// The bytes of an index's entries in the version 2/3 layout: the mapped
 /// file, or a buffer of re-encoded version 4 entries.
 final class IndexStorage {
     let base: UnsafeRawPointer
     let count: Int
+    /// The bytes are the mapped file itself (not re-encoded version 4 entries).
+    var isFile = false
     /// The file's trailing checksum, when read from a file.
     var checksum: [UInt8] = []
     private let release: () -> Void
@@ -688,6 +828,7 @@ final class IndexStorage {
             throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
         }
         let file = IndexStorage(base: UnsafeRawPointer(mapped), count: size) { munmap(mapped, size) }
+        file.isFile = true
         guard memcmp(file.base, "DIRC", 4) == 0 else { throw failure("is not an index file") }
         file.checksum = Array(UnsafeRawBufferPointer(start: file.base + size - 20, count: 20))
         let version = file.u32(4)

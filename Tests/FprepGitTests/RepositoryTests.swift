@@ -107,7 +107,7 @@ import Testing
         try index.write()
         let written = try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index"))
         try FileManager.default.removeItem(atPath: work + "/.git/index")
-        let stream = try IndexStream(path: work + "/.git/index", count: entries.count, extended: true)
+        let stream = try IndexStream(path: work + "/.git/index", count: entries.count)
         for entry in entries { try stream.append(entry) }
         try stream.finish()
         #expect(try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index")) == written)
@@ -115,14 +115,99 @@ import Testing
         #expect(try repository.index().count == entries.count)
 
         // Out of order, or fewer than announced: nothing replaces the index.
-        let disordered = try IndexStream(path: work + "/.git/index", count: 2, extended: true)
+        let disordered = try IndexStream(path: work + "/.git/index", count: 2)
         try disordered.append(entries[1])
         #expect(throws: GitError.self) { try disordered.append(entries[0]) }
-        let short = try IndexStream(path: work + "/.git/index", count: 3, extended: true)
+        let short = try IndexStream(path: work + "/.git/index", count: 3)
         try short.append(entries[0])
         #expect(throws: GitError.self) { try short.finish() }
         #expect(try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index")) == written)
         #expect(!FileManager.default.fileExists(atPath: work + "/.git/index.lock"))
+    }
+
+    /// Making files dataless or materialized changes entries in place; the
+    /// file must then be exactly the one a whole write would make (entries,
+    /// version, checksum), and what cannot be done in place is written whole.
+    @Test func anIndexIsWrittenInPlaceExactlyAsAWholeWriteWouldWriteIt() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        let repository = try Repository(openingAt: work)
+        let id = try Array("x\n".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        let indexPath = work + "/.git/index"
+        func entry(_ i: Int, skip: Bool, size: Int64 = 10) -> IndexEntry {
+            // Path lengths 1 to 16: every padding a header of 62 or 64 bytes can need.
+            IndexEntry(path: Array(("d\(i % 5)/" + String(repeating: "n", count: i % 16 + 1) + "\(i)").utf8), id: id, mode: 0o100644,
+                       stat: StatData(ctime: (1_700_000_000, Int64(i)), mtime: (1_700_000_000, 0), device: 1, inode: Int64(i),
+                                      uid: 0, gid: 0, size: size),
+                       skipWorktree: skip)
+        }
+        let entries = (0..<64).map { entry($0, skip: true) }
+        let stream = try IndexStream(path: indexPath, count: entries.count)
+        for e in entries.sorted(by: { $0.path.lexicographicallyPrecedes($1.path) }) { try stream.append(e) }
+        try stream.finish()
+        func inode() -> UInt64 { var info = stat(); stat(indexPath, &info); return UInt64(info.st_ino) }
+        func bytes() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: indexPath)) }
+
+        // Materialize 10 (one of them twice, as settle and a later edit would), through one Index.
+        let edited = [3, 7, 8, 9, 10, 11, 12, 13, 14, 40].map { entry($0, skip: false, size: 11) }
+        let before = inode()
+        let index = try repository.index()
+        for e in edited { try index.add(e) }
+        _ = index.count   // edits merged into the order before the write
+        try index.add(entry(40, skip: false, size: 12))
+        try index.write()
+        #expect(inode() == before, "written in place")
+        let inPlace = try bytes()
+        #expect(index.checksum == Array(inPlace.suffix(20)))
+        #expect(EntryOffsets.describes(indexPath: indexPath), "the offsets table names the new checksum")
+
+        // The same edits, written whole from the first file: byte for byte one.
+        try FileManager.default.removeItem(atPath: indexPath)
+        let again = try IndexStream(path: indexPath, count: entries.count)
+        for e in entries.sorted(by: { $0.path.lexicographicallyPrecedes($1.path) }) { try again.append(e) }
+        try again.finish()
+        let whole = try repository.index()
+        try whole.clear()   // every entry an edit: no write in place
+        for e in entries + edited + [entry(40, skip: false, size: 12)] { try whole.add(e) }
+        try whole.write()
+        #expect(try bytes() == inPlace)
+        _ = try scratch.git(["fsck", "--no-dangling"], in: work)   // git checks the checksum
+        let listing = try scratch.git(["ls-files", "-v"], in: work).split(separator: "\n")
+        #expect(listing.filter { $0.hasPrefix("H ") }.count == 10 && listing.filter { $0.hasPrefix("S ") }.count == 54)
+
+        // An entry added: written whole (a new file), still one git reads.
+        let third = try repository.index()
+        try third.add(entry(100, skip: true))
+        let wholeBefore = inode()
+        try third.write()
+        #expect(inode() != wholeBefore)
+        _ = try scratch.git(["fsck", "--no-dangling"], in: work)
+
+        // git rewrites the index without the extended flags of materialized
+        // entries: the next write is whole and puts them back, the one
+        // after is in place again.
+        try scratch.git(["update-index", "--index-version", "2"], in: work)
+        #expect(!EntryOffsets.describes(indexPath: indexPath))
+        let afterGit = try repository.index()
+        try afterGit.add(entry(3, skip: true))
+        try afterGit.write()
+        let normalized = try repository.index()
+        try normalized.add(entry(7, skip: true))
+        let normalizedBefore = inode()
+        try normalized.write()
+        #expect(inode() == normalizedBefore, "in place once fprep wrote the file whole")
+        _ = try scratch.git(["fsck", "--no-dangling"], in: work)
+        #expect(try repository.index().entry(path: entry(7, skip: true).path)?.skipWorktree == true)
+
+        // Another writer's lock: nothing is written, the file is unchanged.
+        let locked = try bytes()
+        let blocked = try repository.index()
+        try blocked.add(entry(8, skip: true))
+        _ = FileManager.default.createFile(atPath: indexPath + ".lock", contents: nil)
+        #expect(throws: GitError.self) { try blocked.write() }
+        #expect(try bytes() == locked)
+        try FileManager.default.removeItem(atPath: indexPath + ".lock")
     }
 
     @Test func indexFilesGitWritesAreReadAndWhatFprepWritesGitVerifies() throws {
