@@ -95,6 +95,10 @@ int fprep_open_regular(int dirfd, const char *path, int flags, struct fprep_stat
  * default action would end fprep. The lease is given back within
  * milliseconds, so the signal itself is not needed. */
 static void ignore_lease_signal(void) {
+    /* Looked at once: fprep sets no SIGIO handler of its own. */
+    static volatile int settled = 0;
+    if (settled) return;
+    settled = 1;
     struct sigaction current;
     if (sigaction(SIGIO, NULL, &current) == 0 && current.sa_handler == SIG_DFL) {
         struct sigaction ignore;

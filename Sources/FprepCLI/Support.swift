@@ -223,6 +223,14 @@ final class TerminalProgress: ProgressReporter, @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let elapsed = max(monotonicSeconds() - started, 0.001)
+        guard bytes > 0 else {
+            // Nothing has arrived yet: the remote is still making the pack.
+            let size = total > 0 ? " \(humanSize(total))" : ""
+            Console.error("\r\u{1B}[K\(phase): waiting for the remote to send\(size) (\(Int(elapsed)) s)")
+            drawn = true
+            lastDraw = Date()
+            return
+        }
         let rate = Double(bytes) / elapsed
         var line = "\r\u{1B}[K\(phase): \(humanSize(bytes))"
         if total > 0 { line += " of about \(humanSize(total)) (\(min(bytes * 100 / total, 99))%)" }

@@ -224,9 +224,12 @@ struct SyncCycle {
         return median(times) ?? 0
     }
 
-    /// A command's output, timed from a quiet, cold start.
+    /// A command's output, timed from a quiet, cold start: the data cold,
+    /// the program's binary warm (its `--version` run first), as for a user
+    /// who runs it often (see the default mode's `Cycle.timed`).
     private func timed(_ command: Command) throws -> ProcessOutput {
         settle(dropCaches: dropCaches)
+        if let program = command.argv.first { _ = try? subprocess.run(Command([program, "--version"])) }
         return try subprocess.run(command)
     }
 

@@ -111,6 +111,30 @@ struct MaterializeTests {
         }
     }
 
+    @Test("--verbose: a line per phase with its time and memory, on standard error; the output stays as it was")
+    func verbosePhases() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let plain = try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            try box.fprepOK(["evict", "a.txt"], cwd: replica)
+            let verbose = try box.fprepOK(["materialize", "a.txt", "--verbose"], cwd: replica)
+            #expect(verbose.stdout == plain.stdout)
+            let phases = verbose.stderrLines.filter { $0.hasPrefix("fprep: ") }
+            for phase in ["read index", "fetch", "write files", "index write", "store"] {
+                #expect(phases.contains { $0.hasPrefix("fprep: \(phase): ") && $0.contains(" s, ") && $0.hasSuffix("MiB in memory") },
+                        "no line for \(phase): \(verbose.stderr)")
+            }
+            let evict = try box.fprepOK(["evict", "a.txt", "-v"], cwd: replica)
+            for phase in ["read index", "classify", "punch", "index write", "store"] {
+                #expect(evict.stderrLines.contains { $0.hasPrefix("fprep: \(phase): ") }, "no line for \(phase): \(evict.stderr)")
+            }
+            let quiet = try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            #expect(quiet.stderr.isEmpty, "phases only with --verbose: \(quiet.stderr)")
+        }
+    }
+
     /// The command line folds long runs of paths before ArgumentParser sees
     /// them (see PathArguments); each form a run can take must come back
     /// whole: after the command's name, after an option's value, after

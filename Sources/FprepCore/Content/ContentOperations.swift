@@ -85,7 +85,7 @@ struct ContentOperations {
     // MARK: materialize
 
     func materialize(_ items: [(RepoPath, String)]) throws -> MaterializeResult {
-        Trace.mark("open")
+        Trace.mark("start")
         // Files named one by one carry their blob id on the placeholder: ask
         // the remote for those at once, and read the index while it answers.
         let odb = try replica.repository.objectDatabase()

@@ -29,8 +29,19 @@ public final class TransferWatch: @unchecked Sendable {
     public init(folder: String, phase: String, total: Int64, progress: any ProgressReporter) {
         let started = monotonicSeconds()
         DispatchQueue.global().async { [stopped, done] in
+            // The rate counts from the first byte: before it, the remote
+            // prepares the pack (compressing 200 MB took it 8 s), and a rate
+            // over that wait would promise minutes for seconds of transfer.
+            // The first bytes came some time after the last look that saw
+            // none: counting from that look keeps the first rate honest.
+            var firstByte: Double?
+            var lastEmpty = started
             while stopped.wait(timeout: .now() + 0.25) == .timedOut {
-                progress.reportTransfer(phase, bytes: Self.bytes(in: folder), total: total, started: started)
+                let bytes = Self.bytes(in: folder)
+                if firstByte == nil {
+                    if bytes > 0 { firstByte = lastEmpty } else { lastEmpty = monotonicSeconds() }
+                }
+                progress.reportTransfer(phase, bytes: bytes, total: total, started: firstByte ?? started)
             }
             done.signal()
         }
