@@ -453,23 +453,29 @@ public actor PushService {
             }
             devices[id] = device
         }
+        // Devices on an event stream first, in a transaction of their own:
+        // a watching device syncs at once instead of waiting for the
+        // events of thousands of webhook devices to be stored.
+        let streamed = stored.filter { devices[$0.device]?.channel == .stream }
+        let sent = stored.filter { devices[$0.device].map { $0.channel != .stream } ?? false }
         do {
-            try store.append(stored, at: wallNow)
+            try store.append(streamed, at: wallNow)
         } catch {
             configuration.log("cannot store events: \(error)")
         }
-        statistics.eventsQueued += stored.count
-        var pushBatches: [String: [DeviceEvent]] = [:]
-        for (id, event) in stored {
-            guard let device = devices[id] else { continue }
-            if device.channel == .stream {
-                let bytes = Self.encode(event)
-                for continuation in streams[id]?.values ?? [:].values { continuation.yield(bytes) }
-                statistics.delivered += (streams[id]?.isEmpty == false) ? 1 : 0
-            } else {
-                pushBatches[id, default: []].append(event)
-            }
+        for (id, event) in streamed {
+            let bytes = Self.encode(event)
+            for continuation in streams[id]?.values ?? [:].values { continuation.yield(bytes) }
+            statistics.delivered += (streams[id]?.isEmpty == false) ? 1 : 0
         }
+        do {
+            try store.append(sent, at: wallNow)
+        } catch {
+            configuration.log("cannot store events: \(error)")
+        }
+        statistics.eventsQueued += streamed.count + sent.count
+        var pushBatches: [String: [DeviceEvent]] = [:]
+        for (id, event) in sent { pushBatches[id, default: []].append(event) }
         if let sender, !pushBatches.isEmpty {
             let batch = pushBatches.compactMap { id, events in devices[id].map { (id, $0.channel, events) } }
             await sender.enqueue(batch)
@@ -560,17 +566,21 @@ public actor PushService {
                 try outbox.markDelivered(entries.map(\.seq), at: wallClockNow())
             }
             let now = wallClockNow()
-            while try !shared.dispatch(limit: 100, now: now, plan: { pushes, devices, active in
-                plan(pushes, devices: devices, active: active, now: now)
-            }).isEmpty {}
+            for streams in [true, false] {
+                while try !shared.dispatch(limit: 100, now: now, streams: streams, plan: { pushes, devices, active in
+                    plan(pushes, devices: devices, active: active, now: now, streams: streams)
+                }).isEmpty {}
+            }
         } catch {
             configuration.log("cannot dispatch the outbox: \(error)")
         }
     }
 
-    /// Each device's payloads for pushes claimed together (coalesced as one mailbox).
+    /// Each device's payloads for pushes claimed together (coalesced as one
+    /// mailbox); `devices` are those of one dispatch step (`streams`: on an
+    /// event stream, else by webhook or APNs).
     private func plan(_ pushes: [Outbox.Entry], devices: [Device], active: [String: [String]],
-                      now: Int64) -> [(device: String, payloads: [[UInt8]])] {
+                      now: Int64, streams: Bool) -> [(device: String, payloads: [[UInt8]])] {
         var boxes: [String: Mailbox] = [:]
         var order: [(id: String, domain: String)] = []
         for entry in pushes {
@@ -586,8 +596,11 @@ public actor PushService {
                 boxes[device.id]?.add(targets, new: entry.new)
                 reached += 1
             }
-            statistics.pushesRead += 1
-            configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
+            statistics.pushesRead += streams ? 1 : 0
+            // Logged where it first reaches a device (the stream step
+            // always, the other step only with devices to reach).
+            guard streams || reached > 0 else { continue }
+            configuration.log("push \(entry.seq) to \(streams ? "event streams" : "webhooks and APNs"): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
         }
         // Devices of one push mostly get the same payloads: each is encoded once.
         var encoded: [PushPayload: [UInt8]] = [:]

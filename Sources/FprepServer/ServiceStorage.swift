@@ -87,7 +87,10 @@ package protocol SharedServiceStorage: ServiceStorage {
     /// each device's payloads (given the pushes, the devices and the
     /// enumerators open at `now`), and stores them as numbered events, all
     /// in one transaction. Returns the pushes taken (none: nothing waits).
-    func dispatch(limit: Int, now: Int64,
+    /// A push is dispatched twice: to the devices on an event stream
+    /// (`streams`), which then sync without waiting for thousands of
+    /// webhook devices' events to be stored, and after that to the others.
+    func dispatch(limit: Int, now: Int64, streams: Bool,
                   plan: (_ pushes: [Outbox.Entry], _ devices: [Device], _ active: [String: [String]]) -> [(device: String, payloads: [[UInt8]])])
         throws -> [Outbox.Entry]
     /// The events a dispatch stored, with the instance that sends each.

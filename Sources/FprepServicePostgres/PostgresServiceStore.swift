@@ -227,6 +227,20 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                     try run(PostgresQuery(unsafeSQL: statement))
                 }
             }
+            let version = try run("SELECT version FROM fprep_schema").first?.decode(Int32.self) ?? 1
+            if version < 2 {
+                // Version 2: a push is dispatched to devices on an event
+                // stream first (`stream_batch`), then to webhook and APNs
+                // devices (`batch`). Pushes dispatched before had both.
+                for statement in [
+                    "ALTER TABLE fprep_pushes ADD COLUMN stream_batch BIGINT",
+                    "UPDATE fprep_pushes SET stream_batch = batch WHERE batch IS NOT NULL",
+                    "CREATE INDEX fprep_pushes_unstreamed ON fprep_pushes(id) WHERE stream_batch IS NULL",
+                    "UPDATE fprep_schema SET version = 2",
+                ] {
+                    try run(PostgresQuery(unsafeSQL: statement))
+                }
+            }
         }
     }
 
@@ -427,17 +441,20 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
             """)
     }
 
-    package func dispatch(limit: Int, now: Int64,
+    package func dispatch(limit: Int, now: Int64, streams: Bool,
                           plan: (_ pushes: [Outbox.Entry], _ devices: [Device], _ active: [String: [String]]) -> [(device: String, payloads: [[UInt8]])])
         throws -> [Outbox.Entry] {
         try transaction {
             // Dispatches take turns: each device's sequence numbers grow in
             // push order, and two instances never wait on each other's rows.
             try run("SELECT pg_advisory_xact_lock(7411002)")
-            let claimed = try run("""
+            // A push reaches stream devices first, then the others: the
+            // second step only takes pushes the first one finished.
+            let pending = streams ? "stream_batch IS NULL" : "batch IS NULL AND stream_batch IS NOT NULL"
+            let claimed = try run(PostgresQuery(unsafeSQL: """
                 SELECT id, source_seq, domain, ref, old, new, containers, created_at FROM fprep_pushes
-                WHERE batch IS NULL ORDER BY id LIMIT \(Int64(limit)) FOR UPDATE SKIP LOCKED
-                """)
+                WHERE \(pending) ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED
+                """))
             guard !claimed.isEmpty else { return [] }
             var ids: [Int64] = []
             let pushes = try claimed.map { row in
@@ -454,7 +471,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 let (device, container) = try row.decode((String, String).self)
                 active[device, default: []].append(container)
             }
-            let planned = plan(pushes, try devices(), active)
+            let planned = plan(pushes, try devices().filter { ($0.channel == .stream) == streams }, active)
             if !planned.isEmpty {
                 // Numbers for each device's new events, and its sender: a live one stays.
                 let numbered = try run("""
@@ -481,7 +498,11 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 }
                 try store(events, at: now, batch: batch)
             }
-            try run("UPDATE fprep_pushes SET batch = \(batch) WHERE id = ANY(\(ids)::bigint[])")
+            if streams {
+                try run("UPDATE fprep_pushes SET stream_batch = \(batch) WHERE id = ANY(\(ids)::bigint[])")
+            } else {
+                try run("UPDATE fprep_pushes SET batch = \(batch) WHERE id = ANY(\(ids)::bigint[])")
+            }
             try run("SELECT pg_notify('fprep', \("events \(batch)"))")
             return pushes
         }

@@ -88,7 +88,7 @@ struct PostgresServiceTests {
                 let logs = [first.stop(), second.stop()]
                 for log in logs { #expect(log.status == 0 && !looksLikeCrash(log.stderr), "\(log)") }
                 // Each push was read into events once, by one instance or the other.
-                let dispatched = logs.map { $0.stderr.components(separatedBy: "\n").filter { $0.contains(": push ") && $0.hasSuffix(", \(devices) devices") }.count }
+                let dispatched = logs.map { $0.stderr.components(separatedBy: "\n").filter { $0.contains(": push ") && $0.contains(" to webhooks and APNs: ") && $0.hasSuffix(", \(devices) devices") }.count }
                 #expect(dispatched.reduce(0, +) == 7, "\(logs.map(\.stderr))")
                 for log in logs { #expect(!log.stderr.contains("ERROR") && !log.stderr.contains("cannot"), "\(log.stderr)") }
             }
@@ -169,7 +169,9 @@ struct PostgresServiceTests {
                 let quietLog = quiet.stop().stderr
                 let busyLog = busy.stop().stderr
                 // Push 1 is the import's, before any device; push 2 is the one the watcher got.
-                #expect(busyLog.contains("push 2: refs/heads/main") && !quietLog.contains("push 2:"), "\(quietLog)\n\(busyLog)")
+                // The watcher's device heard of it in the dispatch's first step, the one for event streams.
+                #expect(busyLog.split(separator: "\n").contains { $0.contains("push 2 to event streams: refs/heads/main") && $0.hasSuffix(", 1 device") }
+                        && !quietLog.contains("push 2 "), "\(quietLog)\n\(busyLog)")
                 #expect(quietLog.contains("device \(device) was revoked"), "\(quietLog)")
             }
         }
