@@ -91,6 +91,10 @@ public actor PushService {
     private var dispatchedSeqs: [Int64] = []
     private var highestDispatched: Int64 = 0
     private var draining = false
+    /// With a shared store: each device's last event given to its streams
+    /// here (an event comes twice, from this instance's dispatch and from
+    /// the store's announcement; it is given once).
+    private var streamedSeq: [String: Int64] = [:]
     private var drainAgain = false
     public private(set) var statistics = Statistics()
 
@@ -314,6 +318,7 @@ public actor PushService {
                 throw APIError(.internalServerError, "cannot read the device's events: \(error)")
             }
             for event in missed { continuation.yield(Self.encode(event)) }
+            if shared != nil { streamedSeq[id] = max(streamedSeq[id] ?? 0, missed.last?.seq ?? lastEventID) }
         }
         streams[id, default: [:]][streamID] = continuation
         continuation.onTermination = { [weak self] _ in
@@ -567,9 +572,18 @@ public actor PushService {
             }
             let now = wallClockNow()
             for streams in [true, false] {
-                while try !shared.dispatch(limit: 100, now: now, streams: streams, plan: { pushes, devices, active in
-                    plan(pushes, devices: devices, active: active, now: now, streams: streams)
-                }).isEmpty {}
+                while true {
+                    let dispatched = try shared.dispatch(limit: 100, now: now, streams: streams, plan: { pushes, devices, active in
+                        plan(pushes, devices: devices, active: active, now: now, streams: streams)
+                    })
+                    if dispatched.pushes.isEmpty { break }
+                    if streams {
+                        // This instance's own streams hear at once, not
+                        // after the store's notification comes back (which
+                        // would wait for the webhook step below).
+                        yieldToStreams(dispatched.events, onlyNext: true)
+                    }
+                }
             }
         } catch {
             configuration.log("cannot dispatch the outbox: \(error)")
@@ -621,6 +635,23 @@ public actor PushService {
         return result
     }
 
+    /// Hands events to the streams open here, each once and in order:
+    /// `onlyNext` (a dispatch's own events, before the store announces
+    /// them) yields an event only when it follows the last one this
+    /// instance gave that device; any other waits for the announcement,
+    /// which comes in the store's order.
+    private func yieldToStreams(_ events: [(device: String, event: DeviceEvent)], onlyNext: Bool) {
+        for (id, event) in events {
+            guard let open = streams[id], !open.isEmpty else { continue }
+            let last = streamedSeq[id]
+            if onlyNext ? last != event.seq - 1 : (last ?? 0) >= event.seq { continue }
+            streamedSeq[id] = event.seq
+            let bytes = Self.encode(event)
+            for continuation in open.values { continuation.yield(bytes) }
+            statistics.delivered += 1
+        }
+    }
+
     /// What another instance (or this one) announced through the store.
     private func received(_ notification: ServiceNotification) async {
         switch notification {
@@ -644,13 +675,9 @@ public actor PushService {
         }
         var reloaded = false
         var sends: [String: [DeviceEvent]] = [:]
+        yieldToStreams(rows.map { ($0.device, $0.event) }, onlyNext: false)
         for (id, event, sendingInstance) in rows {
             statistics.eventsQueued += sendingInstance == shared.instance || streams[id] != nil ? 1 : 0
-            if let open = streams[id], !open.isEmpty {
-                let bytes = Self.encode(event)
-                for continuation in open.values { continuation.yield(bytes) }
-                statistics.delivered += 1
-            }
             guard sendingInstance == shared.instance else { continue }
             if devices[id] == nil && !reloaded {
                 // Registered at another instance since this one read the devices.

@@ -76,6 +76,21 @@ package enum ServiceNotification: Sendable, Equatable {
 ///   ran out, resending what they had not acknowledged;
 /// - the commit notifies every instance (`notifications`), which reads the
 ///   batch: its streams and its own senders' devices get their events.
+/// What one dispatch step claimed and stored.
+package struct Dispatched: Sendable {
+    /// The pushes taken (none: nothing waits).
+    package var pushes: [Outbox.Entry]
+    /// The batch its events carry (announced to every instance).
+    package var batch: Int64
+    package var events: [(device: String, event: DeviceEvent)]
+
+    package init(pushes: [Outbox.Entry], batch: Int64, events: [(device: String, event: DeviceEvent)]) {
+        self.pushes = pushes
+        self.batch = batch
+        self.events = events
+    }
+}
+
 package protocol SharedServiceStorage: ServiceStorage {
     /// This instance's id in the store (new on each start).
     var instance: String { get }
@@ -86,13 +101,12 @@ package protocol SharedServiceStorage: ServiceStorage {
     /// Claims up to `limit` copied pushes nobody dispatched, asks `plan` for
     /// each device's payloads (given the pushes, the devices and the
     /// enumerators open at `now`), and stores them as numbered events, all
-    /// in one transaction. Returns the pushes taken (none: nothing waits).
-    /// A push is dispatched twice: to the devices on an event stream
+    /// in one transaction. A push is dispatched twice: to the devices on an event stream
     /// (`streams`), which then sync without waiting for thousands of
     /// webhook devices' events to be stored, and after that to the others.
     func dispatch(limit: Int, now: Int64, streams: Bool,
                   plan: (_ pushes: [Outbox.Entry], _ devices: [Device], _ active: [String: [String]]) -> [(device: String, payloads: [[UInt8]])])
-        throws -> [Outbox.Entry]
+        throws -> Dispatched
     /// The events a dispatch stored, with the instance that sends each.
     func events(batch: Int64) throws -> [(device: String, event: DeviceEvent, sender: String?)]
     /// Keeps this instance alive until `until`; takes over the webhook and

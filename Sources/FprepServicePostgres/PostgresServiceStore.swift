@@ -443,7 +443,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
 
     package func dispatch(limit: Int, now: Int64, streams: Bool,
                           plan: (_ pushes: [Outbox.Entry], _ devices: [Device], _ active: [String: [String]]) -> [(device: String, payloads: [[UInt8]])])
-        throws -> [Outbox.Entry] {
+        throws -> Dispatched {
         try transaction {
             // Dispatches take turns: each device's sequence numbers grow in
             // push order, and two instances never wait on each other's rows.
@@ -455,7 +455,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 SELECT id, source_seq, domain, ref, old, new, containers, created_at FROM fprep_pushes
                 WHERE \(pending) ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 """))
-            guard !claimed.isEmpty else { return [] }
+            guard !claimed.isEmpty else { return Dispatched(pushes: [], batch: 0, events: []) }
             var ids: [Int64] = []
             let pushes = try claimed.map { row in
                 let (id, seq, domain, ref, old, new, containers, created) = try row.decode(
@@ -471,7 +471,13 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 let (device, container) = try row.decode((String, String).self)
                 active[device, default: []].append(container)
             }
-            let planned = plan(pushes, try devices().filter { ($0.channel == .stream) == streams }, active)
+            // Only the step's devices are read: 10^4 webhook devices are
+            // not read to find the one on a stream.
+            let step = try run(PostgresQuery(unsafeSQL: """
+                SELECT \(Self.deviceColumns) FROM fprep_devices WHERE channel \(streams ? "=" : "<>") 'stream' ORDER BY created_at, id
+                """)).compactMap(Self.device)
+            let planned = plan(pushes, step, active)
+            var events: [(device: String, event: DeviceEvent)] = []
             if !planned.isEmpty {
                 // Numbers for each device's new events, and its sender: a live one stays.
                 let numbered = try run("""
@@ -488,7 +494,6 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                     let (id, seq) = try row.decode((String, Int64).self)
                     last[id] = seq
                 }
-                var events: [(device: String, event: DeviceEvent)] = []
                 for (device, payloads) in planned {
                     guard let end = last[device] else { continue }
                     let first = end - Int64(payloads.count) + 1
@@ -504,7 +509,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 try run("UPDATE fprep_pushes SET batch = \(batch) WHERE id = ANY(\(ids)::bigint[])")
             }
             try run("SELECT pg_notify('fprep', \("events \(batch)"))")
-            return pushes
+            return Dispatched(pushes: pushes, batch: batch, events: events)
         }
     }
 

@@ -34,8 +34,10 @@ struct SyncBench: ParsableCommand {
         of 11): `fprep changes` against `git diff-tree -r`, the comparison a consumer that \
         polls for changes sees, and the same request answered by one `fprep changes --stdin` \
         process (what a long-lived enumerator pays per request). With --warm no step drops \
-        the caches. Targets: each ≤ 2× its \
-        floor, and the same cost on 10^4 and 10^5 files. Main and the size manifest are put \
+        the caches. Targets: `sync --incoming` ≤ 1.3× its floor, `changes` warm \
+        (a process per request, and per request in one) ≤ 1.5× `git diff-tree -r`, a cold \
+        `changes` ≤ 2×, and the same cost at every size. With several runs the sync and \
+        warm rows show the runs' lowest and highest ratio (the machine's noise). Main and the size manifest are put \
         back to the base at the end (and at the start, after a killed run).
         """)
 
