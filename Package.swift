@@ -128,10 +128,12 @@ let package = Package(
                 // (the backtracer finding its own path with dladdr) scans all
                 // 16,900 of them on every command.
                 "-Xlinker", "--no-export-dynamic",
-                // A position-dependent executable: as a PIE, the loader
-                // applied 147,000 relocations to the program's 1.5 MB of
-                // metadata on every start (6 ms of a `fprep changes` that
-                // takes 16; git's whole `diff-tree` takes 9).
+                // Relative relocations packed (RELR, glibc 2.36; gold cannot
+                // write them, lld can): the loader read 3.4 MB of them, 147,000
+                // entries for the program's metadata, on every start, 4 ms of a
+                // `fprep changes` that took 20 (git's `diff-tree` takes 7-9).
+                // A position-dependent executable would save 1-2 ms more but
+                // give up address randomization in the root agent.
                 "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
                 // The C++ runtime and GCC's unwinder from their static
                 // archives (see the linker scripts there).

@@ -29,8 +29,7 @@ struct InterruptTests {
                 #expect(contents(replica + "/big.bin") == big)
                 return
             }
-            #expect(result.status == 128 + signal, "\(result)")
-            #expect(result.stderrLines.count == 1 && result.stderr.contains("interrupted"), "\(result)")
+            expectStoppedAsCtrlCShould(result, signal)
             // The next command settles what the journal left: no quarantine,
             // the file a placeholder or whole, never part of it.
             let status = try box.fprepJSON(["status"], cwd: replica)
@@ -62,8 +61,7 @@ struct InterruptTests {
             running.signalGroup(signal)
             let result = running.wait(timeout: 60)
             if result.status != 0 {
-                #expect(result.status == 128 + signal, "\(result)")
-                #expect(result.stderrLines.count == 1 && result.stderr.contains("interrupted"), "\(result)")
+                expectStoppedAsCtrlCShould(result, signal)
                 try box.fprepOK(["clone", remote.path, replica])
             }
             let status = try box.fprepJSON(["status"], cwd: replica)
@@ -111,8 +109,7 @@ struct InterruptTests {
             running.signalGroup(signal)
             let result = running.wait(timeout: 60)
             if result.status != 0 {
-                #expect(result.status == 128 + signal, "\(result)")
-                #expect(result.stderrLines.count == 1 && result.stderr.contains("interrupted"), "\(result)")
+                expectStoppedAsCtrlCShould(result, signal)
                 _ = try SyncCrashTests.expectExactly(box, replica, anchors: [old, new], what: "a sync interrupted")
             }
             try box.fprepOK(["sync"], cwd: replica)
@@ -123,4 +120,12 @@ struct InterruptTests {
                     "materialized content stays")
         }
     }
+}
+
+/// A command stopped by Ctrl-C (or SIGTERM): the shell's status for the
+/// signal, and one line that says what was kept.
+private func expectStoppedAsCtrlCShould(_ result: RunResult, _ signal: Int32,
+                                        sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(result.status == 128 + signal, "\(result)", sourceLocation: sourceLocation)
+    #expect(result.stderrLines.count == 1 && result.stderr.contains("interrupted"), "\(result)", sourceLocation: sourceLocation)
 }
