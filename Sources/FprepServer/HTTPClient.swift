@@ -89,8 +89,14 @@ public final class HTTPClient: Sendable {
             // then the request goes again on a new one.
             if let response = try? await exchange(request, on: idle, deadline: deadline, key: key) { return response }
         }
-        let fresh = try await PooledConnection.connect(to: request.url, address: address, group: group, timeout: timeout,
+        var fresh = try await PooledConnection.connect(to: request.url, address: address, group: group, timeout: timeout,
                                                        maxResponseBytes: maxResponseBytes, tls: try tls(for: request.url))
+        if !fresh.isActive {
+            // Closed by the server as soon as it was made: nothing was
+            // sent, so one more connection is safe for any request.
+            fresh = try await PooledConnection.connect(to: request.url, address: address, group: group, timeout: timeout,
+                                                       maxResponseBytes: maxResponseBytes, tls: try tls(for: request.url))
+        }
         return try await exchange(request, on: fresh, deadline: deadline, key: key)
     }
 
@@ -155,6 +161,10 @@ private final class PooledConnection: Sendable {
     static func connect(to url: ServiceURL, address: SocketAddress?, group: any EventLoopGroup, timeout: TimeAmount,
                         maxResponseBytes: Int, tls: NIOSSLContext?) async throws -> PooledConnection {
         let channel: any Channel
+        // The collector is handed over as the pipeline is made: looked up
+        // after the connect, it is gone from a connection the server closed
+        // at once, and the lookup failed with NIO's bare `.notFound`.
+        let collectorMade = group.next().makePromise(of: NIOLoopBound<ResponseCollector>.self)
         do {
             let bootstrap = ClientBootstrap(group: group)
                 .connectTimeout(timeout)
@@ -163,7 +173,9 @@ private final class PooledConnection: Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         if let tls { try channel.pipeline.syncOperations.addHandler(try TLS.clientHandler(tls, host: url.host)) }
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        try channel.pipeline.syncOperations.addHandler(ResponseCollector(limit: maxResponseBytes, peer: url.authority))
+                        let collector = ResponseCollector(limit: maxResponseBytes, peer: url.authority)
+                        try channel.pipeline.syncOperations.addHandler(collector)
+                        collectorMade.succeed(NIOLoopBound(collector, eventLoop: channel.eventLoop))
                     }
                 }
             if let address {
@@ -172,12 +184,11 @@ private final class PooledConnection: Sendable {
                 channel = try await bootstrap.connect(host: url.host, port: url.port).get()
             }
         } catch {
+            // (A promise completed already ignores this.)
+            collectorMade.fail(error)
             throw HTTPClientError("cannot connect to \(url.authority): \(error)")
         }
-        let handler = try await channel.pipeline.handler(type: ResponseCollector.self).map {
-            NIOLoopBound($0, eventLoop: channel.eventLoop)
-        }.get()
-        return PooledConnection(channel: channel, collector: handler)
+        return PooledConnection(channel: channel, collector: try await collectorMade.futureResult.get())
     }
 
     func send(_ request: ClientRequest, deadline: NIODeadline) async throws -> (response: ClientResponse, keepAlive: Bool) {
@@ -221,6 +232,7 @@ private final class ResponseCollector: ChannelInboundHandler {
     private var body: [UInt8] = []
     /// A TLS failure seen before a request started (the handshake runs at connect).
     private var tlsFailure: TLSFailure?
+    private var closed = false
 
     init(limit: Int, peer: String) {
         self.limit = limit
@@ -229,6 +241,8 @@ private final class ResponseCollector: ChannelInboundHandler {
 
     func start(_ promise: EventLoopPromise<(ClientResponse, Bool)>) {
         if let tlsFailure { return promise.fail(tlsFailure) }
+        // Closed before the request: nothing would ever answer it.
+        if closed { return promise.fail(HTTPClientError("the server closed the connection")) }
         self.promise = promise
         head = nil
         body = []
@@ -269,6 +283,7 @@ private final class ResponseCollector: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        closed = true
         fail(tlsFailure ?? HTTPClientError("the server closed the connection"))
         context.fireChannelInactive()
     }

@@ -44,7 +44,9 @@ struct SyncBench: ParsableCommand {
     @Option(help: ArgumentHelp("Tree sizes in files, comma-separated.", valueName: "n,n,…"))
     var sizes: String = "10000,100000"
 
-    @Option(help: ArgumentHelp("Blob bytes per 100,000 files of each tree, e.g. 200M (default: 500M; a smaller figure makes a 10^6-file tree quicker to generate).",
+    // Named by hand: ArgumentParser would spell it --bytes-per100k.
+    @Option(name: .customLong("bytes-per-100k"),
+            help: ArgumentHelp("Blob bytes per 100,000 files of each tree, e.g. 200M (default: 500M; a smaller figure makes a 10^6-file tree quicker to generate).",
                                valueName: "size"))
     var bytesPer100k: String?
 
