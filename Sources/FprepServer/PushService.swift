@@ -440,29 +440,22 @@ public actor PushService {
         flushAt = nil
         let now = ContinuousClock.now
         let wallNow = wallClockNow()
-        var stored: [(device: String, event: DeviceEvent)] = []
         var later: ContinuousClock.Instant?
+        var ready: [(id: String, box: Mailbox)] = []
         for (id, box) in mailboxes {
             let dueAt = due(id)
             guard dueAt <= now else {
                 later = min(later ?? dueAt, dueAt)
                 continue
             }
-            mailboxes[id] = nil
-            mailboxSince[id] = nil
-            guard var device = devices[id] else { continue }
-            lastFlush[id] = now
-            for payload in box.payloads(domain: device.domain) {
-                device.lastSeq += 1
-                stored.append((id, DeviceEvent(seq: device.lastSeq, payload: JSONCoding.encode(payload))))
-            }
-            devices[id] = device
+            ready.append((id, box))
         }
-        // Devices on an event stream first, in a transaction of their own:
-        // a watching device syncs at once instead of waiting for the
-        // events of thousands of webhook devices to be stored.
-        let streamed = stored.filter { devices[$0.device]?.channel == .stream }
-        let sent = stored.filter { devices[$0.device].map { $0.channel != .stream } ?? false }
+        // Devices on an event stream first: numbered, stored in a
+        // transaction of their own and given to their streams before the
+        // events of thousands of webhook devices are even made, so a
+        // watching device syncs at once.
+        var encoded: [PushPayload: [UInt8]] = [:]
+        let streamed = takeEvents(ready.filter { devices[$0.id]?.channel == .stream }, at: now, encoded: &encoded)
         do {
             try store.append(streamed, at: wallNow)
         } catch {
@@ -473,6 +466,7 @@ public actor PushService {
             for continuation in streams[id]?.values ?? [:].values { continuation.yield(bytes) }
             statistics.delivered += (streams[id]?.isEmpty == false) ? 1 : 0
         }
+        let sent = takeEvents(ready.filter { devices[$0.id]?.channel != .stream }, at: now, encoded: &encoded)
         do {
             try store.append(sent, at: wallNow)
         } catch {
@@ -487,6 +481,27 @@ public actor PushService {
         }
         if let later { schedule(at: later) }
         if mailboxes.isEmpty { markDispatchedDelivered() }
+    }
+
+    /// Empties the mailboxes of `ready` into numbered events (each
+    /// payload encoded once: devices of one push mostly get the same).
+    private func takeEvents(_ ready: [(id: String, box: Mailbox)], at now: ContinuousClock.Instant,
+                            encoded: inout [PushPayload: [UInt8]]) -> [(device: String, event: DeviceEvent)] {
+        var events: [(device: String, event: DeviceEvent)] = []
+        for (id, box) in ready {
+            mailboxes[id] = nil
+            mailboxSince[id] = nil
+            guard var device = devices[id] else { continue }
+            lastFlush[id] = now
+            for payload in box.payloads(domain: device.domain) {
+                device.lastSeq += 1
+                let bytes = encoded[payload] ?? JSONCoding.encode(payload)
+                encoded[payload] = bytes
+                events.append((id, DeviceEvent(seq: device.lastSeq, payload: bytes)))
+            }
+            devices[id] = device
+        }
+        return events
     }
 
     private func markDispatchedDelivered() {
