@@ -91,8 +91,8 @@ public actor PushService {
     private var dispatchedSeqs: [Int64] = []
     private var highestDispatched: Int64 = 0
     private var draining = false
-    /// With a shared store: each device's last event given to its streams
-    /// here (an event comes twice, from this instance's dispatch and from
+    /// Each device's last event given to its streams here (with a shared
+    /// store an event comes twice, from this instance's dispatch and from
     /// the store's announcement; it is given once).
     private var streamedSeq: [String: Int64] = [:]
     private var drainAgain = false
@@ -318,7 +318,7 @@ public actor PushService {
                 throw APIError(.internalServerError, "cannot read the device's events: \(error)")
             }
             for event in missed { continuation.yield(Self.encode(event)) }
-            if shared != nil { streamedSeq[id] = max(streamedSeq[id] ?? 0, missed.last?.seq ?? lastEventID) }
+            streamedSeq[id] = max(streamedSeq[id] ?? 0, missed.last?.seq ?? lastEventID)
         }
         streams[id, default: [:]][streamID] = continuation
         continuation.onTermination = { [weak self] _ in
@@ -461,11 +461,7 @@ public actor PushService {
         } catch {
             configuration.log("cannot store events: \(error)")
         }
-        for (id, event) in streamed {
-            let bytes = Self.encode(event)
-            for continuation in streams[id]?.values ?? [:].values { continuation.yield(bytes) }
-            statistics.delivered += (streams[id]?.isEmpty == false) ? 1 : 0
-        }
+        yieldToStreams(streamed, onlyNext: false)
         let sent = takeEvents(ready.filter { devices[$0.id]?.channel != .stream }, at: now, encoded: &encoded)
         do {
             try store.append(sent, at: wallNow)

@@ -61,6 +61,18 @@ package enum ServiceNotification: Sendable, Equatable {
     case revoked(String)
 }
 
+/// What one dispatch step claimed and stored.
+package struct Dispatched: Sendable {
+    /// The pushes taken (none: nothing waits).
+    package var pushes: [Outbox.Entry]
+    package var events: [(device: String, event: DeviceEvent)]
+
+    package init(pushes: [Outbox.Entry], events: [(device: String, event: DeviceEvent)]) {
+        self.pushes = pushes
+        self.events = events
+    }
+}
+
 /// A store that several `fprep serve` instances share (PostgreSQL). The
 /// outbox-to-events step and each device's delivery then happen once in
 /// all, through the store rather than in one process's memory:
@@ -76,21 +88,6 @@ package enum ServiceNotification: Sendable, Equatable {
 ///   ran out, resending what they had not acknowledged;
 /// - the commit notifies every instance (`notifications`), which reads the
 ///   batch: its streams and its own senders' devices get their events.
-/// What one dispatch step claimed and stored.
-package struct Dispatched: Sendable {
-    /// The pushes taken (none: nothing waits).
-    package var pushes: [Outbox.Entry]
-    /// The batch its events carry (announced to every instance).
-    package var batch: Int64
-    package var events: [(device: String, event: DeviceEvent)]
-
-    package init(pushes: [Outbox.Entry], batch: Int64, events: [(device: String, event: DeviceEvent)]) {
-        self.pushes = pushes
-        self.batch = batch
-        self.events = events
-    }
-}
-
 package protocol SharedServiceStorage: ServiceStorage {
     /// This instance's id in the store (new on each start).
     var instance: String { get }

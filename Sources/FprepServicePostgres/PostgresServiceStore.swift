@@ -455,7 +455,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 SELECT id, source_seq, domain, ref, old, new, containers, created_at FROM fprep_pushes
                 WHERE \(pending) ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 """))
-            guard !claimed.isEmpty else { return Dispatched(pushes: [], batch: 0, events: []) }
+            guard !claimed.isEmpty else { return Dispatched(pushes: [], events: []) }
             var ids: [Int64] = []
             let pushes = try claimed.map { row in
                 let (id, seq, domain, ref, old, new, containers, created) = try row.decode(
@@ -509,7 +509,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
                 try run("UPDATE fprep_pushes SET batch = \(batch) WHERE id = ANY(\(ids)::bigint[])")
             }
             try run("SELECT pg_notify('fprep', \("events \(batch)"))")
-            return Dispatched(pushes: pushes, batch: batch, events: events)
+            return Dispatched(pushes: pushes, events: events)
         }
     }
 
