@@ -154,18 +154,21 @@ let package = Package(
             name: "fprep-model",
             dependencies: ["FprepModel", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        // What the test targets share: whether a server they started (not
+        // another test's) listens on its port.
+        .target(name: "FprepTestSupport", path: "Tests/FprepTestSupport"),
         .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
-        .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit"]),
+        .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport"]),
         // The APNs tests' peer is a real HTTP/2 server over TLS, written with the same NIO stack.
         .testTarget(name: "FprepServerTests", dependencies: [
-            "FprepServer", "FprepCore", "FprepGit",
+            "FprepServer", "FprepCore", "FprepGit", "FprepTestSupport",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
-        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "fprep", .product(name: "Crypto", package: "swift-crypto")],
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport", "fprep", .product(name: "Crypto", package: "swift-crypto")],
                     exclude: ["Golden"]),
         .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),
     ],

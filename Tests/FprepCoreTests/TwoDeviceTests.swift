@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Testing
 import FprepGit
 @testable import FprepCore
@@ -110,15 +111,14 @@ import FprepGit
         try h.git(["add", "-A"], in: h.work)
         try h.git(["commit", "-q", "-m", "race"], in: h.work)
         let wrapper = h.folder + "/git-wrapper"
-        try """
+        try writeExecutable("""
             #!/bin/sh
             /usr/bin/git "$@"; status=$?
             case "$*" in *" fetch "*"--prune"*)
               if [ ! -e "\(h.folder)/raced" ]; then touch "\(h.folder)/raced"; /usr/bin/git -C "\(h.work)" push -q origin race:main; fi ;;
             esac
             exit $status
-            """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-        chmod(wrapper, 0o755)
+            """, to: wrapper)
         let report = try GitCommand.$executable.withValue(wrapper) { try h.replica().sync() }
         #expect(FileManager.default.fileExists(atPath: h.folder + "/raced"), "the race was injected")
         #expect(report.pushed != nil)

@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -57,8 +58,7 @@ extension Sandbox {
         chmod(probe, 0o777)
         let uids = probe + "/uids"
         let record = probe + "/record"
-        try Data("#!/bin/sh\nid -u >> '\(uids)'\n".utf8).write(to: URL(fileURLWithPath: record))
-        chmod(record, 0o755)
+        try writeExecutable("#!/bin/sh\nid -u >> '\(uids)'\n", to: record)
         for (key, value) in [("remote.origin.uploadpack", "\(record); git-upload-pack"), ("core.fsmonitor", record),
                              ("core.sshCommand", record)] {
             let set = try run(as: user, [Binaries.git, "-C", replica, "config", key, value])

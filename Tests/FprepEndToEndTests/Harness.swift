@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -14,6 +15,8 @@ private struct LibC: @unchecked Sendable {
     typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
     let lgetxattr: LGetXattr
     let addChdir: AddChdir
+    typealias AddClosefrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    let addClosefrom: AddClosefrom
 
     static let shared: LibC = {
         guard let handle = dlopen(nil, RTLD_NOW) else { fatalError("dlopen(nil) failed") }
@@ -22,7 +25,8 @@ private struct LibC: @unchecked Sendable {
             return unsafeBitCast(raw, to: type)
         }
         return LibC(lgetxattr: symbol("lgetxattr", LGetXattr.self),
-                    addChdir: symbol("posix_spawn_file_actions_addchdir_np", AddChdir.self))
+                    addChdir: symbol("posix_spawn_file_actions_addchdir_np", AddChdir.self),
+                    addClosefrom: symbol("posix_spawn_file_actions_addclosefrom_np", AddClosefrom.self))
     }()
 }
 
@@ -232,6 +236,9 @@ enum Shell {
         posix_spawn_file_actions_adddup2(&actions, inFD, 0)
         posix_spawn_file_actions_adddup2(&actions, outFD, 1)
         posix_spawn_file_actions_adddup2(&actions, errFD, 2)
+        // Nothing else the test process has open (other tests' files and
+        // sockets, opened without close-on-exec) lives on in the child.
+        _ = LibC.shared.addClosefrom(&actions, 3)
         if let cwd {
             let rc = cwd.withCString { LibC.shared.addChdir(&actions, $0) }
             guard rc == 0 else { throw HarnessError("posix_spawn chdir: \(String(cString: strerror(rc)))") }
@@ -438,8 +445,8 @@ final class GitDaemon: @unchecked Sendable {
                  "--listen=127.0.0.1", "--port=\(port)", base],
                 cwd: base, env: sandbox.baseEnvironment, ioFolder: sandbox.io, newProcessGroup: true)
             let deadline = monotonicSeconds() + patienceSeconds
-            while process.isRunning && !Self.listening(port: port) && monotonicSeconds() < deadline { usleep(10_000) }
-            if Self.listening(port: port) {
+            while process.isRunning && !isListening(port: port, by: process.pid) && monotonicSeconds() < deadline { usleep(10_000) }
+            if isListening(port: port, by: process.pid) {
                 self.port = port
                 self.process = process
                 return
@@ -486,21 +493,6 @@ final class GitDaemon: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
         return UInt16(bigEndian: address.sin_port)
-    }
-
-    /// Whether 127.0.0.1:port is in LISTEN state (read from /proc/net/tcp, so
-    /// no probe connection makes the daemon log a hung-up client).
-    static func listening(port: UInt16) -> Bool {
-        // Read to the end: procfs files report size 0, and a read sized from
-        // that returns only the first page of sockets.
-        guard let handle = FileHandle(forReadingAtPath: "/proc/net/tcp") else { return false }
-        defer { try? handle.close() }
-        let table = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
-        let local = "0100007F:" + String(format: "%04X", Int(port))
-        return table.split(separator: "\n").contains { line in
-            let fields = line.split(separator: " ")
-            return fields.count > 3 && fields[1] == local && fields[3] == "0A"
-        }
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -87,7 +88,7 @@ struct HostedSizeTests {
             let other = String(repeating: "ab", count: 20)
             let marker = box.at("moved")
             let wrapper = box.at("git-moving-manifest")
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 case "$*" in
                 *" push "*refs/fprep/sizes*)
@@ -98,8 +99,7 @@ struct HostedSizeTests {
                     fi;;
                 esac
                 exec '\(Binaries.git)' "$@"
-                """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-            chmod(wrapper, 0o755)
+                """, to: wrapper)
             let forty = pseudoRandomBytes(40, seed: 9)
             try forty.write(to: URL(fileURLWithPath: b + "/f.bin"))
             let synced = try box.fprepOK(["sync"], cwd: b, env: ["FPREP_GIT": wrapper])
@@ -119,12 +119,11 @@ struct HostedSizeTests {
         try withSandbox { box in
             let (remote, _, b) = try Self.hooklessRemote(box)
             let hook = remote + "/hooks/update"
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 case "$1" in refs/fprep/*) echo "refs/fprep/* is not allowed here" >&2; exit 1;; esac
                 exit 0
-                """.write(toFile: hook, atomically: true, encoding: .utf8)
-            chmod(hook, 0o755)
+                """, to: hook)
             let before = try Self.manifestLines(box, remote)
             try pseudoRandomBytes(40, seed: 10).write(to: URL(fileURLWithPath: b + "/f.bin"))
             let synced = try box.fprepOK(["sync"], cwd: b)

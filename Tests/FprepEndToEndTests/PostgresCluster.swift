@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -56,20 +57,35 @@ final class PostgresCluster {
             try? FileManager.default.removeItem(atPath: folder)
             throw HarnessError("initdb failed: \(initdb)")
         }
-        port = try GitDaemon.freePort()
-        process = try box.spawn(asPostgres + [bin + "/postgres", "-D", folder + "/data", "-k", folder, "-p", String(port),
-                                              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"])
-        // Ready when it answers (pg_isready), within a deadline.
-        let deadline = monotonicSeconds() + patienceSeconds
+        // Ready when it listens on its port itself (another test's socket
+        // may take a port picked free first: postgres then exits, and starts
+        // again on another) and answers (pg_isready), within a deadline.
+        var attempt = 0
         while true {
-            let ready = try Shell.run([bin + "/pg_isready", "-q", "-h", "127.0.0.1", "-p", String(port)], ioFolder: box.io)
-            if ready.status == 0 { break }
-            guard process.isRunning, monotonicSeconds() < deadline else {
-                let log = process.stderrSoFar
-                stop()
+            attempt += 1
+            let port = try GitDaemon.freePort()
+            let process = try box.spawn(asPostgres + [bin + "/postgres", "-D", folder + "/data", "-k", folder, "-p", String(port),
+                                                      "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"])
+            let deadline = monotonicSeconds() + patienceSeconds
+            var ready = false
+            while process.isRunning && monotonicSeconds() < deadline {
+                if isListening(port: port, by: process.pid),
+                   try Shell.run([bin + "/pg_isready", "-q", "-h", "127.0.0.1", "-p", String(port)], ioFolder: box.io).status == 0 {
+                    ready = true
+                    break
+                }
+                usleep(50_000)
+            }
+            if ready {
+                self.port = port
+                self.process = process
+                return
+            }
+            let log = process.isRunning ? process.kill9().stderr : process.stderrSoFar
+            if attempt == 5 || monotonicSeconds() >= deadline {
+                try? FileManager.default.removeItem(atPath: folder)
                 throw HarnessError("PostgreSQL did not start on port \(port): \(log)")
             }
-            usleep(50_000)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -29,16 +30,25 @@ extension Sandbox {
     /// `enrollWith`: more arguments for `fprep serve enroll` (the service's `--database`).
     func startService(_ remote: String, port: UInt16? = nil, extra: [String] = [],
                       allowLoopbackWebhooks: Bool = true, enrollWith: [String] = []) throws -> PushService {
-        let port = try port ?? GitDaemon.freePort()
         let allow = allowLoopbackWebhooks ? ["--allow-webhook-host", "127.0.0.1"] : []
-        let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(port)"] + allow + extra)
-        let deadline = monotonicSeconds() + patienceSeconds
-        while !tcpSocket(local: port, state: "0A") {
-            guard process.isRunning, monotonicSeconds() < deadline else {
-                throw HarnessError("fprep serve did not listen: \(process.kill9())")
+        // A port picked free can be taken by another test before the
+        // service binds it: then the service exits, and (unless the test
+        // named the port) starts again on another.
+        var attempt = 0
+        var started: (process: Spawned, port: UInt16)?
+        while started == nil {
+            attempt += 1
+            let candidate = try port ?? GitDaemon.freePort()
+            let process = try spawnFprep(["serve", "--remote", remote, "--listen", "127.0.0.1:\(candidate)"] + allow + extra)
+            let deadline = monotonicSeconds() + patienceSeconds
+            while process.isRunning && !isListening(port: candidate, by: process.pid) && monotonicSeconds() < deadline { usleep(10_000) }
+            if isListening(port: candidate, by: process.pid) {
+                started = (process, candidate)
+            } else if process.isRunning || port != nil || attempt == 5 {
+                throw HarnessError("fprep serve did not listen on port \(candidate): \(process.kill9())")
             }
-            usleep(10_000)
         }
+        guard let (process, port) = started else { throw HarnessError("fprep serve did not start") }
         // After it listens: a mirror's folder exists only once the service made it.
         let enrollment = try fprepOK(["serve", "enroll", "--remote", remote] + enrollWith).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         return PushService(process: process, port: port, enrollment: enrollment)

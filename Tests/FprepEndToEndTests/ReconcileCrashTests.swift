@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Testing
 
 /// `fprep sync` with local changes killed at each step: after the local
@@ -14,14 +15,13 @@ struct ReconcileCrashTests {
     static func wrapper(in box: Sandbox, trigger: String) throws -> (path: String, marker: String) {
         let path = box.at("git-wrapper-" + String(trigger.filter { $0.isLetter }))
         let marker = path + ".reached"
-        try """
+        try writeExecutable("""
             #!/bin/sh
             case "$*" in *"\(trigger)"*)
               if [ ! -e "\(marker)" ]; then touch "\(marker)"; sleep 30; fi ;;
             esac
             exec \(Binaries.git) "$@"
-            """.write(toFile: path, atomically: true, encoding: .utf8)
-        chmod(path, 0o755)
+            """, to: path)
         return (path, marker)
     }
 

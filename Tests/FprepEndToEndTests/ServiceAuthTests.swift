@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -50,7 +51,7 @@ extension Sandbox {
         let port = try GitDaemon.freePort()
         let log = at("recorder-\(port).jsonl")
         let process = try spawn(["/usr/bin/python3", "-c", Self.recorderScript, String(port), log, String(delay)])
-        guard waitUntil({ tcpSocket(local: port, state: "0A") || !process.isRunning }), process.isRunning else {
+        guard waitUntil({ isListening(port: port, by: process.pid) || !process.isRunning }), process.isRunning else {
             throw HarnessError("the recorder did not listen: \(process.kill9())")
         }
         return Recorder(process: process, port: port, log: log)
@@ -329,7 +330,7 @@ struct ServiceAuthTests {
             let port = try GitDaemon.freePort()
             let receiver = try box.spawn(["/usr/bin/python3", script], env: ["FPREP_WEBHOOK_SECRET": secret, "PORT": String(port)])
             defer { _ = receiver.kill9() }
-            #expect(waitUntil { tcpSocket(local: port, state: "0A") })
+            #expect(waitUntil { isListening(port: port, by: receiver.pid) })
             let signed = ["x-fprep-timestamp", "x-fprep-delivery", "x-fprep-signature"].reduce(into: [String: String]()) {
                 $0[$1] = headers[$1]
             }

@@ -1,4 +1,5 @@
 import Foundation
+import FprepTestSupport
 import Glibc
 import Testing
 
@@ -44,8 +45,8 @@ final class SmartHTTPServer {
             try config.write(toFile: folder + "/lighttpd.conf", atomically: true, encoding: .utf8)
             let process = try box.spawn([lighttpd, "-D", "-f", folder + "/lighttpd.conf"])
             let deadline = monotonicSeconds() + patienceSeconds
-            while process.isRunning && !GitDaemon.listening(port: port) && monotonicSeconds() < deadline { usleep(10_000) }
-            if GitDaemon.listening(port: port) {
+            while process.isRunning && !isListening(port: port, by: process.pid) && monotonicSeconds() < deadline { usleep(10_000) }
+            if isListening(port: port, by: process.pid) {
                 self.port = port
                 self.process = process
                 return
@@ -107,8 +108,7 @@ struct SmartHTTPTests {
             // What ssh would run on the host, run here: git's ssh transport
             // end to end, without an sshd (the host name is not resolved).
             let ssh = box.at("fake-ssh")
-            try "#!/bin/sh\n[ \"$1\" = \"-o\" ] && shift 2\nshift\nexec sh -c \"$*\"\n".write(toFile: ssh, atomically: true, encoding: .utf8)
-            chmod(ssh, 0o755)
+            try writeExecutable("#!/bin/sh\n[ \"$1\" = \"-o\" ] && shift 2\nshift\nexec sh -c \"$*\"\n", to: ssh)
             let env = ["GIT_SSH_COMMAND": ssh]
             let one = box.at("one"), two = box.at("two")
             let url = "devhost:" + remote.path

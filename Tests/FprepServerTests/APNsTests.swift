@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import FprepTestSupport
 import Glibc
 import FprepCore
 import NIOCore
@@ -148,22 +149,32 @@ struct APNsTests {
         let certificates = try TestCertificates.make()
         defer { certificates.remove() }
         try FileManager.default.createDirectory(atPath: certificates.folder + "/docroot", withIntermediateDirectories: true)
-        // A port the kernel picks, free again for nghttpd.
-        let probe = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
-        let port = probe.localAddress?.port ?? 0
-        try await probe.close()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/sbin/nghttpd")
-        server.arguments = ["-v", "-d", certificates.folder + "/docroot", "--address", "127.0.0.1", String(port),
-                            certificates.keyFile, certificates.certificateFile]
         let logFile = certificates.folder + "/nghttpd.log"
-        FileManager.default.createFile(atPath: logFile, contents: nil)
-        server.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
-        server.standardError = FileHandle.nullDevice
-        try server.run()
+        // A port the kernel picks, free again for nghttpd; another test's
+        // socket may take it first (nghttpd then exits): another port.
+        var started: (server: Process, port: Int)?
+        for _ in 0..<5 where started == nil {
+            let probe = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
+            let port = probe.localAddress?.port ?? 0
+            try await probe.close()
+            let server = Process()
+            server.executableURL = URL(fileURLWithPath: "/usr/sbin/nghttpd")
+            server.arguments = ["-v", "-d", certificates.folder + "/docroot", "--address", "127.0.0.1", String(port),
+                                certificates.keyFile, certificates.certificateFile]
+            FileManager.default.createFile(atPath: logFile, contents: nil)
+            server.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
+            server.standardError = FileHandle.nullDevice
+            try server.run()
+            _ = await eventually { !server.isRunning || isListening(port: UInt16(port), by: server.processIdentifier) }
+            if server.isRunning && isListening(port: UInt16(port), by: server.processIdentifier) {
+                started = (server, port)
+            } else {
+                kill(server.processIdentifier, SIGKILL)
+            }
+        }
+        let (server, port) = try #require(started, "nghttpd did not listen (setup.sh installs nghttp2-server)")
         // Foundation reaps it.
         defer { kill(server.processIdentifier, SIGKILL) }
-        #expect(await eventually { isListening(port) }, "nghttpd did not listen (setup.sh installs nghttp2-server)")
 
         let keyFile = certificates.folder + "/apns.p8"
         try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
@@ -301,19 +312,5 @@ struct APNsTests {
             #expect(await setup.fixture.service.statistics.delivered == 0)
             await setup.stop()
         }
-    }
-}
-
-/// Whether something listens on 127.0.0.1:`port`.
-func isListening(_ port: Int) -> Bool {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return false }
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
     }
 }
