@@ -133,8 +133,22 @@ public final class HTTPServer: Sendable {
         // A long-lived event stream does not end on cancellation alone:
         // close every connection's channel, which ends its handler.
         for channel in open.all() { try? await channel.close() }
-        acceptLoop.cancel()
-        await acceptLoop.value
+        // The accept loop then ends by itself: the listener hands over the
+        // connections it had accepted, each is served (closed at once) and
+        // finished. It is not cancelled: that would drop connections
+        // accepted but not yet handed over, and NIO stops the process on
+        // one that was never finished ("Deinited NIOAsyncWriter without
+        // calling finish()", seen as `fprep serve` stopped). Should it not
+        // end within 5 s, the stop goes on without it (the process ends).
+        let loop = acceptLoop
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let pending = Locked(true)
+            let resume: @Sendable () -> Void = {
+                if pending.update({ value in defer { value = false }; return value }) { continuation.resume() }
+            }
+            Task { await loop.value; resume() }
+            Task { try? await Task.sleep(for: .seconds(5)); resume() }
+        }
     }
 
     /// Serves one connection: request after request until the client or the

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import FprepCore
+import FprepPush
 import NIOCore
 import NIOHTTP1
 
@@ -73,6 +74,9 @@ public actor PushService {
 
     private var devices: [String: Device] = [:]
     private var deviceByToken: [String: String] = [:]
+    /// The devices on an event stream (a device's channel never changes):
+    /// a push reaches them before the mailboxes of the rest are filled.
+    private var streamDevices: Set<String> = []
     /// device → container → expiry (seconds since 1970)
     private var active: [String: [String: Int64]] = [:]
     private var mailboxes: [String: Mailbox] = [:]
@@ -91,6 +95,11 @@ public actor PushService {
     private var dispatchedSeqs: [Int64] = []
     private var highestDispatched: Int64 = 0
     private var draining = false
+    /// Pushes read into the stream devices' mailboxes whose other devices'
+    /// mailboxes `filling` has not filled yet (with how many devices they
+    /// reached so far); the outbox marks them delivered only after.
+    private var unfilled: [(entry: Outbox.Entry, reached: Int)] = []
+    private var filling: Task<Void, Never>?
     /// Each device's last event given to its streams here (with a shared
     /// store an event comes twice, from this instance's dispatch and from
     /// the store's announcement; it is given once).
@@ -121,10 +130,7 @@ public actor PushService {
         source = folder.remote
         outbox = try Outbox(path: folder.outboxPath)
         let now = wallClockNow()
-        for device in try store.devices() {
-            devices[device.id] = device
-            deviceByToken[device.tokenHash] = device.id
-        }
+        for device in try store.devices() { remember(device) }
         for record in try store.enumerators() where record.expires > now {
             active[record.device, default: [:]][record.container] = record.expires
         }
@@ -170,8 +176,7 @@ public actor PushService {
         } catch {
             throw APIError(.internalServerError, "cannot record the device: \(error)")
         }
-        devices[device.id] = device
-        deviceByToken[device.tokenHash] = device.id
+        remember(device)
         if configuration.verbose {
             configuration.log("registered \(device.id) (\(channel.kind)\(replicated ? ", replicated" : ""), enrollment \(enrollment.id))")
         }
@@ -253,12 +258,14 @@ public actor PushService {
     private func remember(_ device: Device) {
         devices[device.id] = device
         deviceByToken[device.tokenHash] = device.id
+        if device.channel == .stream { streamDevices.insert(device.id) }
     }
 
     /// Drops a device from memory: its token, enumerators, mail, streams and sends.
     private func forget(_ id: String) {
         guard let device = devices.removeValue(forKey: id) else { return }
         deviceByToken[device.tokenHash] = nil
+        streamDevices.remove(id)
         active[id] = nil
         mailboxes[id] = nil
         mailboxSince[id] = nil
@@ -345,6 +352,7 @@ public actor PushService {
     /// webhook and APNs senders (before the event loops shut down).
     public func shutdown() async {
         flushTask?.cancel()
+        filling?.cancel()
         listener?.cancel()
         closeAllStreams()
         await sender?.stop()
@@ -381,23 +389,76 @@ public actor PushService {
                     let entries = try outbox.pending(limit: 1000).filter { $0.seq > highestDispatched }
                     if entries.isEmpty { break }
                     for entry in entries { dispatch(entry) }
+                    // Before anything else the actor has to do (filling
+                    // 10^5 other mailboxes, saving acknowledgements).
+                    flushStreams(at: .now)
                 }
             } catch {
                 configuration.log("cannot read the outbox: \(error)")
             }
         } while drainAgain
-        if mailboxes.isEmpty { markDispatchedDelivered() }
+        markDeliveredIfSettled()
     }
 
+    /// Reads a push into the mailboxes of the devices on an event stream at
+    /// once; the other devices' mailboxes are filled after, in slices
+    /// (`fillMailboxes`): with 10^5 webhook devices, a watching device's
+    /// event is then not made after theirs, and the actor serves
+    /// registrations, streams and acknowledgements between slices.
     private func dispatch(_ entry: Outbox.Entry) {
         highestDispatched = max(highestDispatched, entry.seq)
         dispatchedSeqs.append(entry.seq)
         statistics.pushesRead += 1
-        let now = wallClockNow()
+        let streamed = fill(entry, devices: streamDevices, now: wallClockNow())
+        unfilled.append((entry, streamed))
+        if filling == nil { filling = Task { await self.fillMailboxes() } }
+    }
+
+    /// Fills the mailboxes of the devices that are not on a stream with the
+    /// pushes read so far, a slice of devices at a time; each slice gets
+    /// every push waiting, in order, so pushes read together still
+    /// coalesce in each device's mailbox. A slice lasts about 20 ms: what
+    /// waits for the actor (a push to read, a stream to tell) waits no
+    /// longer, and the work is not cut so fine that it queues behind
+    /// every delivery in flight after each slice.
+    private func fillMailboxes() async {
+        let slice = 500
+        let budget: Duration = .milliseconds(20)
+        while !unfilled.isEmpty {
+            // Pushes read while these are filled in wait for the next round;
+            // devices registered meanwhile do not get these (as if they had
+            // registered after they were read).
+            let batch = unfilled
+            let ids = devices.keys.filter { !streamDevices.contains($0) }
+            var reached = batch.map(\.reached)
+            var sliceStart = ContinuousClock.now
+            for start in stride(from: 0, to: ids.count, by: slice) {
+                let now = wallClockNow()
+                for (index, pending) in batch.enumerated() {
+                    reached[index] += fill(pending.entry, devices: ids[start..<min(start + slice, ids.count)], now: now)
+                }
+                guard ContinuousClock.now - sliceStart >= budget else { continue }
+                await Task.yield()
+                if Task.isCancelled { return }
+                sliceStart = .now
+            }
+            unfilled.removeFirst(batch.count)
+            for (pending, reached) in zip(batch, reached) {
+                let entry = pending.entry
+                configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
+            }
+        }
+        filling = nil
+        markDeliveredIfSettled()
+    }
+
+    /// Adds `entry` to the mailboxes of those of `ids` it concerns; returns how many.
+    private func fill<IDs: Sequence<String>>(_ entry: Outbox.Entry, devices ids: IDs, now: Int64) -> Int {
         let pushed = Set(entry.containers)
         var reached = 0
-        for (id, device) in devices where device.domain == entry.domain && entry.reference == "refs/heads/" + device.branch
-            && device.expires > now {
+        for id in ids {
+            guard let device = devices[id], device.domain == entry.domain,
+                  entry.reference == "refs/heads/" + device.branch, device.expires > now else { continue }
             let enumerated = (active[id] ?? [:]).compactMap { $0.value > now ? $0.key : nil }.sorted()
             let targets = PushRules.containers(pushed: pushed, active: enumerated, replicated: device.replicated)
             var box = mailboxes[id] ?? Mailbox(old: entry.old, new: entry.new)
@@ -406,14 +467,17 @@ public actor PushService {
             noteMail(id)
             reached += 1
         }
-        configuration.log("push \(entry.seq): \(entry.reference) \(entry.old.prefix(12))…\(entry.new.prefix(12)), \(counted(entry.containers.count, "container")), \(counted(reached, "device"))")
+        return reached
     }
 
     /// When a device's mailbox may be flushed: after the coalescing window,
     /// and not sooner than the throttle allows after its last flush.
     private func due(_ id: String) -> ContinuousClock.Instant {
         let since = mailboxSince[id] ?? .now
-        let windowEnd = since + configuration.coalesceWindow
+        // A device on an event stream hears at once: its watcher already
+        // makes one sync of what comes while it syncs. The window is for
+        // webhook and APNs deliveries, one request each.
+        let windowEnd = streamDevices.contains(id) ? since : since + configuration.coalesceWindow
         guard let last = lastFlush[id] else { return windowEnd }
         return max(windowEnd, last + configuration.minimumInterval)
     }
@@ -439,52 +503,78 @@ public actor PushService {
     func flush() async {
         flushAt = nil
         let now = ContinuousClock.now
-        let wallNow = wallClockNow()
-        var later: ContinuousClock.Instant?
-        var ready: [(id: String, box: Mailbox)] = []
-        for (id, box) in mailboxes {
+        var later = flushStreams(at: now)
+        var ready: [String] = []
+        for id in mailboxes.keys where !streamDevices.contains(id) {
             let dueAt = due(id)
             guard dueAt <= now else {
                 later = min(later ?? dueAt, dueAt)
                 continue
             }
-            ready.append((id, box))
+            ready.append(id)
         }
-        // Devices on an event stream first: numbered, stored in a
-        // transaction of their own and given to their streams before the
-        // events of thousands of webhook devices are even made, so a
-        // watching device syncs at once.
+        // Webhook and APNs devices a slice at a time: a push read meanwhile
+        // reaches the streams between slices, not after 10^5 events.
         var encoded: [PushPayload: [UInt8]] = [:]
-        let streamed = takeEvents(ready.filter { devices[$0.id]?.channel == .stream }, at: now, encoded: &encoded)
+        for start in stride(from: 0, to: ready.count, by: 5_000) {
+            let sent = takeEvents(ready[start..<min(start + 5_000, ready.count)], at: now, encoded: &encoded)
+            do {
+                try store.append(sent, at: wallClockNow())
+            } catch {
+                configuration.log("cannot store events: \(error)")
+            }
+            statistics.eventsQueued += sent.count
+            var pushBatches: [String: [DeviceEvent]] = [:]
+            for (id, event) in sent { pushBatches[id, default: []].append(event) }
+            if let sender, !pushBatches.isEmpty {
+                let batch = pushBatches.compactMap { id, events in devices[id].map { (id, $0.channel, events) } }
+                await sender.enqueue(batch)
+            }
+            await Task.yield()
+        }
+        if let later { schedule(at: later) }
+        markDeliveredIfSettled()
+    }
+
+    /// The devices on an event stream first: their events numbered, stored
+    /// in a transaction of their own and given to their streams before the
+    /// events of thousands of webhook devices are even made, so a watching
+    /// device syncs at once. Returns when the next of them is due.
+    @discardableResult
+    private func flushStreams(at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        var later: ContinuousClock.Instant?
+        var ready: [String] = []
+        for id in streamDevices where mailboxes[id] != nil {
+            let dueAt = due(id)
+            guard dueAt <= now else {
+                later = min(later ?? dueAt, dueAt)
+                continue
+            }
+            ready.append(id)
+        }
+        guard !ready.isEmpty else { return later }
+        var encoded: [PushPayload: [UInt8]] = [:]
+        let streamed = takeEvents(ready, at: now, encoded: &encoded)
         do {
-            try store.append(streamed, at: wallNow)
+            try store.append(streamed, at: wallClockNow())
         } catch {
             configuration.log("cannot store events: \(error)")
         }
         yieldToStreams(streamed, onlyNext: false)
-        let sent = takeEvents(ready.filter { devices[$0.id]?.channel != .stream }, at: now, encoded: &encoded)
-        do {
-            try store.append(sent, at: wallNow)
-        } catch {
-            configuration.log("cannot store events: \(error)")
-        }
-        statistics.eventsQueued += streamed.count + sent.count
-        var pushBatches: [String: [DeviceEvent]] = [:]
-        for (id, event) in sent { pushBatches[id, default: []].append(event) }
-        if let sender, !pushBatches.isEmpty {
-            let batch = pushBatches.compactMap { id, events in devices[id].map { (id, $0.channel, events) } }
-            await sender.enqueue(batch)
-        }
-        if let later { schedule(at: later) }
-        if mailboxes.isEmpty { markDispatchedDelivered() }
+        statistics.eventsQueued += streamed.count
+        markDeliveredIfSettled()
+        return later
     }
 
     /// Empties the mailboxes of `ready` into numbered events (each
     /// payload encoded once: devices of one push mostly get the same).
-    private func takeEvents(_ ready: [(id: String, box: Mailbox)], at now: ContinuousClock.Instant,
+    private func takeEvents(_ ready: some Sequence<String>, at now: ContinuousClock.Instant,
                             encoded: inout [PushPayload: [UInt8]]) -> [(device: String, event: DeviceEvent)] {
         var events: [(device: String, event: DeviceEvent)] = []
-        for (id, box) in ready {
+        // Each mailbox is read here, not before: a flush that yields
+        // between slices may find some taken by another meanwhile.
+        for id in ready {
+            guard let box = mailboxes[id] else { continue }
             mailboxes[id] = nil
             mailboxSince[id] = nil
             guard var device = devices[id] else { continue }
@@ -498,6 +588,13 @@ public actor PushService {
             devices[id] = device
         }
         return events
+    }
+
+    /// The outbox's entries count as delivered once every device they reach
+    /// has them as numbered events (a restart reads them again otherwise).
+    private func markDeliveredIfSettled() {
+        guard mailboxes.isEmpty, unfilled.isEmpty else { return }
+        markDispatchedDelivered()
     }
 
     private func markDispatchedDelivered() {
@@ -545,10 +642,18 @@ public actor PushService {
     public func maintain() async {
         if shared != nil { await keepAlive() }
         do {
-            try store.saveAcknowledgements(unsavedAcks)
+            // 10^5 devices' acknowledgements are saved in slices: a push
+            // that comes meanwhile is read between them, not after all.
+            let acks = unsavedAcks
             unsavedAcks = [:]
-            try store.saveLastSeen(unsavedSeen)
+            try await saveInSlices(acks, keepingOnFailure: { self.unsavedAcks.merge($0, uniquingKeysWith: max) }) {
+                try $0.saveAcknowledgements($1)
+            }
+            let seen = unsavedSeen
             unsavedSeen = [:]
+            try await saveInSlices(seen, keepingOnFailure: { self.unsavedSeen.merge($0, uniquingKeysWith: max) }) {
+                try $0.saveLastSeen($1)
+            }
             // Pruning scans the event log: once a minute is plenty.
             guard ContinuousClock.now - lastPrune >= .seconds(60) else { return }
             lastPrune = .now
@@ -559,6 +664,23 @@ public actor PushService {
             try outbox.prune(deliveredBefore: now - configuration.eventRetention)
         } catch {
             configuration.log("maintenance failed: \(error)")
+        }
+    }
+
+    /// Saves a per-device table kept in memory between maintenance rounds
+    /// (acknowledgements, last calls), a slice of devices per statement;
+    /// what a failure leaves unsaved goes back for the next round.
+    private func saveInSlices(_ pending: [String: Int64], keepingOnFailure keep: ([String: Int64]) -> Void,
+                              _ save: (any ServiceStorage, [String: Int64]) throws -> Void) async throws {
+        let ids = Array(pending.keys)
+        for start in stride(from: 0, to: ids.count, by: 5_000) {
+            do {
+                try save(store, Dictionary(uniqueKeysWithValues: ids[start..<min(start + 5_000, ids.count)].map { ($0, pending[$0] ?? 0) }))
+            } catch {
+                keep(Dictionary(uniqueKeysWithValues: ids[start...].map { ($0, pending[$0] ?? 0) }))
+                throw error
+            }
+            await Task.yield()
         }
     }
 
