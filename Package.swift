@@ -16,10 +16,30 @@ let staticCLibraries: [LinkerSetting] = [
     .unsafeFlags(["-Xlinker", "--wrap=git_mbedtls_stream_global_init", "-Xlinker", "--wrap=git_transport_ssh_global_init"]),
 ]
 
+/// How both executables link.
+let executableLinking: [LinkerSetting] = [.unsafeFlags([
+    // The static Swift runtime's link exports every symbol of the program;
+    // nothing looks them up, and the runtime's start-up (the backtracer
+    // finding its own path with dladdr) scans all 16,900 of them on every
+    // command.
+    "-Xlinker", "--no-export-dynamic",
+    // Relative relocations packed (RELR, glibc 2.36; gold cannot write
+    // them, lld can): the loader read 3.4 MB of them, 147,000 entries for
+    // the program's metadata, on every start, 4 ms of a `fprep changes`
+    // that took 20 (git's `diff-tree` takes 7-9). A position-dependent
+    // executable would save 1-2 ms more but give up address randomization
+    // in the root agent.
+    "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
+    // The C++ runtime and GCC's unwinder from their static archives (see
+    // the linker scripts there).
+    "-L" + Context.packageDirectory + "/Sources/fprep/Linker",
+])]
+
 let package = Package(
     name: "fprep",
     products: [
         .executable(name: "fprep", targets: ["fprep"]),
+        .executable(name: "fprep-full", targets: ["fprep-full"]),
         .executable(name: "fprep-bench", targets: ["fprep-bench"]),
         .executable(name: "fprep-model", targets: ["fprep-model"]),
     ],
@@ -70,11 +90,14 @@ let package = Package(
         ),
         .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"],
                 linkerSettings: [.linkedLibrary(":libsqlite3.a")]),
-        // Push signals: the hook's outbox, the delivery service, the device's watcher.
+        // The hook's side of push signals (outbox, spool, poke): no network
+        // stack, since every `fprep` command may run it.
+        .target(name: "FprepPush", dependencies: ["FprepCore", "FprepGit"]),
+        // Push signals: the delivery service, the device's watcher.
         .target(
             name: "FprepServer",
             dependencies: [
-                "FprepCore", "FprepGit", "CSQLite",
+                "FprepPush", "FprepCore", "FprepGit", "CSQLite",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -106,13 +129,22 @@ let package = Package(
         ),
         // Hydration on access: `fprep agent`, on fanotify pre-content events.
         .target(name: "FprepAgent", dependencies: ["FprepCore", "FprepGit", "CFprepSys"]),
+        // The command line `fprep` runs: no network stack (FullCommands).
         .target(
             name: "FprepCLI",
             dependencies: [
-                "FprepCore", "FprepServer", "FprepServicePostgres", "FprepMirror", "FprepAgent",
+                "FprepCore", "FprepPush", "FprepAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             plugins: ["BuildInfo"]
+        ),
+        // What `fprep-full` adds: serve, watch, agent, changes --follow, completions.
+        .target(
+            name: "FprepFullCLI",
+            dependencies: [
+                "FprepCLI", "FprepCore", "FprepServer", "FprepServicePostgres", "FprepMirror", "FprepAgent",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         // `fprep --version` names the commit it was built from: the plugin
         // runs this tool, which reads the checkout's HEAD (no git process).
@@ -122,23 +154,13 @@ let package = Package(
             name: "fprep",
             dependencies: ["FprepCLI"],
             exclude: ["Linker"],
-            linkerSettings: [.unsafeFlags([
-                // The static Swift runtime's link exports every symbol of the
-                // program; nothing looks them up, and the runtime's start-up
-                // (the backtracer finding its own path with dladdr) scans all
-                // 16,900 of them on every command.
-                "-Xlinker", "--no-export-dynamic",
-                // Relative relocations packed (RELR, glibc 2.36; gold cannot
-                // write them, lld can): the loader read 3.4 MB of them, 147,000
-                // entries for the program's metadata, on every start, 4 ms of a
-                // `fprep changes` that took 20 (git's `diff-tree` takes 7-9).
-                // A position-dependent executable would save 1-2 ms more but
-                // give up address randomization in the root agent.
-                "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
-                // The C++ runtime and GCC's unwinder from their static
-                // archives (see the linker scripts there).
-                "-L" + Context.packageDirectory + "/Sources/fprep/Linker",
-            ])]
+            linkerSettings: executableLinking
+        ),
+        // Every command, the network service's among them; `fprep` runs it for those.
+        .executableTarget(
+            name: "fprep-full",
+            dependencies: ["FprepCLI", "FprepFullCLI"],
+            linkerSettings: executableLinking
         ),
         .executableTarget(
             name: "fprep-bench",
@@ -161,16 +183,16 @@ let package = Package(
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport"]),
         // The APNs tests' peer is a real HTTP/2 server over TLS, written with the same NIO stack.
         .testTarget(name: "FprepServerTests", dependencies: [
-            "FprepServer", "FprepCore", "FprepGit", "FprepTestSupport",
+            "FprepServer", "FprepPush", "FprepCore", "FprepGit", "FprepTestSupport",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
-        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport", "fprep", .product(name: "Crypto", package: "swift-crypto")],
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport", "fprep", "fprep-full", .product(name: "Crypto", package: "swift-crypto")],
                     exclude: ["Golden"]),
-        .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep"], exclude: ["Cases"]),
+        .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep", "fprep-full"], exclude: ["Cases"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -67,7 +67,9 @@ struct ChangesRequest: Equatable {
         guard let from else { throw FprepError(.usage, "missing --from ANCHOR (or --stdin to read anchors from standard input)") }
         if follow {
             guard to == nil, limit == nil else { throw FprepError(.usage, "--follow takes neither --to nor --limit") }
-            return try ChangesFollower(replica: location, from: from, container: container, show: show).run()
+            // fprep-full's (`fprep` hands `changes --follow` to it).
+            guard let follow = FullCommands.followChanges else { FullCommands.execute() }
+            return try follow(location, from, container, show)
         }
         let opened = try location.open("changes", exclusive: false)
         try show(try opened.changes(from: from, to: to, container: container, limit: limit))

@@ -7,6 +7,8 @@ import FprepGit
 
 /// The `fprep` command: a dataless replica of a git remote.
 public struct Fprep: ParsableCommand {
+    /// Made on first use, after `fprep-full`'s `main` has put its commands
+    /// in `FullCommands.commands`.
     public static let configuration = CommandConfiguration(
         commandName: "fprep",
         abstract: "Keep a dataless replica of a git remote: every file visible, content only where asked for.",
@@ -22,8 +24,8 @@ public struct Fprep: ParsableCommand {
             InitRemote.self, ImportTree.self, Clone.self, List.self, Materialize.self, Evict.self,
             Pin.self, Unpin.self, Status.self, Sync.self, Changes.self, Anchor.self, WorkingSetCommand.self, Tag.self, Untag.self,
             Favorite.self, Unfavorite.self, Open.self, Signals.self, TrashCommand.self, Restore.self, Revert.self, Versions.self, GarbageCollect.self, RepairCommand.self, Hook.self,
-            InstallHooks.self, Serve.self, Watch.self, AgentCommand.self, Completions.self,
-        ]
+            InstallHooks.self,
+        ] + FullCommands.commands
     )
 
     public init() {}
@@ -35,6 +37,7 @@ public struct Fprep: ParsableCommand {
     public static func runMain() -> Never {
         do {
             let arguments = Self.movingReplicaOption(Array(CommandLine.arguments.dropFirst()))
+            if !FullCommands.inThisExecutable && FullCommands.wanted(by: arguments) { FullCommands.execute() }
             // Bare `fprep` is a usage mistake: the usage, and 64.
             if arguments.isEmpty {
                 Console.error(helpMessage() + "\n")

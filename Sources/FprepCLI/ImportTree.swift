@@ -1,9 +1,9 @@
 import ArgumentParser
 import FoundationEssentials
-import Glibc
 import FprepCore
 import FprepGit
-import FprepServer
+import FprepPush
+import Glibc
 
 struct ImportTree: ParsableCommand {
     static let configuration = CommandConfiguration(

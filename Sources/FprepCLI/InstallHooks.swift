@@ -1,8 +1,8 @@
 import ArgumentParser
 import FoundationEssentials
-import Glibc
 import FprepCore
-import FprepServer
+import FprepPush
+import Glibc
 
 struct InstallHooks: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -5,43 +5,45 @@ import FprepCore
 import FprepGit
 
 /// Options of every command that works on a replica.
-struct ReplicaOptions: ParsableArguments {
+package struct ReplicaOptions: ParsableArguments {
     @Option(name: [.customShort("C"), .customLong("replica")],
             help: ArgumentHelp("Work in the replica at DIR instead of the one holding the current folder.", valueName: "DIR"))
-    var replica: String?
+    package var replica: String?
 
     @Flag(name: .customLong("no-wait"), help: "Fail at once (exit 75) if another fprep command holds the replica, instead of waiting.")
-    var noWait = false
+    package var noWait = false
 
     @Flag(name: .shortAndLong, help: "Show the detail behind an error.")
-    var verbose = false
+    package var verbose = false
 
     @Flag(name: .shortAndLong, help: "Print nothing but errors (and what --json asks for).")
-    var quiet = false
+    package var quiet = false
 
-    var location: ReplicaLocation { ReplicaLocation(replica: replica, noWait: noWait, verbose: verbose) }
-    var baseDirectory: String { location.baseDirectory }
+    package init() {}
 
-    func open(_ command: String, exclusive: Bool) throws -> Replica {
+    package var location: ReplicaLocation { ReplicaLocation(replica: replica, noWait: noWait, verbose: verbose) }
+    package var baseDirectory: String { location.baseDirectory }
+
+    package func open(_ command: String, exclusive: Bool) throws -> Replica {
         try location.open(command, exclusive: exclusive)
     }
 }
 
 /// Which replica a command works on and how it waits for it: the values of
 /// `ReplicaOptions`, also for a command line parsed without ArgumentParser.
-struct ReplicaLocation: Equatable {
-    var replica: String?
-    var noWait = false
-    var verbose = false
+package struct ReplicaLocation: Equatable {
+    package var replica: String?
+    package var noWait = false
+    package var verbose = false
 
     /// Where relative paths start: -C DIR when given, else the current folder.
-    var baseDirectory: String {
+    package var baseDirectory: String {
         let current = currentFolder()
         guard let replica else { return current }
         return replica.hasPrefix("/") ? replica : current + "/" + replica
     }
 
-    func open(_ command: String, exclusive: Bool) throws -> Replica {
+    package func open(_ command: String, exclusive: Bool) throws -> Replica {
         Verbosity.verbose = Verbosity.verbose || verbose
         Trace.start()
         return try Replica.open(containing: baseDirectory, access: Replica.Access(
@@ -59,29 +61,31 @@ struct ReplicaLocation: Equatable {
 /// shadows the standard library's `print` in the CLI): the names in it are
 /// the user's or a remote's, and a control character in one must neither
 /// reach the terminal (an escape sequence) nor start a line of its own.
-func print(_ line: String) {
+package func print(_ line: String) {
     Console.output(Console.escaped(line) + "\n")
 }
 
 /// One line on standard error, escaped like `print`'s.
-func printError(_ line: String) {
+package func printError(_ line: String) {
     Console.error(Console.escaped(line) + "\n")
 }
 
 /// Whether errors show their detail; set once from `--verbose` before work starts.
 /// `-q` and `-v` for the commands that do not work on a replica (the
 /// replica commands have them in `ReplicaOptions`).
-struct OutputOptions: ParsableArguments {
+package struct OutputOptions: ParsableArguments {
     @Flag(name: .shortAndLong, help: "Show the detail behind an error.")
-    var verbose = false
+    package var verbose = false
 
     @Flag(name: .shortAndLong, help: "Print nothing but errors (and what --json asks for).")
-    var quiet = false
+    package var quiet = false
+
+    package init() {}
 }
 
-enum Verbosity {
-    nonisolated(unsafe) static var verbose = false
-    nonisolated(unsafe) static var quiet = false
+package enum Verbosity {
+    nonisolated(unsafe) package static var verbose = false
+    nonisolated(unsafe) package static var quiet = false
 
     /// Reads -q/--quiet and -v/--verbose from a command line ArgumentParser
     /// accepted (so the flags are the command's own), before the command
@@ -143,8 +147,8 @@ enum ErrorRendering {
 }
 
 /// Prints values as JSON (sorted keys, so output is stable for scripts).
-enum JSONOutput {
-    static func print<T: Encodable>(_ value: T) throws {
+package enum JSONOutput {
+    package static func print<T: Encodable>(_ value: T) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let data = try encoder.encode(value)
@@ -153,7 +157,7 @@ enum JSONOutput {
     }
 
     /// One line of JSON (no pretty printing): for answers read line by line.
-    static func printLine<T: Encodable>(_ value: T) throws {
+    package static func printLine<T: Encodable>(_ value: T) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         Console.output(try encoder.encode(value))
@@ -162,10 +166,10 @@ enum JSONOutput {
 }
 
 /// "1 file", "2 files".
-func count(_ n: Int, _ noun: String) -> String { counted(n, noun) }
+package func count(_ n: Int, _ noun: String) -> String { counted(n, noun) }
 
 /// Human-readable sizes: 1023 B, 1.5 KiB, 12.0 MiB.
-func humanSize(_ bytes: Int64) -> String {
+package func humanSize(_ bytes: Int64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"]
     var value = Double(bytes)
     var unit = 0

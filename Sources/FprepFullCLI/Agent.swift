@@ -1,5 +1,6 @@
 import ArgumentParser
 import FprepAgent
+import FprepCLI
 import FprepCore
 import FprepServer
 
@@ -9,7 +10,7 @@ extension PushFollower: RemoteSignals {}
 struct AgentCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "agent",
-        abstract: "Hydrate dataless files when a program first opens them, and sync by itself.",
+        abstract: FullCommands.agentAbstract,
         discussion: """
             Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Root is needed for fanotify only: git, the replica's state and every file written run in a worker process as the replica's owner. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
 

@@ -1,7 +1,9 @@
 import FoundationEssentials
-import Glibc
+import FprepCLI
 import FprepCore
+import FprepPush
 import FprepServer
+import Glibc
 
 /// `fprep changes --follow`: prints a batch of changes each time a sync
 /// moves the replica, until interrupted. While it runs it tells the push

@@ -1,10 +1,11 @@
 import ArgumentParser
+import FprepCLI
 import FprepCore
 
 struct Completions: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "completions",
-        abstract: "Print the shell completion script for bash, zsh or fish.",
+        abstract: FullCommands.completionsAbstract,
         discussion: """
             scripts/install.sh installs them (and the man page) for every user. By hand:
               fprep completions bash > /usr/share/bash-completion/completions/fprep

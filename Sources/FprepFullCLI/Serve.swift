@@ -1,15 +1,17 @@
 import ArgumentParser
 import FoundationEssentials
-import Glibc
+import FprepCLI
 import FprepCore
 import FprepMirror
+import FprepPush
 import FprepServer
 import FprepServicePostgres
+import Glibc
 
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the push service of a remote: devices register and get pushes as the remote changes.",
+        abstract: FullCommands.serveAbstract,
         discussion: """
             The remote's post-receive hook writes each push's affected containers to an outbox in the remote (fprep/outbox.db) and pokes this service, whose address it finds in the remote's config (fprep.service, recorded when the service starts). The service reads the outbox (also at start and every few seconds, so nothing is lost while it was down) and sends each registered device what the File Provider rules give it: a container only while the device actively enumerates it, the working set always, and to a replicated device the working set only; pushes to one device are coalesced and throttled. Every payload is {"container-identifier", "domain", "old-anchor", "new-anchor"}.
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FoundationEssentials
+import FprepCLI
 import FprepCore
 import FprepServer
 import FprepServicePostgres

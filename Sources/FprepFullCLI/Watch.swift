@@ -1,13 +1,14 @@
 import ArgumentParser
 import FoundationEssentials
 import Glibc
+import FprepCLI
 import FprepCore
 import FprepServer
 
 struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "watch",
-        abstract: "Keep the replica in step with the remote: sync on each push from the push service.",
+        abstract: FullCommands.watchAbstract,
         discussion: """
             Registers the replica with the remote's push service ('fprep serve') the first time, showing the enrollment secret the service's admin minted with 'fprep serve enroll' (--enroll; the service's address, the secret and the device's token are kept in the replica's state, so later runs need no options, and the device registers anew with the secret when its token expires or is revoked), keeps its event stream open, and syncs shortly after each push (--debounce-ms; pushes that arrive meanwhile join the same sync). A push whose anchors show nothing new is dropped; one whose old anchor is not the replica's shows a gap, and the sync catches up all the same. When the stream drops, it reconnects with growing pauses (up to 10 s) and resumes after the last push it acted on; while the service is unreachable it syncs every --fallback-interval seconds. The replica is locked only while a sync runs.
 

@@ -1,8 +1,9 @@
 import FoundationEssentials
-import Glibc
 import FprepCore
 import FprepGit
+import FprepPush
 import FprepServer
+import Glibc
 
 /// `fprep serve --mirror URL`: the service's companion that keeps the local
 /// mirror of a hosted remote, takes the host's push webhook and sweeps the

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import FprepCore
 import FprepGit
+import FprepPush
 import FprepServer
 
 /// One pass of the mirror, the work a webhook delivery or the sweep queues:

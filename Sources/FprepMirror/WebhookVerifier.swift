@@ -1,6 +1,7 @@
 import Crypto
-import FprepGit
 import FoundationEssentials
+import FprepGit
+import FprepPush
 import FprepServer
 import NIOHTTP1
 

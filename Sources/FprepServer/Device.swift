@@ -1,4 +1,5 @@
 import FoundationEssentials
+import FprepPush
 
 /// How a device receives its pushes.
 public enum DeliveryChannel: Sendable, Equatable {

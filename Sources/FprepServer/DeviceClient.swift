@@ -1,4 +1,5 @@
 import FoundationEssentials
+import FprepPush
 import NIOCore
 import NIOHTTP1
 import NIOPosix

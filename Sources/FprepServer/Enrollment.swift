@@ -1,4 +1,5 @@
 import FoundationEssentials
+import FprepPush
 
 /// A per-domain enrollment: the credential a device shows to register
 /// (`fprep serve enroll` mints one). Only the secret's SHA-256 is stored;

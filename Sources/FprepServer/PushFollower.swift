@@ -1,5 +1,6 @@
 import FoundationEssentials
 import FprepCore
+import FprepPush
 import NIOCore
 import NIOPosix
 

@@ -1,8 +1,9 @@
 import Dispatch
 import FoundationEssentials
-import Glibc
 import FprepCore
 import FprepGit
+import FprepPush
+import Glibc
 import NIOCore
 import NIOPosix
 import NIOSSL

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import FprepCore
 import FprepGit
+import FprepPush
 
 /// A device as the admin lists it (`fprep serve devices`).
 public struct RegisteredDevice: Sendable {

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import FprepPush
 
 /// Where the push service keeps its durable state: `ServiceStore` (SQLite in
 /// the remote, one `fprep serve`) or a shared store for several instances

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import FprepCore
+import FprepPush
 
 /// The service's state in the remote (`fprep/service.db`, SQLite, WAL):
 /// devices and token hashes, active enumerators, each device's numbered

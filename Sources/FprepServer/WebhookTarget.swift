@@ -1,5 +1,6 @@
 import Dispatch
 import FoundationEssentials
+import FprepPush
 import Glibc
 import NIOCore
 

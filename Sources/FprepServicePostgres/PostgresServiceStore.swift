@@ -1,7 +1,8 @@
 import FoundationEssentials
-import Glibc
 import FprepCore
+import FprepPush
 import FprepServer
+import Glibc
 import NIOCore
 import NIOPosix
 import PostgresNIO

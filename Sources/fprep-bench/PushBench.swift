@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import FprepPush
 import FprepServer
 import Glibc
 import NIOCore

@@ -1,5 +1,6 @@
 import Foundation
 import FprepCore
+@testable import FprepPush
 import Testing
 @testable import FprepServer
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import FprepCore
+@testable import FprepPush
 import NIOCore
 import NIOHTTP1
 import Testing
