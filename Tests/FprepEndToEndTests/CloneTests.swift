@@ -215,4 +215,29 @@ struct HelpTests {
             #expect(bare.status == 64 && bare.stdout.isEmpty && bare.stderr.contains("USAGE:"), "\(bare)")
         }
     }
+
+    @Test("fprep hands serve, watch, agent, changes --follow and completions to fprep-full beside it; without it, one line")
+    func fullCommands() throws {
+        try withSandbox { box in
+            // Each answers with its own help (fprep's stand-ins have none).
+            for (arguments, expected) in [(["serve", "--help"], "--tls-cert"), (["help", "watch"], "--fallback-interval"),
+                                          (["agent", "--help"], "worker"), (["changes", "--follow", "--help"], "--follow"),
+                                          (["completions", "bash"], "materialize")] {
+                let answer = try box.fprep(arguments)
+                #expect(answer.status == 0 && answer.stdout.contains(expected), "\(arguments): \(answer)")
+            }
+            let help = try box.fprep(["--help"])
+            for name in ["serve", "watch", "agent", "completions"] {
+                #expect(help.stdout.contains("  \(name) "), "--help should list \(name): \(help)")
+            }
+            // fprep alone (installed without fprep-full): the other commands work, these say what is missing.
+            let alone = box.at("alone")
+            try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: Binaries.fprep, toPath: alone + "/fprep")
+            let lone = try Shell.run([alone + "/fprep", "serve", "--remote", box.at("remote.git")], ioFolder: box.io)
+            #expect(lone.status == 1 && lone.stdout.isEmpty, "\(lone)")
+            #expect(lone.stderr == "fprep: 'serve' runs in fprep-full, which cannot be started from \(alone)/fprep-full (No such file or directory): install both programs side by side (bash scripts/install.sh does)\n", "\(lone)")
+            #expect(try Shell.run([alone + "/fprep", "--version"], ioFolder: box.io).status == 0)
+        }
+    }
 }
