@@ -83,23 +83,6 @@ func tcpSocket(local: UInt16? = nil, remote: UInt16? = nil, state: String) -> Bo
 /// Whether the watcher's event stream (a client connection to the port) is open.
 func streamOpen(to port: UInt16) -> Bool { tcpSocket(remote: port, state: "01") }
 
-/// A file read to its end with read(2). /proc files report size 0 and give
-/// a page per read: `String(contentsOfFile:)` stops after the first page,
-/// which holds only ~26 sockets of /proc/net/tcp.
-func readWholeFile(_ path: String) -> [UInt8] {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return [] }
-    defer { close(fd) }
-    var result: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65_536)
-    while true {
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 && errno == EINTR { continue }
-        if count <= 0 { return result }
-        result += buffer[0..<count]
-    }
-}
-
 /// The commit a replica's branch points at (what a finished sync wrote),
 /// read from git's loose ref, so that polling costs no process.
 func replicaHead(_ replica: String) -> String? {

@@ -43,37 +43,38 @@ private func hex4(_ value: UInt16) -> String {
 
 /// What each open descriptor of `pid` points at (readlink of /proc/PID/fd/N).
 private func descriptors(of pid: pid_t) -> [String] {
-    guard let directory = opendir("/proc/\(pid)/fd") else { return [] }
-    defer { closedir(directory) }
-    var targets: [String] = []
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        guard name != ".", name != ".." else { continue }
+    names(in: "/proc/\(pid)/fd").compactMap { name in
         var buffer = [CChar](repeating: 0, count: 256)
         let count = readlink("/proc/\(pid)/fd/\(name)", &buffer, buffer.count - 1)
-        guard count > 0 else { continue }
-        targets.append(String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
-    return targets
 }
 
 /// The processes whose parent is `pid` (from /proc/PID/task/*/children).
 private func children(of pid: pid_t) -> [pid_t] {
-    guard let directory = opendir("/proc/\(pid)/task") else { return [] }
+    names(in: "/proc/\(pid)/task").flatMap { task in
+        String(decoding: readWholeFile("/proc/\(pid)/task/\(task)/children"), as: UTF8.self)
+            .split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap { pid_t(String($0)) }
+    }
+}
+
+/// The names in a folder, without "." and "..".
+private func names(in folder: String) -> [String] {
+    guard let directory = opendir(folder) else { return [] }
     defer { closedir(directory) }
-    var result: [pid_t] = []
+    var result: [String] = []
     while let entry = readdir(directory) {
         let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        guard name != ".", name != ".." else { continue }
-        let text = String(decoding: readWholeFile("/proc/\(pid)/task/\(name)/children"), as: UTF8.self)
-        result += text.split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap { pid_t(String($0)) }
+        if name != "." && name != ".." { result.append(name) }
     }
     return result
 }
 
-/// A file read to its end with read(2): /proc files report size 0 and give
-/// a page per read.
-func readWholeFile(_ path: String) -> [UInt8] {
+/// A file read to its end with read(2). /proc files report size 0 and give
+/// a page per read: `String(contentsOfFile:)` stops after the first page,
+/// which holds only ~26 sockets of /proc/net/tcp.
+public func readWholeFile(_ path: String) -> [UInt8] {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return [] }
     defer { close(fd) }
