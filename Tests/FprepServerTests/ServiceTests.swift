@@ -155,6 +155,59 @@ struct ServiceTests {
         await fixture.stop()
     }
 
+    @Test("pushes read while 2,000 devices' mailboxes are filled in slices reach every device once each, in order, one chain of spans")
+    func mailboxesFilledInSlices() async throws {
+        let fixture = try await ServiceFixture()
+        let watcher = try await fixture.register(#"{"kind":"stream"}"#)
+        let streamed = Locked<[ServerSentEvent]>([])
+        let reader = DeviceClient(service: fixture.url, client: fixture.client)
+        let opened = Locked(false)
+        let reading = Task {
+            try await reader.events(token: watcher.token, lastEventID: nil, idleTimeout: .seconds(Int64(patience)),
+                                    onOpen: { opened.set(true) }, onEvent: { event in streamed.update { $0.append(event) } })
+        }
+        #expect(await eventually { opened.get() })
+        let devices = 2_000
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<devices {
+                if index >= 16 { try await group.next() }
+                group.addTask { _ = try await fixture.registerWebhook() }
+            }
+            try await group.waitForAll()
+        }
+        // One push at a time, without waiting: each comes while the
+        // mailboxes of the ones before are still being filled.
+        let pushes = 6
+        for round in 1...pushes { try await fixture.push([(anchor(round), anchor(round + 1), [root])]) }
+
+        /// Whether `spans` (in event order) go from the first push's old
+        /// commit to the last one's new commit, each starting where the one
+        /// before ended.
+        func chained(_ spans: [PushPayload]) -> Bool {
+            guard let first = spans.first, let last = spans.last, first.old == anchor(1), last.new == anchor(pushes + 1) else { return false }
+            return zip(spans, spans.dropFirst()).allSatisfy { $0.new == $1.old }
+        }
+        func byDevice() -> [String: [(seq: Int, payload: PushPayload)]] {
+            var result: [String: [(seq: Int, payload: PushPayload)]] = [:]
+            for request in fixture.sink.received.get() {
+                guard let delivery = request.headers.first(name: "x-fprep-delivery"), let dash = delivery.lastIndex(of: "-"),
+                      let seq = Int(delivery[delivery.index(after: dash)...]),
+                      let payload = try? JSONCoding.decode(PushPayload.self, from: Array(request.body.readableBytesView)) else { continue }
+                result[String(delivery[..<dash]), default: []].append((seq, payload))
+            }
+            return result
+        }
+        #expect(await eventually { byDevice().count == devices && byDevice().values.allSatisfy { chained($0.sorted { $0.seq < $1.seq }.map(\.payload)) } })
+        for (device, events) in byDevice() {
+            let seqs = events.map(\.seq).sorted()
+            #expect(seqs == Array(1...seqs.count), "\(device): events \(seqs): each once, none missing")
+        }
+        #expect(await eventually { chained(streamed.get().compactMap { try? JSONCoding.decode(PushPayload.self, from: Array($0.data.utf8)) }) },
+                "the watching device: \(streamed.get().map(\.data))")
+        reading.cancel()
+        await fixture.stop()
+    }
+
     @Test("a webhook that fails is retried until it answers")
     func webhookRetry() async throws {
         let fixture = try await ServiceFixture()
