@@ -278,6 +278,48 @@ public final class Config {
     public func set(_ name: String, _ value: String) throws {
         try check(git_config_set_string(pointer, name, value), "git_config_set_string")
     }
+
+    /// Every value of a multi-valued `name`, in the files' order (empty when
+    /// unset); wraps `git_config_multivar_iterator_new`.
+    public func strings(_ name: String) throws -> [String] {
+        var iterator: OpaquePointer?
+        do {
+            try check(git_config_multivar_iterator_new(&iterator, pointer, name, nil), "git_config_multivar_iterator_new")
+        } catch GitError.notFound {
+            return []
+        }
+        defer { git_config_iterator_free(iterator) }
+        var values: [String] = []
+        var entry: UnsafeMutablePointer<git_config_entry>?
+        while true {
+            let status = git_config_next(&entry, iterator)
+            if status == GIT_ITEROVER.rawValue { break }
+            try check(status, "git_config_next")
+            if let value = entry?.pointee.value { values.append(String(cString: value)) }
+        }
+        return values
+    }
+
+    /// Adds `value` to the multi-valued `name` unless it is there already;
+    /// wraps `git_config_set_multivar`.
+    public func add(_ name: String, _ value: String) throws {
+        try check(git_config_set_multivar(pointer, name, Self.exactly(value), value), "git_config_set_multivar")
+    }
+
+    /// Removes `value` from the multi-valued `name` (nothing when it is not
+    /// there); wraps `git_config_delete_multivar`.
+    public func remove(_ name: String, _ value: String) throws {
+        do {
+            try check(git_config_delete_multivar(pointer, name, Self.exactly(value)), "git_config_delete_multivar")
+        } catch GitError.notFound {
+            return
+        }
+    }
+
+    /// A regular expression that matches `value` and nothing else.
+    private static func exactly(_ value: String) -> String {
+        "^" + value.map { "\\^$.|?*+()[]{}".contains($0) ? "\\\($0)" : String($0) }.joined() + "$"
+    }
 }
 
 /// The object folders this process added to an object database as

@@ -6,6 +6,18 @@ import Glibc
 /// address is a literal in practice) has one deadline, and every failure is
 /// only reported, never thrown.
 public enum Poke {
+    /// Pokes the services at `addresses` in turn until one takes it: any
+    /// instance dispatches every push, and one that stopped (its address
+    /// left by a kill) refuses at once. True when one answered 2xx.
+    @discardableResult
+    public static func first(of addresses: [String], bearer: String, timeoutMilliseconds: Int) -> Bool {
+        for address in addresses {
+            guard let url = ServiceURL(address) else { continue }
+            if send(url.with(path: "/v1/outbox/poke"), bearer: bearer, timeoutMilliseconds: timeoutMilliseconds) { return true }
+        }
+        return false
+    }
+
     /// Sends `POST url` with a bearer token; true when the service answered 2xx
     /// within `timeoutMilliseconds`.
     @discardableResult

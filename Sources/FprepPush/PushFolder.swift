@@ -64,18 +64,33 @@ public struct PushFolder: Sendable {
     }
 
     /// The service's URL as `fprep serve` recorded it.
-    public func serviceURL() -> String? {
-        guard let repository = try? Repository(openingAt: remote) else { return nil }
-        return (try? repository.config().string(Self.serviceKey)) ?? nil
+    /// Where the services of this remote listen, the one started last first
+    /// (several instances on one PostgreSQL database each record theirs).
+    public func serviceURLs() -> [String] {
+        guard let repository = try? Repository(openingAt: remote) else { return [] }
+        return ((try? repository.config().strings(Self.serviceKey)) ?? []).reversed()
     }
 
-    /// Records where the service listens, for the hook to poke it.
+    /// How many addresses are kept: one an instance killed before it could
+    /// take its own back stays until this many newer ones push it out.
+    static let keptServiceURLs = 8
+
+    /// Records where a service listens, for the hook to poke it (beside the
+    /// addresses of other instances still running).
     public func recordServiceURL(_ url: String) throws {
         do {
-            try Repository(openingAt: remote).config().set(Self.serviceKey, url)
+            let config = try Repository(openingAt: remote).config()
+            try config.remove(Self.serviceKey, url)
+            try config.add(Self.serviceKey, url)
+            for stale in try config.strings(Self.serviceKey).dropLast(Self.keptServiceURLs) { try config.remove(Self.serviceKey, stale) }
         } catch {
             throw FprepError("cannot record the service address in '\(remote)/config': \(error)")
         }
+    }
+
+    /// Takes a stopping service's address back.
+    public func forgetServiceURL(_ url: String) {
+        try? Repository(openingAt: remote).config().remove(Self.serviceKey, url)
     }
 }
 

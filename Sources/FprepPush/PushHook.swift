@@ -28,10 +28,9 @@ public enum PushHook {
         let recorded = try record(gitDirectory: gitDirectory, updates: updates)
         guard recorded.recorded > 0 else { return recorded }
         let folder = PushFolder(remote: recorded.gitDirectory)
-        guard let address = try Repository(openingAt: gitDirectory).config().string(PushFolder.serviceKey),
-              let url = ServiceURL(address), let secret = folder.secret() else { return recorded }
+        guard let secret = folder.secret() else { return recorded }
         var result = recorded
-        result.poked = Poke.send(url.with(path: "/v1/outbox/poke"), bearer: secret, timeoutMilliseconds: pokeTimeoutMilliseconds)
+        result.poked = Poke.first(of: folder.serviceURLs(), bearer: secret, timeoutMilliseconds: pokeTimeoutMilliseconds)
         return result
     }
 

@@ -87,7 +87,8 @@ public enum PushServer {
             throw FprepError("cannot listen on \(options.host):\(options.port): \(error)")
         }
         let url = ServiceURL(host: options.host, port: server.port, path: "/", secure: tls != nil).description
-        try folder.recordServiceURL(hookServer.map { ServiceURL(host: "127.0.0.1", port: $0.port, path: "/").description } ?? url)
+        let hookAddress = hookServer.map { ServiceURL(host: "127.0.0.1", port: $0.port, path: "/").description } ?? url
+        try folder.recordServiceURL(hookAddress)
         configuration.log("serving \(options.remote) (domain \(domain)) at \(url)\(tls != nil ? " (TLS: HTTP/1.1 and HTTP/2)" : "")")
         onListening(url)
 
@@ -110,6 +111,9 @@ public enum PushServer {
         }
         let signal = await signals.next()
         configuration.log("stopping (signal \(signal))")
+        // The hook pokes the other instances from now on (their outbox
+        // reads every poll interval catch what comes meanwhile).
+        folder.forgetServiceURL(hookAddress)
         poller.cancel()
         heart.cancel()
         // Its last round ends before the store closes.

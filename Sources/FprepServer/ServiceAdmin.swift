@@ -97,8 +97,8 @@ public final class ServiceAdmin {
     /// Pokes a running service, as the hook does, so it reads the state
     /// again now rather than at its next request; nothing when none runs.
     private func nudgeService() {
-        guard let address = folder.serviceURL(), let url = ServiceURL(address), let secret = folder.secret() else { return }
-        Poke.send(url.with(path: "/v1/outbox/poke"), bearer: secret, timeoutMilliseconds: 500)
+        guard let secret = folder.secret() else { return }
+        Poke.first(of: folder.serviceURLs(), bearer: secret, timeoutMilliseconds: 500)
     }
 }
 

@@ -95,6 +95,48 @@ struct PostgresServiceTests {
         }
     }
 
+    @Test("the hook pokes each instance's address in turn, the last started first: a push is dispatched at once after that one stopped or was killed")
+    func hookPokesTheOthers() throws {
+        try withSandbox { box in
+            try withPostgres(box) { postgres in
+                let remote = try box.makeRemote()
+                let domain = try box.gitOK(["config", "--get", "fprep.domain"], cwd: remote.path)
+                // No outbox reads but on a poke: a push is delivered only if the hook reached a live instance.
+                let first = try box.startInstance(remote.path, database: postgres.url, poll: "600")
+                let second = try box.startInstance(remote.path, database: postgres.url, poll: "600")
+                func addresses() throws -> [String] {
+                    try box.gitOK(["config", "--get-all", "fprep.service"], cwd: remote.path).split(separator: "\n").map(String.init)
+                }
+                // Recorded just after it listens.
+                #expect(waitUntil { (try? addresses()) == [first.url, second.url] }, "each instance records its own address: \((try? addresses()) ?? [])")
+                let recorder = try box.startRecorder()
+                defer { _ = recorder.process.kill9() }
+                let registered = try box.register(at: first, domain: domain, enrollment: first.enrollment,
+                                                  channel: Sandbox.webhook(recorder.url("/device")))
+                #expect(registered.status == 201, "\(registered)")
+                let work = box.at("work")
+                try box.gitOK(["clone", "-q", remote.path, work])
+                func pushIsDelivered(_ file: String) throws -> Bool {
+                    let (commit, push) = try box.commitAndPush(work, file: file, content: "\(file)\n")
+                    #expect(push.status == 0, "\(push)")
+                    return waitUntil { deliveries(recorder)["/device"]?.contains { $0.new == commit } == true }
+                }
+                // The last started stopped: it took its address back, the hook pokes the first.
+                let stopped = second.stop()
+                #expect(stopped.status == 0, "\(stopped)")
+                #expect(try addresses() == [first.url])
+                #expect(try pushIsDelivered("after-stop.txt"), "\(deliveries(recorder))")
+                // One started after it, then killed: its address stays and refuses; the hook goes on to the first.
+                let third = try box.startInstance(remote.path, database: postgres.url, poll: "600")
+                #expect(waitUntil { (try? addresses()) == [first.url, third.url] }, "\((try? addresses()) ?? [])")
+                _ = third.process.kill9()
+                #expect(try pushIsDelivered("after-kill.txt"), "\(deliveries(recorder))")
+                let log = first.stop()
+                #expect(log.status == 0 && !looksLikeCrash(log.stderr), "\(log)")
+            }
+        }
+    }
+
     @Test("an instance killed with -9 mid-delivery loses nothing: the other takes its devices over and sends the rest")
     func killedInstanceLosesNothing() throws {
         try withSandbox { box in
