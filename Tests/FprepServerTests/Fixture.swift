@@ -70,6 +70,10 @@ final class ServiceFixture: @unchecked Sendable {
     private let configure: @Sendable (inout ServiceConfiguration) -> Void
     private let rateLimit: Double
     private var serverStopped = false
+    /// Heartbeats on the event streams, as `fprep serve` sends them: the
+    /// server closes a connection idle for 60 s, which a stream opened
+    /// early in a slow test on a loaded machine would otherwise be.
+    private var heartbeats: Task<Void, Never>?
 
     init(configure: @escaping @Sendable (inout ServiceConfiguration) -> Void = { _ in }, rateLimit: Double = 0) async throws {
         folder = NSTemporaryDirectory() + "fprep-server-test-" + UUID().uuidString
@@ -85,6 +89,13 @@ final class ServiceFixture: @unchecked Sendable {
         self.rateLimit = rateLimit
         (service, server) = try await Self.startService(remote: remote, domain: domain, group: group, client: client,
                                                         secret: secret, configure: configure, rateLimit: rateLimit)
+        heartbeats = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(15))
+                guard let service = self?.service else { return }
+                await service.heartbeat()
+            }
+        }
     }
 
     private static func startService(remote: String, domain: String, group: any EventLoopGroup, client: HTTPClient, secret: String,
@@ -116,6 +127,7 @@ final class ServiceFixture: @unchecked Sendable {
     var url: ServiceURL { ServiceURL("http://127.0.0.1:\(server.port)/")! }
 
     func stop() async {
+        heartbeats?.cancel()
         await service.shutdown()
         await server.stop()
         await sink.server.stop()

@@ -158,6 +158,17 @@ struct ServiceTests {
     @Test("pushes read while 2,000 devices' mailboxes are filled in slices reach every device once each, in order, one chain of spans")
     func mailboxesFilledInSlices() async throws {
         let fixture = try await ServiceFixture()
+        let devices = 2_000
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<devices {
+                if index >= 16 { try await group.next() }
+                group.addTask { _ = try await fixture.registerWebhook() }
+            }
+            try await group.waitForAll()
+        }
+        // The stream opens after the registrations, which may take longer
+        // on a loaded machine than the server keeps an idle connection (this
+        // fixture sends no heartbeats).
         let watcher = try await fixture.register(#"{"kind":"stream"}"#)
         let streamed = Locked<[ServerSentEvent]>([])
         let reader = DeviceClient(service: fixture.url, client: fixture.client)
@@ -167,14 +178,6 @@ struct ServiceTests {
                                     onOpen: { opened.set(true) }, onEvent: { event in streamed.update { $0.append(event) } })
         }
         #expect(await eventually { opened.get() })
-        let devices = 2_000
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in 0..<devices {
-                if index >= 16 { try await group.next() }
-                group.addTask { _ = try await fixture.registerWebhook() }
-            }
-            try await group.waitForAll()
-        }
         // One push at a time, without waiting: each comes while the
         // mailboxes of the ones before are still being filled.
         let pushes = 6
