@@ -20,9 +20,12 @@ public enum FullCommands {
     nonisolated(unsafe) public static var commands: [any ParsableCommand.Type] = [
         ServeStandIn.self, WatchStandIn.self, AgentStandIn.self, CompletionsStandIn.self,
     ]
-    nonisolated(unsafe) public static var inThisExecutable = false
     /// `changes --follow`, in `fprep-full`.
     nonisolated(unsafe) package static var followChanges: ((ReplicaLocation, String, String?, @escaping (ChangeBatch) throws -> Void) throws -> Void)?
+    /// Whether this is `fprep-full` (its `main` installed the commands).
+    static var inThisExecutable: Bool { followChanges != nil }
+    /// The first arguments that name one of them.
+    private static let names = ["serve", "watch", "agent", "completions"]
 
     package static let serveAbstract = "Run the push service of a remote: devices register and get pushes as the remote changes."
     package static let watchAbstract = "Keep the replica in step with the remote: sync on each push from the push service."
@@ -32,7 +35,6 @@ public enum FullCommands {
     /// Whether `arguments` (after the program's name, the command first)
     /// ask for a command that lives in `fprep-full`.
     static func wanted(by arguments: [String]) -> Bool {
-        let names: Set<String> = ["serve", "watch", "agent", "completions"]
         guard let first = arguments.first else { return false }
         if names.contains(first) { return true }
         if first == "changes" && arguments.contains(where: { $0 == "--follow" || $0.hasPrefix("--follow=") }) { return true }

@@ -503,16 +503,9 @@ public actor PushService {
     func flush() async {
         flushAt = nil
         let now = ContinuousClock.now
-        var later = flushStreams(at: now)
-        var ready: [String] = []
-        for id in mailboxes.keys where !streamDevices.contains(id) {
-            let dueAt = due(id)
-            guard dueAt <= now else {
-                later = min(later ?? dueAt, dueAt)
-                continue
-            }
-            ready.append(id)
-        }
+        let streamsLater = flushStreams(at: now)
+        var (ready, later) = due(mailboxes.keys.filter { !streamDevices.contains($0) }, at: now)
+        if let streamsLater { later = min(later ?? streamsLater, streamsLater) }
         // Webhook and APNs devices a slice at a time: a push read meanwhile
         // reaches the streams between slices, not after 10^5 events.
         var encoded: [PushPayload: [UInt8]] = [:]
@@ -542,16 +535,7 @@ public actor PushService {
     /// device syncs at once. Returns when the next of them is due.
     @discardableResult
     private func flushStreams(at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        var later: ContinuousClock.Instant?
-        var ready: [String] = []
-        for id in streamDevices where mailboxes[id] != nil {
-            let dueAt = due(id)
-            guard dueAt <= now else {
-                later = min(later ?? dueAt, dueAt)
-                continue
-            }
-            ready.append(id)
-        }
+        let (ready, later) = due(streamDevices, at: now)
         guard !ready.isEmpty else { return later }
         var encoded: [PushPayload: [UInt8]] = [:]
         let streamed = takeEvents(ready, at: now, encoded: &encoded)
@@ -564,6 +548,19 @@ public actor PushService {
         statistics.eventsQueued += streamed.count
         markDeliveredIfSettled()
         return later
+    }
+
+    /// Of `ids`, those with a mailbox due at `now`, and when the first of
+    /// the others is due.
+    private func due(_ ids: some Sequence<String>, at now: ContinuousClock.Instant)
+        -> (ready: [String], later: ContinuousClock.Instant?) {
+        var ready: [String] = []
+        var later: ContinuousClock.Instant?
+        for id in ids where mailboxes[id] != nil {
+            let dueAt = due(id)
+            if dueAt <= now { ready.append(id) } else { later = min(later ?? dueAt, dueAt) }
+        }
+        return (ready, later)
     }
 
     /// Empties the mailboxes of `ready` into numbered events (each
