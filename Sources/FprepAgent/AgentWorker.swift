@@ -224,12 +224,13 @@ final class WorkerClient: @unchecked Sendable {
     /// `filled` hears of each file as soon as its content is in place (its
     /// position in `part`, its bytes), before the chunk's index write: a
     /// reader waiting on it need not wait for the rest of the chunk.
-    func fillAhead(_ part: [WatchedPlaceholder], token: String,
+    func fillAhead(_ part: [(key: FileKey, placeholder: WatchedPlaceholder)], token: String,
                    indexWritten: (fprep_stat, fprep_stat) -> Void,
                    filled: @escaping @Sendable (Int, Int64) -> Void = { _, _ in }) -> [Hydrator.Outcome] {
         var request = WorkerMessageWriter()
         request.text(token)
-        request.placeholders(part)
+        request.placeholders(part.map(\.placeholder))
+        for (key, _) in part { request.fileKey(key) }
         let ended = [Hydrator.Outcome](repeating: .failed("the replica's worker process (pid \(pid)) ended"), count: part.count)
         let count = part.count
         let progress: @Sendable (WorkerMessage) -> Void = { message in
@@ -261,11 +262,18 @@ final class WorkerClient: @unchecked Sendable {
         _ = self.request(.endAhead, request.bytes)
     }
 
-    /// The placeholders now; nil when the replica was busy or the worker ended.
-    func list() -> [WatchedPlaceholder]? {
+    /// What changed among the placeholders since the last listing (see
+    /// `PlaceholderListing`); nil when the replica was busy or the worker ended.
+    func list() -> PlaceholderListing.Changes? {
         guard let reply = request(.list, []), reply.kind == .listed else { return nil }
         var body = WorkerMessageReader(reply.body)
-        return body.placeholders()
+        guard let watch = body.placeholders(), let count = body.u32() else { return nil }
+        var gone: [RepoPath] = []
+        for _ in 0..<count {
+            guard let path = body.data() else { return nil }
+            gone.append(RepoPath(bytes: path))
+        }
+        return PlaceholderListing.Changes(watch: watch, gone: gone)
     }
 
     /// Ends the worker (its socket closes; it finishes the hydrations under
@@ -372,6 +380,9 @@ public enum AgentWorker {
         let channel = WorkerChannel(fd: channelFD, acceptsDescriptors: true)
         Replica.oneOpenAtATime()
         var syncSettings = SyncScheduler.Settings()
+        // What the agent was last told of the placeholders: each listing
+        // after the first sends only what changed since.
+        let listing = Mutex(PlaceholderListing())
         // A test's kill "of the agent" in the middle of a write: the agent
         // dies, and the worker with it.
         InPlaceHydration.killForTest = {
@@ -390,7 +401,7 @@ public enum AgentWorker {
             let settings = try AgentSettings(replica)
             syncSettings = try SyncScheduler.Settings(replica)
             var started = WorkerMessageWriter()
-            started.placeholders(try replica.watchablePlaceholders())
+            started.placeholders(try listing.withLock { try replica.watchablePlaceholders(since: &$0) }.watch)
             started.i64(settings.readAheadBytes)
             started.text(settings.refused.setting)
             started.i64(syncSettings.enabled ? 1 : 0)
@@ -505,9 +516,11 @@ public enum AgentWorker {
                 listings.async(group: underWay) {
                     var reply = WorkerMessage(kind: .listBusy, id: id)
                     if let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)),
-                       let placeholders = try? replica.watchablePlaceholders() {
+                       let changes = try? listing.withLock({ try replica.watchablePlaceholders(since: &$0) }) {
                         var body = WorkerMessageWriter()
-                        body.placeholders(placeholders)
+                        body.placeholders(changes.watch)
+                        body.u32(UInt32(changes.gone.count))
+                        for path in changes.gone { body.data(path.bytes) }
                         reply = WorkerMessage(kind: .listed, id: id, body: body.bytes)
                     }
                     channel.send(reply)
@@ -569,6 +582,11 @@ public enum AgentWorker {
             guard let token = body.text(), InPlaceHydration.isToken(token), let part = body.placeholders() else {
                 return failed("the agent's request does not parse")
             }
+            var keys: [FileKey] = []
+            for _ in part {
+                guard let key = body.fileKey() else { return failed("the agent's request does not parse") }
+                keys.append(key)
+            }
             var outcomes = [(kind: UInt8, bytes: Int64, why: String)](repeating: (2, 0, "not filled"), count: part.count)
             var open: [(position: Int, fd: Int32)] = []
             defer { for (_, fd) in open { close(fd) } }
@@ -577,9 +595,19 @@ public enum AgentWorker {
             for (position, placeholder) in part.enumerated() where rootFD >= 0 {
                 var raw = fprep_stat()
                 let fd = fprep_open_regular(rootFD, placeholder.path.bytes.map { CChar(bitPattern: $0) } + [0], O_RDWR, &raw)
-                if fd >= 0 { open.append((position, fd)) } else {
+                guard fd >= 0 else {
                     outcomes[position] = (2, 0, fd == -2 ? "it is no longer a file" : "open: \(String(cString: strerror(errno)))")
+                    continue
                 }
+                // The file the agent planned for, not whatever has its name
+                // now (moved or replaced since): a reader waiting on that
+                // one must not be let through on another's fill.
+                guard FileKey(fd: fd) == keys[position] else {
+                    close(fd)
+                    outcomes[position] = (2, 0, "it was moved or replaced meanwhile")
+                    continue
+                }
+                open.append((position, fd))
             }
             var before = fprep_stat(), after = fprep_stat()
             do {

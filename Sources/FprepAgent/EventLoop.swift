@@ -24,6 +24,10 @@ final class EventLoop: @unchecked Sendable {
     private let watchlist: Watchlist
     /// Hydrations under way, with the events that wait for each (loop thread only).
     private var running: [FileKey: Job] = [:]
+    /// The jobs of `running` that accesses wait for: a read-ahead puts a
+    /// whole folder in `running`, and the loop looks at deadlines after
+    /// every event, so it looks only at these (loop thread only).
+    private var awaited: Set<FileKey> = []
     /// What workers finished, for the loop to answer.
     private let finished = Mutex<[(FileKey, Hydrator.Outcome, Double)]>([])
     private let workers = DispatchQueue(label: "fprep.agent.hydrate", attributes: .concurrent)
@@ -102,15 +106,24 @@ final class EventLoop: @unchecked Sendable {
         let waiting = Waiting(fd: event.fd, deadline: monotonicNow() + timeout)
         if let job = running[key] {
             job.waiting.append(waiting)
+            awaited.insert(key)
             return
         }
         guard let placeholder = watchlist.placeholder(key) else { return answer(event.fd, error: 0) }
         let job = Job(placeholder, started: monotonicNow())
         job.waiting.append(waiting)
         running[key] = job
+        awaited.insert(key)
+        hydrate(key, placeholder, through: event.fd)
+        if let readAhead { startReadAhead(readAhead, after: placeholder) }
+    }
+
+    /// One file's own hydration, through the descriptor of an access to it
+    /// (the very file, wherever it is now), on a worker thread.
+    private func hydrate(_ key: FileKey, _ placeholder: WatchedPlaceholder, through eventFD: Int32) {
         // The worker's own descriptor: the event's is closed when it is
         // answered, which may come first (a reader's bound passed).
-        let fd = dup(event.fd)
+        let fd = dup(eventFD)
         guard fd >= 0 else {
             finished.withLock { $0.append((key, .failed("dup: \(String(cString: strerror(errno)))"), monotonicNow())) }
             return
@@ -127,7 +140,6 @@ final class EventLoop: @unchecked Sendable {
             finished.withLock { $0.append((key, outcome, monotonicNow())) }
             wakeUp()
         }
-        if let readAhead { startReadAhead(readAhead, after: placeholder) }
     }
 
     /// Hydrations in a row in one folder: the rest of it in one fetch, each
@@ -152,6 +164,7 @@ final class EventLoop: @unchecked Sendable {
         let results = finished.withLock { value -> [(FileKey, Hydrator.Outcome, Double)] in defer { value = [] }; return value }
         for (key, outcome, end) in results {
             guard let job = running.removeValue(forKey: key) else { continue }
+            awaited.remove(key)
             let path = prefix + job.placeholder.path.description
             let milliseconds = Int(((end - job.started) * 1000).rounded())
             switch outcome {
@@ -166,6 +179,16 @@ final class EventLoop: @unchecked Sendable {
                 for waiting in job.waiting { answer(waiting.fd, error: 0) }
             case .failed where job.readAhead && job.waiting.isEmpty:
                 break  // fetched ahead for nobody yet: a later access tries again
+            case .failed(let why) where job.readAhead:
+                // Read ahead, not filled (moved meanwhile, the batch's fetch
+                // failed): a read-ahead never fails a reader; the file's own
+                // hydration through the access's descriptor decides.
+                let retry = Job(job.placeholder, started: job.started)
+                retry.waiting = job.waiting
+                running[key] = retry
+                awaited.insert(key)
+                log.write(.info, "read ahead did not fill \(path) (\(why)); hydrating it on its own")
+                hydrate(key, job.placeholder, through: job.waiting[0].fd)
             case .failed(let why):
                 log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(job.waiting.count) access\(job.waiting.count == 1 ? "" : "es") failed with EIO")
                 counters.failed("cannot hydrate \(path): \(why)")
@@ -178,10 +201,12 @@ final class EventLoop: @unchecked Sendable {
     /// a later access finds the file filled (or starts again).
     private func expireDeadlines() {
         let now = monotonicNow()
-        for (_, job) in running {
+        for key in awaited {
+            guard let job = running[key] else { continue }
             let expired = job.waiting.filter { $0.deadline <= now }
             guard !expired.isEmpty else { continue }
             job.waiting.removeAll { $0.deadline <= now }
+            if job.waiting.isEmpty { awaited.remove(key) }
             let path = prefix + job.placeholder.path.description
             log.write(.error, "cannot hydrate \(path): no content after \(Self.seconds(timeout)); \(expired.count) access\(expired.count == 1 ? "" : "es") failed with EIO")
             counters.failed("cannot hydrate \(path): no content after \(Self.seconds(timeout))")
@@ -197,7 +222,7 @@ final class EventLoop: @unchecked Sendable {
     private func waitMilliseconds() -> Int32 {
         let now = monotonicNow()
         var next = now + 0.5
-        for (_, job) in running { for waiting in job.waiting { next = min(next, waiting.deadline) } }
+        for key in awaited { for waiting in running[key]?.waiting ?? [] { next = min(next, waiting.deadline) } }
         return Int32(max(0, min(500, ((next - now) * 1000).rounded(.up))))
     }
 

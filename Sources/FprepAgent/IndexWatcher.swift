@@ -5,7 +5,7 @@ import Glibc
 import Synchronization
 
 /// Notices that the index changed (a sync, clone, materialize or evict
-/// wrote it) and lists the placeholders again, off the loop's thread,
+/// wrote it) and has the worker list what changed among the placeholders, off the loop's thread,
 /// with the replica's lock shared and never waited for (a busy replica is
 /// looked at on a later tick).
 final class IndexWatcher: @unchecked Sendable {
@@ -13,8 +13,9 @@ final class IndexWatcher: @unchecked Sendable {
     private let seen: Mutex<fprep_stat>
     private let busy = Mutex(false)
     private let queue = DispatchQueue(label: "fprep.agent.rescan")
-    /// Lists the placeholders (through the replica's worker); nil when busy.
-    private let list: @Sendable () -> [WatchedPlaceholder]?
+    /// What changed among the placeholders since the last listing (through
+    /// the replica's worker); nil when busy.
+    private let list: @Sendable () -> PlaceholderListing.Changes?
     /// Whether the agent's own fills are writing the index now: a change
     /// seen then is most likely theirs, acknowledged when they answer, and
     /// listing 10^5 placeholders for each (a read-ahead writes the index
@@ -26,7 +27,7 @@ final class IndexWatcher: @unchecked Sendable {
     private let deferredSince = Mutex<Double?>(nil)
     static let patience = 2.0
 
-    init(root: String, list: @escaping @Sendable () -> [WatchedPlaceholder]?,
+    init(root: String, list: @escaping @Sendable () -> PlaceholderListing.Changes?,
          ownWritesUnderWay: @escaping @Sendable () -> Bool = { false }) {
         self.root = root
         self.list = list
@@ -42,7 +43,7 @@ final class IndexWatcher: @unchecked Sendable {
         }
     }
 
-    func poll(_ deliver: @escaping @Sendable ([WatchedPlaceholder]) -> Void) {
+    func poll(_ deliver: @escaping @Sendable (PlaceholderListing.Changes) -> Void) {
         let now = Self.stat(root)
         let changed = seen.withLock { !Self.same($0, now) }
         guard changed else {
@@ -61,9 +62,9 @@ final class IndexWatcher: @unchecked Sendable {
         guard busy.withLock({ value -> Bool in defer { value = true }; return !value }) else { return }
         queue.async { [self] in
             defer { busy.withLock { $0 = false } }
-            guard let placeholders = list() else { return }
+            guard let changes = list() else { return }
             seen.withLock { $0 = now }
-            deliver(placeholders)
+            deliver(changes)
         }
     }
 

@@ -1,6 +1,7 @@
 import CFprepSys
 import FprepCore
 import Glibc
+import Synchronization
 
 /// Fetching ahead for a program that walks a folder (`grep -r`, `cp -r`,
 /// `tar`): when hydrations of three placeholders of one folder come in a row,
@@ -10,7 +11,10 @@ import Glibc
 /// (the order `readdir` gives, which walkers follow), from the file asked
 /// onwards and then the ones before it. Each is filled exactly as a single
 /// hydration fills it (same checks: a file a program wrote into is left
-/// alone), in chunks of one journal and one index write each.
+/// alone), in chunks of one journal and one index write each. A file the
+/// batch does not fill (its fetch failed, the file moved meanwhile) is
+/// hydrated on its own for whoever waits for it: a read-ahead never fails
+/// a reader.
 final class ReadAhead: @unchecked Sendable {
     /// Hydrations this far apart still count as "in a row".
     static let window = 5.0
@@ -33,6 +37,11 @@ final class ReadAhead: @unchecked Sendable {
     /// The folder of the last single hydration, when, and how many came
     /// in a row there (loop thread only).
     private var last: (folder: RepoPath, time: Double, count: Int)?
+    /// The folder whose last read-ahead could not fetch, and when: not
+    /// tried again there for `pauseAfterFailure` (each access of the walk
+    /// would start another batch that fails the same way).
+    private let failed = Mutex<(folder: RepoPath, time: Double)?>(nil)
+    static let pauseAfterFailure = 30.0
 
     init(budget: Int64, worker: WorkerClient, rootFD: Int32, log: AgentLog, prefix: String) {
         self.budget = budget
@@ -53,6 +62,7 @@ final class ReadAhead: @unchecked Sendable {
         let inRow = last.map { $0.folder == folder && now - $0.time < Self.window } == true ? (last?.count ?? 0) + 1 : 1
         last = (folder, now, inRow)
         guard inRow >= Self.walk else { return [] }
+        if let failure = failed.withLock({ $0 }), failure.folder == folder, now - failure.time < Self.pauseAfterFailure { return [] }
 
         let dirfd = fprep_open_beneath(rootFD, Self.cString(folder.bytes), O_RDONLY | O_DIRECTORY, 0)
         guard dirfd >= 0, let dir = fdopendir(dirfd) else {
@@ -87,7 +97,8 @@ final class ReadAhead: @unchecked Sendable {
             guard !skip(key), let watched = watchlist.placeholder(key) else { continue }
             if total + raw.size > budget, !chosen.isEmpty { break }
             total += raw.size
-            chosen.append((key, watched))
+            // Where it is now: a sync may have moved it since it was listed.
+            chosen.append((key, WatchedPlaceholder(path: folder.appending(name), blob: watched.blob)))
         }
         return chosen
     }
@@ -109,6 +120,7 @@ final class ReadAhead: @unchecked Sendable {
         switch worker.fetchAhead(Array(Set(batch.map(\.1.blob)))) {
         case .success(let fetched): token = fetched
         case .failure(let error):
+            failed.withLock { $0 = (first.1.path.parent, monotonicNow()) }
             log.write(.warning, "cannot read ahead in \(folder): \(error.message)")
             report(batch.map { ($0.0, .failed(error.message)) })
             return
@@ -122,7 +134,7 @@ final class ReadAhead: @unchecked Sendable {
             start += part.count
             chunk = min(chunk * 4, Self.largestChunk)
             let keys = part.map(\.0)
-            let outcomes = worker.fillAhead(part.map(\.1), token: token, indexWritten: indexWritten) { position, bytes in
+            let outcomes = worker.fillAhead(part.map { (key: $0.0, placeholder: $0.1) }, token: token, indexWritten: indexWritten) { position, bytes in
                 report([(keys[position], .hydrated(bytes: bytes))])
             }
             for ((_, placeholder), outcome) in zip(part, outcomes) {

@@ -122,8 +122,8 @@ final class ReplicaServer: @unchecked Sendable {
         try loop.run(tick: { [self] in
             // A sync, clone or evict made new placeholders: watch them too
             // (on the rescan's thread; the loop goes on serving).
-            rescans.poll { [watchlist, log] placeholders in
-                let marked = watchlist.watch(placeholders, complete: true)
+            rescans.poll { [watchlist, log] changes in
+                let marked = watchlist.apply(changes)
                 if marked > 0 { log.write(.info, "watching \(marked) new placeholder\(marked == 1 ? "" : "s")\(suffix) (\(watchlist.count) in all)") }
             }
             checkPresence()

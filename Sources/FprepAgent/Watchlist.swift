@@ -43,6 +43,19 @@ final class Watchlist: @unchecked Sendable {
     /// Whether `pid` asked for `key` to be watched before making it a placeholder.
     func isExempt(_ key: FileKey, _ pid: Int32) -> Bool { exempt.withLock { $0[key] == pid } }
 
+    /// A listing's changes since the one before (see `PlaceholderListing`):
+    /// files at the paths that went are forgotten, the new placeholders
+    /// watched; returns how many it marked. Exemptions end with it, as with
+    /// a full listing: the command that asked for them has let the replica go.
+    @discardableResult
+    func apply(_ changes: PlaceholderListing.Changes) -> Int {
+        if !changes.gone.isEmpty {
+            let gone = Set(changes.gone)
+            files.withLock { files in files = files.filter { !gone.contains($0.value.path) } }
+        }
+        return watch(changes.watch, complete: false, endingExemptions: true)
+    }
+
     /// Marks the `placeholders` not yet watched; returns how many it marked.
     /// A file already watched takes the listing's path and blob: a sync
     /// that moved a placeholder moved its inode, and the mark with it, so
@@ -51,7 +64,8 @@ final class Watchlist: @unchecked Sendable {
     /// longer listed are forgotten: a materialize replaced them (their marks
     /// stay on inodes nothing names any more, until the agent exits).
     @discardableResult
-    func watch(_ placeholders: [WatchedPlaceholder], complete: Bool, exempting requester: pid_t = 0) -> Int {
+    func watch(_ placeholders: [WatchedPlaceholder], complete: Bool, exempting requester: pid_t = 0,
+               endingExemptions: Bool = false) -> Int {
         var listed: [FileKey: WatchedPlaceholder] = [:]
         var marked: [FileKey: WatchedPlaceholder] = [:]
         for placeholder in placeholders {
@@ -85,7 +99,7 @@ final class Watchlist: @unchecked Sendable {
             marked[key] = placeholder
         }
         exempt.withLock { exempt in
-            if complete { exempt = [:] }
+            if complete || endingExemptions { exempt = [:] }
             if requester > 0 { for key in listed.keys { exempt[key] = requester } }
         }
         files.withLock { files in

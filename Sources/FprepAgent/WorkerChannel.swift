@@ -101,6 +101,12 @@ struct WorkerMessageWriter {
         }
     }
 
+    mutating func fileKey(_ key: FileKey) {
+        i64(key.device)
+        i64(key.inode)
+        i64(key.generation)
+    }
+
     /// Where each of `list` is marked (empty: at its path), after `placeholders(list)`.
     mutating func markPlaces(_ list: [WatchedPlaceholder]) {
         for placeholder in list { data(placeholder.markAt?.bytes ?? []) }
@@ -156,6 +162,11 @@ struct WorkerMessageReader {
             }
         }
         return true
+    }
+
+    mutating func fileKey() -> FileKey? {
+        guard let device = i64(), let inode = i64(), let generation = i64() else { return nil }
+        return FileKey(device: device, inode: inode, generation: generation)
     }
 
     mutating func placeholders() -> [WatchedPlaceholder]? {

@@ -107,32 +107,47 @@ struct HydrateBench: ParsableCommand {
             }
         }
 
-        // (b) Materialized files read without, then with the agent.
+        // (b) Materialized files read without, then with the agent, in
+        // alternating rounds: the machine's drift between two long blocks
+        // was larger than the 3 % asked (one run read +17 %, the next -15 %).
         note("(b) reading materialized files with and without the agent")
         try subprocess.run(Command([fprep, "materialize", "-C", replica, "read", "big.bin"]))
-        let readAll = ["sh", "-c", "cat read/* > /dev/null"]
+        let readAll = ["sh", "-c", "cat read/* > /dev/null"], readBig = ["sh", "-c", "cat big.bin > /dev/null"]
         _ = try timed(readAll)
-        _ = try subprocess.run(Command(["sh", "-c", "cat big.bin > /dev/null"], directory: replica))
+        _ = try timed(readBig)
         var smallWithout: [Double] = [], bigWithout: [Double] = [], smallWith: [Double] = [], bigWith: [Double] = []
-        // Three times the runs: these are short, and the spread is in the noise.
-        for _ in 0..<(runs * 3) {
-            smallWithout.append(try timed(readAll))
-            bigWithout.append(try timed(["sh", "-c", "cat big.bin > /dev/null"]))
+        var agent: Agent?
+        var slabBefore: Int64 = 0, slabAfter: Int64 = 0, inodesBefore: Int64 = 0, inodesAfter: Int64 = 0, rssStart: Int64 = 0
+        for round in 0..<runs {
+            // Three reads of each a round: they are short.
+            for _ in 0..<3 {
+                smallWithout.append(try timed(readAll))
+                bigWithout.append(try timed(readBig))
+            }
+            // (d) with the first round: the agent's start, RSS and the kernel
+            // memory of its marks, from cold inode caches so what the marks
+            // keep in memory shows.
+            if round == 0 {
+                settle(dropCaches: true)
+                slabBefore = Self.meminfo("Slab")
+                inodesBefore = Self.slabObjects("ext4_inode_cache")
+            }
+            let serving = try Agent(fprep: fprep, replica: replica, subprocess: subprocess)
+            if round == 0 {
+                slabAfter = Self.meminfo("Slab")
+                inodesAfter = Self.slabObjects("ext4_inode_cache")
+                rssStart = Self.rss(serving.pid)
+                _ = try timed(readAll)
+                _ = try timed(readBig)
+            }
+            for _ in 0..<3 {
+                smallWith.append(try timed(readAll))
+                bigWith.append(try timed(readBig))
+            }
+            // The last round's agent serves (c).
+            if round < runs - 1 { _ = serving.stop() } else { agent = serving }
         }
-
-        // (d) with (b): the agent's start, RSS and the kernel memory of its marks.
-        // Cold inode caches, so what the marks keep in memory shows.
-        settle(dropCaches: true)
-        let slabBefore = Self.meminfo("Slab"), inodesBefore = Self.slabObjects("ext4_inode_cache")
-        let agent = try Agent(fprep: fprep, replica: replica, subprocess: subprocess)
-        let slabAfter = Self.meminfo("Slab"), inodesAfter = Self.slabObjects("ext4_inode_cache")
-        let rssStart = Self.rss(agent.pid)
-        _ = try timed(readAll)
-        _ = try timed(["sh", "-c", "cat big.bin > /dev/null"])
-        for _ in 0..<(runs * 3) {
-            smallWith.append(try timed(readAll))
-            bigWith.append(try timed(["sh", "-c", "cat big.bin > /dev/null"]))
-        }
+        guard let agent else { throw BenchError.message("no agent served (b)") }
 
         // (c) grep -r over the dataless folder: under the agent, then the floor.
         note("(c) grep -r over a dataless folder of \(folder) files")
@@ -141,14 +156,36 @@ struct HydrateBench: ParsableCommand {
             // grep exits 1 when nothing matches: time it through sh.
             try timed(["sh", "-c", argv.joined(separator: " ").replacingOccurrences(of: "no such words", with: "'no such words'") + " > /dev/null; test $? -le 1"])
         }
-        let grepAgent = try grepStatus(grep)
+        var grepsAgent: [Double] = []
+        for run in 0..<runs {
+            if run > 0 {
+                // Placeholders again (the running agent watches them before
+                // evict punches them); then past the agent's 5 s window, so
+                // each walk starts as the first did (its read-ahead after
+                // three single hydrations).
+                try subprocess.run(Command([fprep, "evict", "-C", replica, "hot"]))
+                sleep(6)
+            }
+            grepsAgent.append(try grepStatus(grep))
+        }
+        let grepAgent = median(grepsAgent)
         let rssEnd = Self.rss(agent.pid)
         let log = agent.stop()
-        try subprocess.run(Command([fprep, "evict", "-C", replica, "hot"]))
-        let started = monotonicSeconds()
-        try subprocess.run(Command([fprep, "materialize", "-C", replica, "hot"]))
-        let materialize = monotonicSeconds() - started
-        let grepFloor = materialize + (try grepStatus(grep))
+        var materializes: [Double] = [], grepsFloor: [Double] = []
+        for _ in 0..<runs {
+            try subprocess.run(Command([fprep, "evict", "-C", replica, "hot"]))
+            let started = monotonicSeconds()
+            try subprocess.run(Command([fprep, "materialize", "-C", replica, "hot"]))
+            let materialize = monotonicSeconds() - started
+            materializes.append(materialize)
+            grepsFloor.append(materialize + (try grepStatus(grep)))
+        }
+        // The floor's fastest run: materialize writes each file anew and
+        // the one before freed as many inodes, which ext4 skips for minutes
+        // after (see `FreshFilesystem`): its later runs took 6-7 s against
+        // 2.3 s for the first. Against the fastest, the ratio is the least
+        // flattering one.
+        let materialize = materializes.min() ?? 0, grepFloor = grepsFloor.min() ?? 0
         let startLine = log.split(separator: "\n").first { $0.contains("placeholders watched") }.map(String.init) ?? ""
 
         // (e) The agent syncing by itself: a save's way to the remote (from
@@ -192,6 +229,7 @@ struct HydrateBench: ParsableCommand {
             "b_smallSlowdown": median(smallWith) / median(smallWithout) - 1, "b_bigSlowdown": median(bigWith) / median(bigWithout) - 1,
             "c_grepUnderAgent": grepAgent, "c_materializeThenGrep": grepFloor, "c_materialize": materialize,
             "c_ratio": grepAgent / grepFloor, "c_fetches": readAheads + singles,
+            "c_grepUnderAgentRuns": grepsAgent, "c_materializeThenGrepRuns": grepsFloor,
             "d_agentRSSAtStart": rssStart, "d_agentRSSAfterGrep": rssEnd,
             "d_slabDelta": slabAfter - slabBefore, "d_ext4InodesDelta": inodesAfter - inodesBefore,
             "d_start": startLine,
@@ -204,12 +242,13 @@ struct HydrateBench: ParsableCommand {
         }
         func f(_ x: Double) -> String { String(format: "%.3f s", x) }
         func pct(_ x: Double) -> String { String(format: "%+.1f %%", x * 100) }
+        func range(_ values: [Double]) -> String { String(format: "%.3f–%.3f", values.min() ?? 0, values.max() ?? 0) }
         print("""
             hydration on access, replica of \(files) files (git daemon on 127.0.0.1), medians of \(runs) (b: \(runs * 3))
             (a) first read of one dataless file   \(f(median(firstRead)))   git fetch of its blob + write \(f(median(fetchFloor)))   ratio \(String(format: "%.2f", median(firstRead) / median(fetchFloor)))×  (target ≤ 1.2×)
             (b) \(readers) materialized files     without \(f(median(smallWithout)))   with agent \(f(median(smallWith)))   \(pct(median(smallWith) / median(smallWithout) - 1))  (target ≤ +3 %)
                 \(bytes(Int64(bigBytes))) materialized file   without \(f(median(bigWithout)))   with agent \(f(median(bigWith)))   \(pct(median(bigWith) / median(bigWithout) - 1))  (target ≤ +3 %)
-            (c) grep -r over \(folder) dataless files   under the agent \(f(grepAgent)) (\(readAheads + singles) fetches)   materialize \(f(materialize)) + grep = \(f(grepFloor))   ratio \(String(format: "%.2f", grepAgent / grepFloor))×  (target ≤ 2×)
+            (c) grep -r over \(folder) dataless files   under the agent \(f(grepAgent)) (\(range(grepsAgent)); \((readAheads + singles) / runs) fetches a walk)   materialize \(f(materialize)) + grep = \(f(grepFloor)) (fastest of \(range(grepsFloor)))   ratio \(String(format: "%.2f", grepAgent / grepFloor))×  (target ≤ 2×)
             (d) agent RSS   \(bytes(rssStart)) at start, \(bytes(rssEnd)) after (c)
                 kernel memory for the marks (Slab in /proc/meminfo)   +\(bytes(slabAfter - slabBefore)); ext4 inodes cached +\(inodesAfter - inodesBefore)
                 \(startLine)
@@ -260,9 +299,16 @@ struct HydrateBench: ParsableCommand {
                                    directory: remote, input: .bytes(Array(line.utf8))))
     }
 
+    /// The whole of a /proc file (they say size 0: read to the end).
+    static func procText(_ path: String) -> String {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return "" }
+        defer { try? handle.close() }
+        return String(decoding: (try? handle.readToEnd()) ?? Data(), as: UTF8.self)
+    }
+
     /// A field of /proc/meminfo, in bytes.
     static func meminfo(_ field: String) -> Int64 {
-        let text = (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8)) ?? ""
+        let text = procText("/proc/meminfo")
         for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
             let parts = line.split(separator: " ")
             if parts.count >= 2, let kib = Int64(parts[1]) { return kib * 1024 }
@@ -272,7 +318,7 @@ struct HydrateBench: ParsableCommand {
 
     /// Active objects of a slab cache in /proc/slabinfo.
     static func slabObjects(_ cache: String) -> Int64 {
-        let text = (try? String(contentsOfFile: "/proc/slabinfo", encoding: .utf8)) ?? ""
+        let text = procText("/proc/slabinfo")
         for line in text.split(separator: "\n") {
             let parts = line.split(separator: " ")
             if parts.count > 1, parts[0] == cache { return Int64(parts[1]) ?? 0 }

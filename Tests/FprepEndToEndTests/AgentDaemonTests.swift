@@ -249,6 +249,42 @@ struct AgentDaemonTests {
         return (daemon, agent, first, second, readers)
     }
 
+    @Test("syncs that change, move, delete and add placeholders while the agent serves: it then watches exactly the replica's placeholders (it lists only what changed), and each reads its new content")
+    func watchesWhatSyncsChange() throws {
+        try withSandbox { s in
+            let nodes: [String: Node] = ["docs/a.md": .text("a\n"), "docs/b.md": .text("b\n"), "src/c.txt": .text("c\n"),
+                                         "src/d.txt": .text("d\n"), "e.txt": .text("e\n")]
+            let remote = try s.makeRemote(nodes: nodes)
+            let replica = s.at("replica"), other = s.at("other")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.clone(remote.path, other)
+            // Content to edit (bytes written into a placeholder would be kept as a conflict copy).
+            try s.fprepOK(["materialize", "-C", other, "."])
+            try s.agentCommand(["add", replica])
+            let agent = try s.startAgentDaemon()
+            #expect(waitUntil { (try? s.agentReplicaStatus(replica))?.int("placeholders") == 5 }, "\(agent.stderrSoFar)")
+            for round in 0..<3 {
+                try Data("a, round \(round)\n".utf8).write(to: URL(fileURLWithPath: other + "/docs/a.md"))
+                try FileManager.default.moveItem(atPath: other + (round == 0 ? "/src/c.txt" : "/src/c\(round - 1).txt"), toPath: other + "/src/c\(round).txt")
+                try Data("new \(round)\n".utf8).write(to: URL(fileURLWithPath: other + "/docs/new\(round).md"))
+                if round == 0 { try FileManager.default.removeItem(atPath: other + "/e.txt") }
+                try s.fprepOK(["sync", "-C", other])
+                try s.fprepOK(["sync", "-C", replica])
+                let dataless = try s.fprepJSON(["status", "-C", replica]).int("dataless") ?? -1
+                #expect(waitUntil { (try? s.agentReplicaStatus(replica))?.int("placeholders") == dataless },
+                        "round \(round): \(dataless) placeholders, watched: \(String(describing: try? s.agentReplicaStatus(replica)))\n\(agent.stderrSoFar)")
+            }
+            let expected = ["docs/a.md": "a, round 2\n", "docs/b.md": "b\n", "src/c2.txt": "c\n", "src/d.txt": "d\n",
+                            "docs/new0.md": "new 0\n", "docs/new1.md": "new 1\n", "docs/new2.md": "new 2\n"]
+            for (path, text) in expected {
+                let cat = try Shell.run(["/bin/cat", path], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+                #expect(cat.status == 0 && cat.stdout == text, "\(path): \(cat)")
+            }
+            #expect(waitUntil { (try? s.agentReplicaStatus(replica))?.int("placeholders") == 0 }, "\(agent.stderrSoFar)")
+            _ = stopAgent(agent)
+        }
+    }
+
     @Test("kill -9 of the agent while readers of two replicas wait: each gets EIO, never zeros; started again, it serves both")
     func killedAndStartedAgain() throws {
         try withSandbox { s in

@@ -38,6 +38,33 @@ struct AgentReadAheadTests {
         }
     }
 
+    @Test("the read-ahead's fetch fails while grep -r waits on a file of it: that file is hydrated on its own, and grep reads every file")
+    func readAheadFailureFailsNoReader() throws {
+        try withSandbox { s in
+            let (_, replica, _) = try s.daemonReplica(nodes: walkTree(12))
+            // From now on the server takes a few seconds to refuse any fetch
+            // of more than three objects (a read-ahead), and serves the rest:
+            // grep is waiting on the batch's next file when it fails.
+            let hook = s.at("refuse-batches.sh")
+            try """
+                #!/bin/sh
+                wants=$(mktemp)
+                cat > "$wants"
+                if [ "$(grep -c '^[0-9a-f]\\{40\\}' "$wants")" -gt 3 ]; then sleep 3; echo "refusing a batch" >&2; exit 1; fi
+                exec "$@" < "$wants"
+                """.write(toFile: hook, atomically: false, encoding: .utf8)
+            chmod(hook, 0o755)
+            try "[uploadpack]\n\tpackObjectsHook = \(hook)\n".write(toFile: s.home + "/.gitconfig", atomically: false, encoding: .utf8)
+            let agent = try s.startAgent(replica)
+            let grep = try Shell.run(["/bin/grep", "-r", "line", "walk"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            let log = stopAgent(agent).stderr
+            let expected = (0..<12).map { String(format: "walk/f%03d.txt:line %d", $0, $0) }.sorted()
+            #expect(grep.status == 0 && grep.stdout.split(separator: "\n").map(String.init).sorted() == expected, "\(grep)\n\(log)")
+            #expect(log.contains(" cannot read ahead in walk: "), "the batch did not fail: \(log)")
+            #expect(log.contains(" hydrating it on its own"), "no reader waited on the batch: \(log)")
+        }
+    }
+
     @Test("with fprep.agent.readAheadBytes = 0, grep -r is served one fetch per file")
     func readAheadOff() throws {
         try withSandbox { s in

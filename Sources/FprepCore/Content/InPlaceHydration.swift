@@ -107,17 +107,80 @@ public enum InPlaceHydration {
     }
 }
 
+/// What an agent was told of a replica's placeholders at its last listing:
+/// each dataless index entry as it was then, and whether its file was a
+/// placeholder. The next listing probes only the entries that changed since
+/// (a sync of 100 changes in a 10^5-file replica probes 100 files, and the
+/// agent marks 100, where a full listing made both walk all 10^5 each time
+/// the index changed: 2.3 s of CPU).
+public struct PlaceholderListing: Sendable {
+    private struct Seen: Equatable, Sendable {
+        let id: ObjectID
+        let mode: UInt32
+        let stat: StatData
+        let watchable: Bool
+    }
+
+    private var seen: [[UInt8]: Seen] = [:]
+
+    public init() {}
+
+    /// What changed since the listing before.
+    public struct Changes: Sendable {
+        /// Placeholders new or changed in the index since (all of them, the first time).
+        public var watch: [WatchedPlaceholder] = []
+        /// Paths watchable at the listing before whose entry changed or went.
+        public var gone: [RepoPath] = []
+        public init(watch: [WatchedPlaceholder] = [], gone: [RepoPath] = []) {
+            self.watch = watch
+            self.gone = gone
+        }
+    }
+
+    fileprivate mutating func update(_ index: Index, probe: ([IndexEntry]) -> [Bool]) -> Changes {
+        var changed: [IndexEntry] = []
+        var current: [[UInt8]: Seen] = [:]
+        current.reserveCapacity(seen.count)
+        for position in 0..<index.count {
+            guard let entry = index.entry(at: position), entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
+            if let before = seen[entry.path], before.id == entry.id, before.mode == entry.mode, before.stat == entry.stat {
+                current[entry.path] = before
+            } else {
+                changed.append(entry)
+            }
+        }
+        var changes = Changes()
+        for (entry, watchable) in zip(changed, probe(changed)) {
+            current[entry.path] = Seen(id: entry.id, mode: entry.mode, stat: entry.stat, watchable: watchable)
+            if watchable { changes.watch.append(WatchedPlaceholder(path: RepoPath(bytes: entry.path), blob: entry.id)) }
+        }
+        for (path, before) in seen where before.watchable && current[path] != before {
+            changes.gone.append(RepoPath(bytes: path))
+        }
+        seen = current
+        return changes
+    }
+}
+
 extension Replica {
     /// The files an agent watches: index entries with the skip-worktree bit
     /// whose file is still a placeholder holding no data. A placeholder a
     /// program wrote into holds the user's bytes and is never watched.
     public func watchablePlaceholders() throws -> [WatchedPlaceholder] {
+        var listing = PlaceholderListing()
+        return try watchablePlaceholders(since: &listing).watch
+    }
+
+    /// The watchable placeholders that changed since `listing` (see
+    /// `PlaceholderListing`), which is brought up to date.
+    public func watchablePlaceholders(since listing: inout PlaceholderListing) throws -> PlaceholderListing.Changes {
         let index = try repository.index()
-        var candidates: [IndexEntry] = []
-        for position in 0..<index.count {
-            guard let entry = index.entry(at: position), entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
-            candidates.append(entry)
-        }
+        return listing.update(index) { probeWatchable($0) }
+    }
+
+    /// Whether the file of each entry is a placeholder holding no data.
+    private func probeWatchable(_ candidates: [IndexEntry]) -> [Bool] {
+        guard !candidates.isEmpty else { return [] }
         var probes = [fprep_probe](repeating: fprep_probe(), count: candidates.count)
         let paths = candidates.map { strdup(cPath($0.path)) }
         defer { paths.forEach { free($0) } }
@@ -126,14 +189,11 @@ extension Replica {
                 fprep_probe_paths(rootFolder.fd, buffer.baseAddress, candidates.count, 2, results.baseAddress)
             }
         }
-        var result: [WatchedPlaceholder] = []
-        for (entry, probe) in zip(candidates, probes) where probe.found != 0 && probe.marked_dataless != 0 {
+        return zip(candidates, probes).map { entry, probe in
+            guard probe.found != 0, probe.marked_dataless != 0 else { return false }
             let stat = FileStat(probe.stat)
-            let path = RepoPath(bytes: entry.path)
-            guard stat.isRegular, ContentOperations.holdsNoData(rootFolder, path, stat) else { continue }
-            result.append(WatchedPlaceholder(path: path, blob: entry.id))
+            return stat.isRegular && ContentOperations.holdsNoData(rootFolder, RepoPath(bytes: entry.path), stat)
         }
-        return result
     }
 
     /// Fills the placeholder at `path` with its content, written through
