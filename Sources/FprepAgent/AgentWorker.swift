@@ -429,22 +429,25 @@ public enum AgentWorker {
         // The change watch first, then the syncs: a change made before the
         // watch follows the tree is found by the first sync (which begins
         // after it), and every later one by the watch; the other order lost
-        // a save made in between. The journal is kept whether or not the
-        // agent syncs: status and sync read it instead of scanning the tree.
+        // a save made in between. The journal is kept when the agent syncs,
+        // or when the replica's config asks (status and sync then read it
+        // instead of scanning the tree; see `SyncScheduler.Settings.journal`).
         let syncsOnceStarted = Mutex<SyncScheduler?>(nil)
         let syncs = syncSettings.enabled
-        do {
-            changes = try ChangeWatch(root: root, onChange: { syncsOnceStarted.withLock { $0 }?.changed() }, onLeftOut: {
-                // Counted from the first event on (a change the watch sees
-                // before the syncs start is caught up by their first sync,
-                // which would find nothing to say of it).
-                guard syncs else { return }
-                var body = WorkerMessageWriter()
-                body.i64(1)
-                channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
-            })
-        } catch {
-            noteToAgent("\(SyncScheduler.message(error)); status and sync look at every file")
+        if syncSettings.journal {
+            do {
+                changes = try ChangeWatch(root: root, onChange: { syncsOnceStarted.withLock { $0 }?.changed() }, onLeftOut: {
+                    // Counted from the first event on (a change the watch sees
+                    // before the syncs start is caught up by their first sync,
+                    // which would find nothing to say of it).
+                    guard syncs else { return }
+                    var body = WorkerMessageWriter()
+                    body.i64(1)
+                    channel.send(WorkerMessage(kind: .leftOut, body: body.bytes))
+                })
+            } catch {
+                noteToAgent("\(SyncScheduler.message(error)); status and sync look at every file")
+            }
         }
         let journal: @Sendable (JournalToken?) -> JournalAnswer? = { [changes] point in changes?.changes(since: point) }
         AgentLink.inProcessJournal = journal

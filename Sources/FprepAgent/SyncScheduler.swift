@@ -34,6 +34,12 @@ final class SyncScheduler: @unchecked Sendable {
         /// On unless the replica's config turns it off (`fprep.agent.sync
         /// false`: the agent only hydrates).
         var enabled = true
+        /// Whether the worker keeps the change journal (`fprep.agent.journal`;
+        /// by default when it syncs, which it needs for). Its folder marks
+        /// cost every read in the replica about 0.2 µs (measured: +17 % for
+        /// a program reading 4 KiB at a time, a few % at 128 KiB), for a
+        /// status and a sync by hand that need not scan the tree.
+        var journal = true
         var delay: Double = 0.5
         var pollSeconds: Double = 60
 
@@ -45,6 +51,16 @@ final class SyncScheduler: @unchecked Sendable {
                     throw FprepError("fprep.agent.sync is '\(text)', not true or false, in \(replica.root)/.git/config; set it to true or false")
                 }
                 enabled = value
+            }
+            journal = enabled
+            if let text = try replica.setting("fprep.agent.journal") {
+                guard let value = Self.boolean(text) else {
+                    throw FprepError("fprep.agent.journal is '\(text)', not true or false, in \(replica.root)/.git/config; set it to true or false")
+                }
+                guard value || !enabled else {
+                    throw FprepError("fprep.agent.journal is false but fprep.agent.sync is true in \(replica.root)/.git/config: the agent's syncs follow the journal; set fprep.agent.sync false too, or unset fprep.agent.journal")
+                }
+                journal = value
             }
             if let text = try replica.setting("fprep.agent.syncDelay") {
                 guard let milliseconds = Int(text), milliseconds >= 0, milliseconds <= 3_600_000 else {

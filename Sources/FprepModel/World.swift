@@ -186,6 +186,9 @@ final class World {
         let replica = root(.dev1)
         try git(["-C", replica, "config", "fprep.agent.sync", agentSyncs ? "true" : "false"])
         try git(["-C", replica, "config", "fprep.agent.syncDelay", "100"])
+        // The journal also when the agent only hydrates (not its default):
+        // status and sync read it, and that is what the model checks.
+        try git(["-C", replica, "config", "fprep.agent.journal", "true"])
         try git(["-C", replica, "config", "fprep.agent.pollSeconds", "1"])
         let started = try launcher.spawn([fprep, "agent", "-C", replica], cwd: replica)
         agent = started

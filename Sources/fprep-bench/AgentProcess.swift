@@ -8,14 +8,18 @@ import Glibc
 /// times fprep's own commands with the agent only journaling turns it off,
 /// or the agent's catch-up sync would take in (or push) the very changes
 /// the command is timed on.
+/// The change journal is kept either way: these benches time status and
+/// sync reading it.
 func startAgent(fprep: String, replica: String, syncs: Bool) throws -> Process {
-    let setting = Process()
-    setting.executableURL = URL(fileURLWithPath: "/usr/bin/git")
-    setting.arguments = ["-C", replica, "config", "fprep.agent.sync", syncs ? "true" : "false"]
-    try setting.run()
-    setting.waitUntilExit()
-    guard setting.terminationStatus == 0 else {
-        throw BenchError.message("git config fprep.agent.sync in \(replica) failed (exit \(setting.terminationStatus))")
+    for (name, value) in [("fprep.agent.sync", syncs), ("fprep.agent.journal", true)] {
+        let setting = Process()
+        setting.executableURL = URL(fileURLWithPath: "/usr/bin/git")
+        setting.arguments = ["-C", replica, "config", name, value ? "true" : "false"]
+        try setting.run()
+        setting.waitUntilExit()
+        guard setting.terminationStatus == 0 else {
+            throw BenchError.message("git config \(name) in \(replica) failed (exit \(setting.terminationStatus))")
+        }
     }
     let process = Process()
     process.executableURL = URL(fileURLWithPath: fprep)

@@ -23,10 +23,17 @@ extension Sandbox {
     /// Turns the agent's own syncs of `replica` on or off (`fprep.agent.sync`).
     /// Written as root, the config is given back to the replica's owner
     /// (git replaces the file, and a user's replica must stay theirs).
-    func agentSyncs(_ replica: String, _ on: Bool) throws {
+    /// `journal`: whether the agent keeps its change journal (its default
+    /// follows `on`; tests keep it, so status and sync read it; nil: unset).
+    func agentSyncs(_ replica: String, _ on: Bool, journal: Bool? = true) throws {
         let gitDir = try gitOK(["-c", "safe.directory=*", "-C", replica, "rev-parse", "--absolute-git-dir"])
             .trimmingCharacters(in: .whitespacesAndNewlines)
         try gitOK(["-c", "safe.directory=*", "-C", replica, "config", "fprep.agent.sync", on ? "true" : "false"])
+        if let journal {
+            try gitOK(["-c", "safe.directory=*", "-C", replica, "config", "fprep.agent.journal", journal ? "true" : "false"])
+        } else {
+            _ = try git(["-c", "safe.directory=*", "-C", replica, "config", "--unset", "fprep.agent.journal"])
+        }
         var owner = stat()
         guard stat(gitDir, &owner) == 0, chown(gitDir + "/config", owner.st_uid, owner.st_gid) == 0 else {
             throw HarnessError("cannot give \(gitDir)/config back to its owner")

@@ -13,8 +13,8 @@ extension Sandbox {
     /// `syncs`: whether the agent syncs by itself (off by default); off, a
     /// test of hydration sees only what it does itself.
     func startAgent(_ replica: String, extra: [String] = [], env: [String: String] = [:], syncs: Bool = false,
-                    sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
-        try agentSyncs(replica, syncs)
+                    journal: Bool? = true, sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
+        try agentSyncs(replica, syncs, journal: journal)
         let agent = try spawnFprep(["agent", "-C", replica] + extra, env: env)
         let deadline = monotonicSeconds() + patienceSeconds
         while monotonicSeconds() < deadline {

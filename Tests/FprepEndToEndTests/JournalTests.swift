@@ -127,6 +127,26 @@ struct JournalTests {
         }
     }
 
+    @Test("an agent that only hydrates keeps no journal unless asked (its folder marks cost every read); one that syncs must keep it")
+    func journalFollowsSyncs() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let hydrating = try box.startAgent(replica, syncs: false, journal: nil)
+            for _ in 0..<2 {
+                let status = try box.fprepJSON(["status"], cwd: replica)
+                #expect(status.string("scan") == "full", "\(status)")
+            }
+            _ = stopAgent(hydrating)
+            let journaling = try box.startAgent(replica, syncs: false, journal: true)
+            #expect(waitForJournal(box, replica), "status never read the journal")
+            _ = stopAgent(journaling)
+            try box.agentSyncs(replica, true, journal: false)
+            expectOneLineError(try box.fprep(["agent", "-C", replica], timeout: 60), mentioning: ["fprep.agent.journal", "fprep.agent.sync"])
+        }
+    }
+
     @Test("a change journal's answer waits for events still queued; a restarted agent's journal starts with a full scan")
     func journalIsCurrentAndRestartScansFully() throws {
         try withSandbox { box in

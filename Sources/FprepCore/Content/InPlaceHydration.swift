@@ -121,7 +121,11 @@ public struct PlaceholderListing: Sendable {
         let watchable: Bool
     }
 
-    private var seen: [[UInt8]: Seen] = [:]
+    /// The dataless file entries of the last listing, in the index's order
+    /// (by path bytes), and what each was: compared by merging, as both
+    /// sides are sorted (a dictionary of 10^5 paths cost more than the probes it saved).
+    private var paths: [[UInt8]] = []
+    private var seen: [Seen] = []
 
     public init() {}
 
@@ -138,25 +142,50 @@ public struct PlaceholderListing: Sendable {
     }
 
     fileprivate mutating func update(_ index: Index, probe: ([IndexEntry]) -> [Bool]) -> Changes {
-        var changed: [IndexEntry] = []
-        var current: [[UInt8]: Seen] = [:]
-        current.reserveCapacity(seen.count)
+        var entries: [IndexEntry] = []
+        entries.reserveCapacity(paths.count)
         for position in 0..<index.count {
             guard let entry = index.entry(at: position), entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
-            if let before = seen[entry.path], before.id == entry.id, before.mode == entry.mode, before.stat == entry.stat {
-                current[entry.path] = before
-            } else {
-                changed.append(entry)
-            }
+            entries.append(entry)
+        }
+        // git keeps the index sorted; one that is not is not trusted to be.
+        if zip(entries, entries.dropFirst()).contains(where: { !$0.path.lexicographicallyPrecedes($1.path) }) {
+            entries.sort { $0.path.lexicographicallyPrecedes($1.path) }
         }
         var changes = Changes()
-        for (entry, watchable) in zip(changed, probe(changed)) {
-            current[entry.path] = Seen(id: entry.id, mode: entry.mode, stat: entry.stat, watchable: watchable)
+        // Each entry's record from the listing before, when nothing of it changed.
+        var kept = [Seen?](repeating: nil, count: entries.count)
+        var previous = 0
+        for (position, entry) in entries.enumerated() {
+            while previous < paths.count, paths[previous].lexicographicallyPrecedes(entry.path) {
+                if seen[previous].watchable { changes.gone.append(RepoPath(bytes: paths[previous])) }
+                previous += 1
+            }
+            guard previous < paths.count, paths[previous] == entry.path else { continue }
+            let before = seen[previous]
+            previous += 1
+            if before.id == entry.id, before.mode == entry.mode, before.stat == entry.stat {
+                kept[position] = before
+            } else if before.watchable {
+                changes.gone.append(RepoPath(bytes: entry.path))
+            }
+        }
+        for rest in previous..<paths.count where seen[rest].watchable { changes.gone.append(RepoPath(bytes: paths[rest])) }
+
+        let changed = entries.indices.filter { kept[$0] == nil }
+        var probed = probe(changed.map { entries[$0] }).makeIterator()
+        var current: [Seen] = []
+        current.reserveCapacity(entries.count)
+        for (position, entry) in entries.enumerated() {
+            if let before = kept[position] {
+                current.append(before)
+                continue
+            }
+            let watchable = probed.next() ?? false
+            current.append(Seen(id: entry.id, mode: entry.mode, stat: entry.stat, watchable: watchable))
             if watchable { changes.watch.append(WatchedPlaceholder(path: RepoPath(bytes: entry.path), blob: entry.id)) }
         }
-        for (path, before) in seen where before.watchable && current[path] != before {
-            changes.gone.append(RepoPath(bytes: path))
-        }
+        paths = entries.map(\.path)
         seen = current
         return changes
     }
