@@ -66,13 +66,13 @@ extension Replica {
         Trace.mark("diff")
         let filter = try ContainerFilter(container, replica: self)
         var events: [ChangeEvent] = []
-        for deletion in changes.deleted where filter.includes(deletion.path) { events.append(.deleted(deletion.path)) }
-        for folder in changes.deletedFolders where filter.includes(folder.path) { events.append(.deleted(folder.path)) }
-        for move in changes.moved where filter.includes(move.from) || filter.includes(move.to) { events.append(.moved(move)) }
-        for folder in changes.addedFolders where filter.includes(folder.path) {
+        for deletion in changes.deleted where try filter.includes(deletion.path) { events.append(.deleted(deletion.path)) }
+        for folder in changes.deletedFolders where try filter.includes(folder.path) { events.append(.deleted(folder.path)) }
+        for move in changes.moved where try filter.includes(move.from) || filter.includes(move.to) { events.append(.moved(move)) }
+        for folder in changes.addedFolders where try filter.includes(folder.path) {
             events.append(.updated(folder.path, TreeEntry(name: folder.path.name, id: folder.id, mode: .tree)))
         }
-        for update in changes.updated where filter.includes(update.path) { events.append(.updated(update.path, update.new)) }
+        for update in changes.updated where try filter.includes(update.path) { events.append(.updated(update.path, update.new)) }
 
         let end = limit.map { min(events.count, start.offset + $0) } ?? events.count
         let page = start.offset < events.count ? events[start.offset..<end] : []
@@ -113,7 +113,7 @@ private enum ChangeEvent {
 /// the working set, its items.
 private struct ContainerFilter {
     let folder: RepoPath?
-    let workingSet: WorkingSet?
+    let workingSet: WorkingSetMembership?
 
     init(_ container: String?, replica: Replica) throws {
         switch container {
@@ -122,7 +122,7 @@ private struct ContainerFilter {
             workingSet = nil
         case ContainerIdentifier.workingSet?:
             folder = nil
-            workingSet = try WorkingSet.load(replica.store, root: replica.rootFolder, now: Int64(Date().timeIntervalSince1970))
+            workingSet = WorkingSetMembership(replica.store, now: Int64(Date().timeIntervalSince1970))
         case ContainerIdentifier.root?:
             folder = .root
             workingSet = nil
@@ -132,9 +132,9 @@ private struct ContainerFilter {
         }
     }
 
-    func includes(_ path: RepoPath) -> Bool {
+    func includes(_ path: RepoPath) throws -> Bool {
         if let folder { return path.parent == folder && !path.isRoot }
-        if let workingSet { return workingSet.contains(path) || workingSet.contains(path.parent) }
+        if let workingSet { return try workingSet.contains(path) || workingSet.contains(path.parent) }
         return true
     }
 }

@@ -4,9 +4,9 @@
 /// the working set, signal the new parent too; if anything in the working
 /// set changed, signal the working set once. One signal per container.
 struct SignalPass {
-    let workingSet: WorkingSet
+    let workingSet: WorkingSetMembership
 
-    func signals(for changes: ChangeSet) -> [(container: String, reason: String)] {
+    func signals(for changes: ChangeSet) throws -> [(container: String, reason: String)] {
         var reasons: [String: Set<String>] = [:]
         var order: [String] = []
         var workingSetChanged = false
@@ -15,19 +15,19 @@ struct SignalPass {
             if reasons[container] == nil { order.append(container) }
             reasons[container, default: []].insert(reason)
         }
-        func consider(_ path: RepoPath, _ reason: String) {
-            if workingSet.contains(path) || workingSet.contains(path.parent) {
+        func consider(_ path: RepoPath, _ reason: String) throws {
+            if try workingSet.contains(path) || workingSet.contains(path.parent) {
                 signal(path.parent, reason)
                 workingSetChanged = true
             }
         }
-        for update in changes.updated { consider(update.path, update.old == nil ? "added" : "changed") }
-        for deletion in changes.deleted { consider(deletion.path, "deleted") }
-        for folder in changes.addedFolders { consider(folder.path, "added") }
-        for folder in changes.deletedFolders { consider(folder.path, "deleted") }
+        for update in changes.updated { try consider(update.path, update.old == nil ? "added" : "changed") }
+        for deletion in changes.deleted { try consider(deletion.path, "deleted") }
+        for folder in changes.addedFolders { try consider(folder.path, "added") }
+        for folder in changes.deletedFolders { try consider(folder.path, "deleted") }
         for move in changes.moved {
-            let oldSide = workingSet.contains(move.from) || workingSet.contains(move.from.parent)
-            let newSide = workingSet.contains(move.to.parent)
+            let oldSide = try workingSet.contains(move.from) || workingSet.contains(move.from.parent)
+            let newSide = try workingSet.contains(move.to.parent)
             if oldSide {
                 signal(move.from.parent, "moved out")
                 signal(move.to.parent, "moved in")

@@ -68,6 +68,70 @@ struct WorkingSet {
     }
 }
 
+/// Whether items are in the working set, asked of a few paths: what a
+/// sync's signals and a working-set enumerator's filter need. Each path
+/// is one indexed query of the state (materialized, recent, tagged,
+/// favorite, deleted within the window), so a sync of 100 changes asks
+/// about 200 paths; `WorkingSet.load` read every materialized record and
+/// looked at each file's access time (10^5 records and 10^5 stats at
+/// 10^5 materialized files) to answer the same. Past `wholeSetAbove`
+/// questions it reads the members once, without looking at any file (an
+/// access time only makes a member recent, never one).
+final class WorkingSetMembership {
+    static let wholeSetAbove = 4096
+
+    private let store: StateStore
+    private let since: Int64
+    private var asked = 0
+    private var known: [RepoPath: Bool] = [:]
+    private var whole: Set<RepoPath>?
+    private var statement: Statement?
+
+    init(_ store: StateStore, now: Int64) {
+        self.store = store
+        since = now - WorkingSet.window
+    }
+
+    func contains(_ path: RepoPath) throws -> Bool {
+        if let whole { return whole.contains(path) }
+        if let answer = known[path] { return answer }
+        asked += 1
+        if asked > Self.wholeSetAbove {
+            let members = try store.workingSetMembers(since: since)
+            whole = members
+            known = [:]
+            return members.contains(path)
+        }
+        let query = try statement ?? store.database.prepare("""
+            SELECT 1 FROM materialized WHERE path = ?1
+            UNION ALL SELECT 1 FROM recents WHERE path = ?1 AND last_used_at >= ?2
+            UNION ALL SELECT 1 FROM tags WHERE path = ?1
+            UNION ALL SELECT 1 FROM favorites WHERE path = ?1
+            UNION ALL SELECT 1 FROM trash WHERE path = ?1 AND deleted_at >= ?2
+            LIMIT 1
+            """)
+        statement = query
+        let answer = try query.bind(.blob(path.bytes), .int(since)).step()
+        known[path] = answer
+        return answer
+    }
+}
+
+extension StateStore {
+    /// Every path in the working set since `since` (see `WorkingSet.load`,
+    /// which also says why each is).
+    func workingSetMembers(since: Int64) throws -> Set<RepoPath> {
+        var members = Set<RepoPath>()
+        for sql in ["SELECT path FROM materialized", "SELECT path FROM recents WHERE last_used_at >= ?1",
+                    "SELECT path FROM tags", "SELECT path FROM favorites", "SELECT path FROM trash WHERE deleted_at >= ?1"] {
+            let statement = try database.prepare(sql)
+            if sql.contains("?1") { try statement.bind(.int(since)) }
+            while try statement.step() { members.insert(RepoPath(bytes: statement.blob(0))) }
+        }
+        return members
+    }
+}
+
 /// A record of the trash: an item a sync or the user deleted.
 struct TrashRecord {
     let path: RepoPath

@@ -460,7 +460,9 @@ extension Replica {
         rootFolder.prefetch(changes.updated.map(\.path) + changes.deleted.map(\.0) + changes.moved.flatMap { [$0.from, $0.to] })
         Trace.mark("prefetch")
         let now = Int64(Date().timeIntervalSince1970)
-        let workingSet = try WorkingSet.load(store, root: rootFolder, now: now)
+        // Asked before the changes are recorded: what was in the working set.
+        let workingSet = WorkingSetMembership(store, now: now)
+        let workingSetBefore = try SignalPass(workingSet: workingSet).signals(for: changes)
         Trace.mark("working set")
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex,
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
@@ -480,7 +482,7 @@ extension Replica {
         report.from = journal.from
         report.to = journal.to
         Trace.mark("apply")
-        var signals = SignalPass(workingSet: workingSet).signals(for: changes)
+        var signals = workingSetBefore
         for conflict in journal.conflicts ?? [] {
             let container = ContainerIdentifier.of(RepoPath(identifier: conflict.copy).parent)
             if !signals.contains(where: { $0.container == container && $0.reason.contains("conflict") }) {
