@@ -49,11 +49,7 @@ final class Watchlist: @unchecked Sendable {
     /// a full listing: the command that asked for them has let the replica go.
     @discardableResult
     func apply(_ changes: PlaceholderListing.Changes) -> Int {
-        if !changes.gone.isEmpty {
-            let gone = Set(changes.gone)
-            files.withLock { files in files = files.filter { !gone.contains($0.value.path) } }
-        }
-        return watch(changes.watch, complete: false, endingExemptions: true)
+        watch(changes.watch, complete: false, endingExemptions: true, forgetting: Set(changes.gone))
     }
 
     /// Marks the `placeholders` not yet watched; returns how many it marked.
@@ -64,8 +60,12 @@ final class Watchlist: @unchecked Sendable {
     /// longer listed are forgotten: a materialize replaced them (their marks
     /// stay on inodes nothing names any more, until the agent exits).
     @discardableResult
+    /// `gone`: paths whose files are forgotten unless listed again (under
+    /// the same lock as the new ones are added: a file both gone from its
+    /// entry and listed again, as an evicted one is, is never unwatched in
+    /// between, when an access to it would read zeros).
     func watch(_ placeholders: [WatchedPlaceholder], complete: Bool, exempting requester: pid_t = 0,
-               endingExemptions: Bool = false) -> Int {
+               endingExemptions: Bool = false, forgetting gone: Set<RepoPath> = []) -> Int {
         var listed: [FileKey: WatchedPlaceholder] = [:]
         var marked: [FileKey: WatchedPlaceholder] = [:]
         for placeholder in placeholders {
@@ -104,6 +104,7 @@ final class Watchlist: @unchecked Sendable {
         }
         files.withLock { files in
             if complete { files = files.filter { listed[$0.key] != nil } }
+            if !gone.isEmpty { files = files.filter { listed[$0.key] != nil || !gone.contains($0.value.path) } }
             for (key, placeholder) in listed where files[key] != nil { files[key] = placeholder }
             files.merge(marked) { old, _ in old }
         }
