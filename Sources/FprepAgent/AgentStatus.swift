@@ -1,4 +1,5 @@
 import FoundationEssentials
+import FprepCore
 import Glibc
 import Synchronization
 
@@ -118,8 +119,7 @@ extension AgentDaemonStatus {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let data = try encoder.encode(self)
         let path = stateFolder + "/" + Self.fileName
-        try data.write(to: URL(fileURLWithPath: path + ".tmp"))
-        guard rename(path + ".tmp", path) == 0 else {
+        guard CacheFile.replace(path, with: Array(data)) else {
             throw AgentRefusal(description: "fprep: cannot publish the agent's status in '\(path)': \(String(cString: strerror(errno)))")
         }
     }

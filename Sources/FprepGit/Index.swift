@@ -1,5 +1,6 @@
 import CLibCrypto
 import CLibGit2
+import Dispatch
 import Glibc
 
 /// The stat data an index entry remembers about a work-tree file, as git's
@@ -302,8 +303,31 @@ public final class Index {
         try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
         stamp = FileStamp(path: filePath)
         self.checksum = checksum
-        mappingIsFile = false
-        fileOffsets = nil
+        adoptWrittenFile()
+    }
+
+    /// After a whole write: entries are read from the new file from here
+    /// on (as after a fresh read), and the old file's mapping is let go on
+    /// another thread. The old file has no name any more, so letting go of
+    /// it frees its pages and blocks: 12 ms at 10^5 entries, ten times that
+    /// at 10^6, which the command's next steps need not wait for.
+    private func adoptWrittenFile() {
+        guard let (fresh, freshSlots) = try? IndexStorage.read(filePath),
+              fresh.checksum == checksum, freshSlots.count == slots.count else {
+            // Another writer came in between, or the file cannot be read
+            // back: the old mapping stays, and no edit is made in place.
+            mappingIsFile = false
+            fileOffsets = nil
+            return
+        }
+        // Nothing else holds the old storage: the other thread only lets it go.
+        nonisolated(unsafe) let old = storage
+        storage = fresh
+        slots = freshSlots
+        owned = []
+        mappingIsFile = fresh.isFile
+        fileOffsets = [:]
+        DispatchQueue.global(qos: .utility).async { withExtendedLifetime(old) {} }
     }
 
     /// Writes the edits over the entries they replace, in the index file

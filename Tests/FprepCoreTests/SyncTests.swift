@@ -52,13 +52,13 @@ import FprepGit
         let old = try h.git(["rev-parse", "origin/main"], in: h.work)
         try h.git(["push", "-q", "origin", "HEAD:main"], in: h.work)
         let new = try h.git(["rev-parse", "HEAD"], in: h.work)
-        try h.replica().sync()
+        _ = try h.replica().sync()
         #expect(h.stat("late.txt")?.size == 0)
         // Whatever laid it out forgot to say so (the note is gone)...
         try h.replica().store.setMeta(UnknownSizes.pendingKey, "")
         // ...and the hook lists its size now: the next sync still looks.
         try PostReceive.run(gitDirectory: h.remote, updates: PostReceive.parse("\(old) \(new) refs/heads/main\n"))
-        try h.replica().sync()
+        _ = try h.replica().sync()
         let laidOut = try #require(h.stat("late.txt"))
         #expect(laidOut.size == 21 && laidOut.blocks == 0, "\(laidOut.size) bytes")
     }

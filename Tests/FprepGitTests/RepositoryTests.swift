@@ -183,6 +183,17 @@ import Testing
         try third.write()
         #expect(inode() != wholeBefore)
         _ = try scratch.git(["fsck", "--no-dangling"], in: work)
+        // That Index reads from the file it wrote from then on (the old
+        // one's mapping let go): a later edit that keeps each entry's size
+        // goes in place, and every entry reads as written.
+        try third.add(entry(9, skip: true))
+        let afterWhole = inode()
+        try third.write()
+        #expect(inode() == afterWhole, "in place after the same Index wrote the file whole")
+        #expect(third.count == 65 && third.entry(path: entry(100, skip: true).path) != nil)
+        #expect(third.entry(path: entry(9, skip: true).path)?.skipWorktree == true)
+        #expect(try repository.index().entry(path: entry(9, skip: true).path)?.stat.fileSize == 10)
+        _ = try scratch.git(["fsck", "--no-dangling"], in: work)
 
         // git rewrites the index without the extended flags of materialized
         // entries: the next write is whole and puts them back, the one

@@ -99,14 +99,7 @@ struct JournalRecord: Equatable {
         var text = Self.magic + "\n" + AgentLink.hex(index) + "\n" + point.epoch + " \(point.sequence)\n" + rules + "\n"
             + "\(fullScanAt)\n\(treeBytes) \(folderCount)\n"
         for path in paths { text += AgentLink.hex(path) + "\n" }
-        let path = replica.stateFolder + "/" + Self.fileName
-        let temporary = path + ".tmp-\(getpid())"
-        do {
-            try Data(text.utf8).write(to: URL(fileURLWithPath: temporary))
-            if rename(temporary, path) != 0 { unlink(temporary) }
-        } catch {
-            unlink(temporary)
-        }
+        CacheFile.replace(replica.stateFolder + "/" + Self.fileName, with: Array(text.utf8))
     }
 
     static func remove(_ replica: Replica) {

@@ -92,14 +92,7 @@ struct UntrackedCache {
                 Self.append(&out, name.bytes)
             }
         }
-        let path = replica.stateFolder + "/" + Self.fileName
-        let temporary = path + ".tmp-\(getpid())"
-        do {
-            try Data(out).write(to: URL(fileURLWithPath: temporary))
-            if rename(temporary, path) != 0 { unlink(temporary) }
-        } catch {
-            unlink(temporary)
-        }
+        CacheFile.replace(replica.stateFolder + "/" + Self.fileName, with: out)
     }
 
     /// Forgets every folder: the next scan reads them all.

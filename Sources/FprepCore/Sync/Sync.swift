@@ -796,6 +796,15 @@ struct SyncApplier {
     /// steps aside under a conflict name, as a changed file does, so the
     /// sync can finish and nothing is lost.
     mutating func makeFolders(_ path: RepoPath) throws {
+        // Nearly always there already, which one open tells (it follows no
+        // symlink, so every component is a real folder); a component at a
+        // time (an open, a mkdir and a stat each) only when it fails.
+        if path.isRoot { return }
+        let existing = fprep_open_beneath(replica.rootFolder.fd, cPath(path.bytes), O_RDONLY | O_DIRECTORY, 0)
+        if existing >= 0 {
+            close(existing)
+            return
+        }
         var current = RepoPath.root
         for name in path.components {
             let parent = try replica.rootFolder.folder(current)
