@@ -91,6 +91,11 @@ void fprep_rename_placeholders(const struct fprep_placeholder_job *jobs, size_t 
  * warm-up; nothing is decided from it. */
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads);
 
+/* Calls job(context, i) for every i below count on up to `threads` threads
+ * (this one included), each taking the next i; returns when all are done
+ * (see parallel.c). For Swift work on files that waits on the filesystem. */
+void fprep_parallel_for(size_t count, int threads, void (*job)(void *context, size_t i), void *context);
+
 
 /* The stat scan of an index (git's version 2/3 entry layout at base +
  * offsets[i], in path order): every entry's file is looked at once with

@@ -91,6 +91,9 @@ struct ContentOperations {
         let odb = try replica.repository.objectDatabase()
         replica.removeFetchQuarantines()
         let quarantine = replica.stateFolder + "/fetch-" + Self.newToken()
+        // Named files on a cold disk: their lookups wait together, not one
+        // after another (the look at each below, then the classification).
+        replica.rootFolder.prefetch(items.map(\.0).filter { !$0.isRoot })
         let early = Array(Set(items.compactMap { item -> ObjectID? in
             guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular,
                   Self.holdsNoData(replica.rootFolder, item.0, stat) else { return nil }
@@ -285,7 +288,12 @@ struct ContentOperations {
         var result = EvictResult()
         var candidates: [IndexEntry] = []
         let pins = try PinSet(replica.store)
-        for entry in try fileEntries(items, index: index) {
+        let entries = try fileEntries(items, index: index)
+        // Scattered files on a cold disk: their lookups wait together, not
+        // one after another (1,000 files at 10^5: the classification took
+        // longer than the punching).
+        replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
+        for entry in entries {
             let path = RepoPath(bytes: entry.path)
             switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
             case .dataless: result.alreadyDataless += 1
@@ -333,14 +341,34 @@ struct ContentOperations {
             try replica.store.beginOperation("evict", payload: journal.encoded())
         }
         var evicted: [RepoPath] = []
-        for (done, entry) in candidates.enumerated() {
-            let path = RepoPath(bytes: entry.path)
-            if let reason = try punch(entry, path: path, index: index, freed: &result.bytesFreed, watched: watched) {
-                result.refused.append(Skipped(path: path.description, reason: reason))
-            } else {
-                evicted.append(path)
+        // Each file is looked at and punched on its own, a few at a time:
+        // the filesystem's work for one (its journal, its extents) waits
+        // while another's goes on. Chunks keep the progress moving.
+        let chunkSize = 256
+        for chunkStart in stride(from: 0, to: candidates.count, by: chunkSize) {
+            let chunk = Array(candidates[chunkStart..<min(candidates.count, chunkStart + chunkSize)])
+            var outcomes = [PunchOutcome](repeating: .refused("not looked at"), count: chunk.count)
+            outcomes.withUnsafeMutableBufferPointer { slots in
+                parallelFor(chunk.count, threads: 4) { i in
+                    slots[i] = punch(chunk[i], path: RepoPath(bytes: chunk[i].path), watched: watched)
+                }
             }
-            if done % 64 == 0 { replica.progress.report("evicting", done: done, total: candidates.count) }
+            for (entry, outcome) in zip(chunk, outcomes) {
+                let path = RepoPath(bytes: entry.path)
+                switch outcome {
+                case .punched(let updated, let freed):
+                    try index.add(updated)
+                    result.bytesFreed += freed
+                    evicted.append(path)
+                case .refused(let reason):
+                    result.refused.append(Skipped(path: path.description, reason: reason))
+                case .failed(let error):
+                    // The journal's record has the next command settle every
+                    // file of it, punched or not, from its bytes on disk.
+                    throw error
+                }
+            }
+            replica.progress.report("evicting", done: chunkStart + chunk.count, total: candidates.count)
         }
         Trace.mark("punch")
         try replica.writeIndexKeepingJournal(index, lookAgainAt: evicted.map(\.bytes))
@@ -360,8 +388,17 @@ struct ContentOperations {
         "it has \(links) hard links, and evicting would empty the other names too; remove the other links (or copy the file) first"
     }
 
-    /// Frees the blocks of one unmodified materialized file in place; returns
-    /// why it was refused instead, if it was.
+    /// What became of one file an evict looked at.
+    private enum PunchOutcome {
+        /// Its blocks are free; its index entry as it is now.
+        case punched(IndexEntry, freed: Int64)
+        case refused(String)
+        case failed(any Error)
+    }
+
+    /// Frees the blocks of one unmodified materialized file in place, or
+    /// says why not. Safe on several threads at once (nothing shared is
+    /// written: the caller records each outcome).
     ///
     /// A file the agent watches gets no write lease: a write into it raises
     /// the agent's event first (which waits for this command, then fills
@@ -369,17 +406,25 @@ struct ContentOperations {
     /// would wait on the lease until the kernel broke it (45 s). Only a
     /// program that has it open for writing already (a mapping included)
     /// keeps it, as the lease would.
-    private func punch(_ entry: IndexEntry, path: RepoPath, index: Index, freed: inout Int64, watched: Bool = false) throws -> String? {
+    private func punch(_ entry: IndexEntry, path: RepoPath, watched: Bool) -> PunchOutcome {
+        do {
+            return try punchFile(entry, path: path, watched: watched)
+        } catch {
+            return .failed(error)
+        }
+    }
+
+    private func punchFile(_ entry: IndexEntry, path: RepoPath, watched: Bool) throws -> PunchOutcome {
         if watched, fprep_open_for_writing_elsewhere(replica.rootFolder.fd, cPath(path.bytes)) != 0 {
-            return "it is open for writing in another program; evict it once that program closes it"
+            return .refused("it is open for writing in another program; evict it once that program closes it")
         }
         let fd: Int32
         do {
             fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
         } catch let refusal as ContentRefusal {
-            return refusal.why
+            return .refused(refusal.why)
         } catch let error as SystemError {
-            return "cannot open it: \(String(cString: strerror(error.code)))"
+            return .refused("cannot open it: \(String(cString: strerror(error.code)))")
         }
         defer { close(fd) }
         // A write lease: granted only while no one else has the file open,
@@ -387,23 +432,23 @@ struct ContentOperations {
         // no write can land between the check below and the punch (it lands
         // in the placeholder afterwards: the user's bytes, kept by sync).
         let leased = !watched && SafeReplace.takeWriteLease(fd)
-        if !watched, !leased && errno == EAGAIN { return "it is open in another program; evict it once that program closes it" }
+        if !watched, !leased && errno == EAGAIN { return .refused("it is open in another program; evict it once that program closes it") }
         defer { if leased { _ = fprep_release_lease(fd) } }
         var before = fprep_stat()
         guard fprep_fstat(fd, &before) == 0 else { throw SystemError("stat", path.description) }
         // Another name shares these blocks (a hard link, maybe outside the
         // replica): freeing them would empty that file too.
-        if before.nlink > 1 { return Self.hardLinked(Int64(before.nlink)) }
+        if before.nlink > 1 { return .refused(Self.hardLinked(Int64(before.nlink))) }
         // Checked again on the open file: nothing written since the scan may be lost.
         if StatData(FileStat(before)) != entry.stat {
             let bytes: [UInt8]
             do {
                 bytes = try readContent(fd, size: before.size, shown: path.description)
             } catch let refusal as ContentRefusal {
-                return refusal.why
+                return .refused(refusal.why)
             }
             guard try bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) == entry.id else {
-                return "it has local changes (run 'fprep sync' first)"
+                return .refused("it has local changes (run 'fprep sync' first)")
             }
         }
         var after = stat()
@@ -414,12 +459,10 @@ struct ContentOperations {
         }
         var flat = fprep_stat()
         fprep_stat_flatten(&after, &flat)
-        freed += (before.blocks - flat.blocks) * 512
         var updated = entry
         updated.skipWorktree = true
         updated.stat = StatData(FileStat(flat))
-        try index.add(updated)
-        return nil
+        return .punched(updated, freed: (before.blocks - flat.blocks) * 512)
     }
 
     // MARK: recovery

@@ -380,6 +380,31 @@ func allocatedCString(_ bytes: [UInt8]) -> UnsafeMutablePointer<CChar> {
     return copy
 }
 
+/// Calls `body(i)` for every `i` below `count` on up to `threads` threads
+/// (this one included) and returns when all are done: for work on files
+/// that waits on the filesystem (its journal, a cold disk), where one
+/// file's wait need not hold up the next. `body` must be safe to call on
+/// several threads at once.
+func parallelFor(_ count: Int, threads: Int, _ body: (Int) -> Void) {
+    guard count > 1, threads > 1 else {
+        for i in 0..<count { body(i) }
+        return
+    }
+    final class Job {
+        let body: (Int) -> Void
+        init(_ body: @escaping (Int) -> Void) { self.body = body }
+    }
+    withoutActuallyEscaping(body) { body in
+        let job = Job(body)
+        withExtendedLifetime(job) {
+            fprep_parallel_for(count, Int32(min(threads, count)), { context, i in
+                guard let context else { return }
+                Unmanaged<Job>.fromOpaque(context).takeUnretainedValue().body(Int(i))
+            }, Unmanaged.passUnretained(job).toOpaque())
+        }
+    }
+}
+
 /// Files fprep keeps only to save work (the journal record, the untracked
 /// cache, the agent's published status): replaced whole (a temporary, then
 /// a rename, so a reader never sees half of one) and never flushed to disk.
