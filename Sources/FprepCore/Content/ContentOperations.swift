@@ -98,7 +98,9 @@ struct ContentOperations {
         let odb = try replica.repository.objectDatabase()
         replica.removeFetchQuarantines()
         let quarantine = replica.stateFolder + "/fetch-" + Self.newToken()
-        let early = items.count > Self.namedOneByOne ? [] : Array(Set(items.compactMap { item -> ObjectID? in
+        let namedFew = items.count <= Self.namedOneByOne
+        if namedFew { replica.rootFolder.prefetch(items.map(\.0).filter { !$0.isRoot }) }
+        let early = !namedFew ? [] : Array(Set(items.compactMap { item -> ObjectID? in
             guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular,
                   Self.holdsNoData(replica.rootFolder, item.0, stat) else { return nil }
             return Self.placeholderBlob(replica.rootFolder, item.0)
