@@ -171,7 +171,7 @@ final class SyncScheduler: @unchecked Sendable {
                 if !sync() { retryLater() }
             } else {
                 nextPoll = now + settings.pollSeconds
-                if remoteMoved(), !sync() { retryLater() }
+                if pollFindsWork(), !sync() { retryLater() }
             }
         }
     }
@@ -185,12 +185,12 @@ final class SyncScheduler: @unchecked Sendable {
         }
     }
 
-    private func remoteMoved() -> Bool {
+    private func pollFindsWork() -> Bool {
         guard let replica = try? Replica.open(containing: root, access: Replica.Access(command: "agent", exclusive: false, wait: false)) else {
             return false
         }
         do {
-            return try replica.remoteMoved()
+            return try replica.pollFindsWork()
         } catch {
             report(Outcome(succeeded: false, summary: "cannot reach the remote: \(Self.message(error))", waiting: 0,
                            anchor: replica.anchor?.hex ?? ""))

@@ -54,6 +54,22 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("a change committed while the remote was away is pushed by a poll once the remote answers again, with nothing else changed anywhere")
+    func offlineCommitIsPushedWhenTheRemoteIsBack() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s, poll: 1)
+            let away = remote.path + ".away"
+            try FileManager.default.moveItem(atPath: remote.path, toPath: away)
+            let agent = try s.startAgent(replica, syncs: true)
+            try Data("written offline\n".utf8).write(to: URL(fileURLWithPath: replica + "/offline.txt"))
+            #expect(waitUntil { (try? s.fprepJSON(["status"], cwd: replica))?.string("waitingToPush") != nil }, "\(agent.stderrSoFar)")
+            try FileManager.default.moveItem(atPath: away, toPath: remote.path)
+            #expect(waitUntil { remoteHas(s, remote, "offline.txt") }, "\(agent.stderrSoFar)")
+            #expect(try DamagedStateTests.remoteFile(s, remote, "offline.txt") == "written offline")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("changes only to ignored items start no sync and never reach the remote; a tracked file a rule matches still syncs")
     func ignoredChangesStartNoSync() throws {
         try withSandbox { s in

@@ -161,7 +161,7 @@ extension Replica {
     /// Paths a local commit not pushed yet changed: their content is on
     /// this device only until the push, so no budget evicts them.
     func pathsNotPushed() throws -> Set<[UInt8]> {
-        guard let waiting = try store.meta("unpushed"), let commit = ObjectID(hex: waiting) else { return [] }
+        guard let waiting = try store.meta(Replica.unpushedKey), let commit = ObjectID(hex: waiting) else { return [] }
         let base = try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:))
         let changes = try ChangeSet.between(repository, from: try base.map { try repository.commit($0).treeID },
                                             to: try repository.commit(commit).treeID)

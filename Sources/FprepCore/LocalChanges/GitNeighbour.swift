@@ -63,7 +63,7 @@ extension Replica {
                                                    to: repository.commit(tip).treeID))
         try store.transaction {
             try store.setMeta("anchor", tip.hex)
-            try store.setMeta("unpushed", tip.hex)
+            try store.setMeta(Replica.unpushedKey, tip.hex)
         }
         self.anchor = tip
         return head.commitsAhead

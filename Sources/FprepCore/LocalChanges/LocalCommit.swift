@@ -94,7 +94,7 @@ struct LocalCommitter {
         }
         try replica.store.transaction {
             try replica.store.setMeta("anchor", commit.hex)
-            try replica.store.setMeta("unpushed", commit.hex)
+            try replica.store.setMeta(Replica.unpushedKey, commit.hex)
             // Until the index below is written it describes the old anchor:
             // a crash meanwhile has the next sync realign it (GitNeighbour).
             try replica.store.setMeta(Replica.indexBehindKey, "1")

@@ -72,7 +72,7 @@ extension Replica {
         let scan = try LocalScanner(replica: self, index: index).scan(usingJournal: !listingIgnored && !fullScan)
         Trace.mark("scan")
         defer { Trace.mark("disk use") }
-        let pending = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
+        let pending = try store.meta(Replica.unpushedKey).flatMap { $0.isEmpty ? nil : $0 }
         let gitBytes = diskUsage(of: gitDirectory)
         var report = StatusReport(root: root, domain: domain, remote: remoteURL, branch: branch, anchor: anchor?.hex,
                             items: scan.items, folders: scan.folderCount, dataless: scan.counts[.dataless] ?? 0,

@@ -89,7 +89,7 @@ public enum Repair {
             if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
             try store.setMeta("logical_size", String(logicalSize))
             try store.recordBlobInfo(sizes)
-            try store.setMeta("unpushed", unpushed?.hex ?? "")
+            try store.setMeta(Replica.unpushedKey, unpushed?.hex ?? "")
             // Placeholders laid out before their size was known are looked for.
             try store.setMeta(UnknownSizes.pendingKey, "1")
             let listed = Set(materialized.map(\.0))

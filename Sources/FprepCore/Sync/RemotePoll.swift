@@ -12,4 +12,13 @@ extension Replica {
             ?? repository.referenceTarget("refs/remotes/origin/" + branch)
         return tip != known
     }
+
+    /// Whether a poll finds work for a sync: the remote moved, or a local
+    /// commit made while the remote was away waits to be pushed and the
+    /// remote answers again (nothing else would push it: no change here,
+    /// none there). Throws when the remote cannot be reached.
+    public func pollFindsWork() throws -> Bool {
+        if try remoteMoved() { return true }
+        return !(try store.meta(Self.unpushedKey) ?? "").isEmpty
+    }
 }

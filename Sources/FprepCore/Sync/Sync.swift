@@ -205,7 +205,7 @@ extension Replica {
                     StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
                     throw full
                 }
-                let waiting = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
+                let waiting = try store.meta(Replica.unpushedKey).flatMap { $0.isEmpty ? nil : $0 }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : counted(report.localChanges.count, "local change")) \(report.localChanges.count == 1 ? "is" : "are") committed (\($0.prefix(12))) and \(report.localChanges.count == 1 ? "waits" : "wait") to be pushed." } ?? " The replica is unchanged."
                 throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason).\(kept) Run 'fprep sync' again when the remote is back",
                                  detail: error.standardError)
@@ -237,7 +237,7 @@ extension Replica {
             try store.setMeta(Self.remoteTipKey, theirs.hex)
             // Push what the remote does not have yet.
             guard try !repository.isAncestor(target, of: theirs) else {
-                try store.setMeta("unpushed", "")
+                try store.setMeta(Replica.unpushedKey, "")
                 break
             }
             guard case .rejected(let reason) = try push(target, report: &report) else { break }
@@ -294,7 +294,7 @@ extension Replica {
     /// Pushes `target` to the followed branch, marked as waiting until the
     /// remote has it.
     private func push(_ target: ObjectID, report: inout SyncReport) throws -> PushOutcome {
-        try store.setMeta("unpushed", target.hex)
+        try store.setMeta(Replica.unpushedKey, target.hex)
         do {
             report.sizesNotPublished = try pushPublishingSizes(target)
         } catch Transport.PushRefusal.rejected(let reason) {
@@ -304,7 +304,7 @@ extension Replica {
             report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason))"))
             return .done
         }
-        try store.setMeta("unpushed", "")
+        try store.setMeta(Replica.unpushedKey, "")
         try store.setMeta(Self.remoteTipKey, target.hex)
         report.pushed = target.hex
         Trace.mark("push")
@@ -326,7 +326,7 @@ extension Replica {
     ///   anchor is kept under a backup ref.
     private func reconcile(ours: ObjectID, theirs: ObjectID, lastRemote: ObjectID?, report: inout SyncReport) throws -> ObjectID {
         if try theirs == ours || repository.isAncestor(ours, of: theirs) { return theirs }
-        let unpushed = try store.meta("unpushed").flatMap { $0.isEmpty ? nil : $0 }
+        let unpushed = try store.meta(Replica.unpushedKey).flatMap { $0.isEmpty ? nil : $0 }
         guard unpushed != nil else {
             report.backup = try keepBackup(of: ours)
             return theirs
@@ -345,7 +345,7 @@ extension Replica {
         if base == ours {
             // The remote had all of `ours` (the waiting mark outlived its
             // push): nothing here is new, so the remote's rewrite wins.
-            try store.setMeta("unpushed", "")
+            try store.setMeta(Replica.unpushedKey, "")
             report.backup = try keepBackup(of: ours)
             return theirs
         }
@@ -382,6 +382,8 @@ extension Replica {
 
     /// The store's key for the remote's tip the replica last took in or pushed.
     static let remoteTipKey = "remote_tip"
+    /// The store's key for the local commit that waits to be pushed (empty: none).
+    static let unpushedKey = "unpushed"
 
     /// A refused remote tree said as a sync's error: the entry, why, and
     /// that the replica stays at its anchor (other errors pass through).
