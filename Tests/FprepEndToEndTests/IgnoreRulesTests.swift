@@ -52,6 +52,32 @@ struct IgnoreRulesTests {
         }
     }
 
+    @Test("an ignored file set aside because the remote put a tracked file at its name stays ignored under its conflict name: never pushed, still here")
+    func ignoredItemSetAsideStaysIgnored() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.tree.merging([".gitignore": .text("secret.env\n")]) { _, new in new })
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.sh("printf 'PASSWORD=hunter2\\n' > secret.env", cwd: replica)
+            try box.fprepOK(["sync"], cwd: replica)
+            // Another device adds a tracked file at that name with plain git.
+            let other = box.at("other")
+            try box.gitOK(["clone", "-q", remote.path, other])
+            try box.sh("printf 'theirs\\n' > secret.env && git add -f secret.env && git -c user.name=o -c user.email=o@example.com commit -qm theirs && git push -q origin HEAD:main",
+                       cwd: other)
+            try box.fprepOK(["sync"], cwd: replica)
+            try box.fprepOK(["sync"], cwd: replica)
+            let files = try box.gitOK(["ls-tree", "-r", "--name-only", "main"], cwd: remote.path).split(separator: "\n").map(String.init)
+            #expect(files.filter { $0.hasPrefix("secret") } == ["secret.env"], "\(files)")
+            #expect(try box.git(["grep", "-q", "hunter2", "main"], cwd: remote.path).status == 1, "the secret reached the remote")
+            let kept = try FileManager.default.contentsOfDirectory(atPath: replica).filter { $0.hasPrefix("secret (conflict") }
+            #expect(kept.count == 1, "\(kept)")
+            #expect(try String(contentsOfFile: replica + "/" + (kept.first ?? ""), encoding: .utf8) == "PASSWORD=hunter2\n")
+            #expect(try box.fprepJSON(["status", "--ignored"], cwd: replica).strings("ignored") == kept)
+            #expect(try String(contentsOfFile: replica + "/.git/info/exclude", encoding: .utf8).contains("# fprep: 'secret.env'"))
+        }
+    }
+
     @Test("a dataless file or folder moved to an ignored name is a move, never a deletion of content only the remote has")
     func placeholderMovedToIgnoredName() throws {
         try withSandbox { box in

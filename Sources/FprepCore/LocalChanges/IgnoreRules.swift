@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Glibc
 import FprepGit
 
@@ -45,6 +46,45 @@ final class IgnoreRules {
     func isIgnored(_ path: RepoPath, isFolder: Bool) -> Bool {
         guard !path.bytes.isEmpty, rulesReadable(down: path.parent.bytes) else { return false }
         return (try? repository.isIgnored(isFolder ? path.bytes + [0x2F] : path.bytes)) ?? false
+    }
+
+    /// Adds `path` to `.git/info/exclude` (this replica's own rules, never
+    /// pushed) under a comment saying why, so the rules leave it out as
+    /// they did the item it was.
+    static func excludeHere(_ path: RepoPath, in replica: Replica, why: String) throws {
+        guard let pattern = pattern(naming: path) else {
+            throw FprepError("'\(path)' cannot be written as an ignore rule (its name holds a line break); move the item out of the way and sync again")
+        }
+        let folder = replica.gitDirectory + "/info"
+        if mkdir(folder, 0o777) != 0 && errno != EEXIST { throw SystemError("make the folder", folder) }
+        let file = folder + "/exclude"
+        let fd = open(file, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SystemError("open", file) }
+        defer { close(fd) }
+        var last: UInt8 = 0x0A
+        var info = stat()
+        if fstat(fd, &info) == 0, info.st_size > 0, pread(fd, &last, 1, info.st_size - 1) != 1 { last = 0x0A }
+        let text = (last == 0x0A ? "" : "\n") + "# fprep: " + why + "\n" + pattern + "\n"
+        try Array(text.utf8).withUnsafeBytes { try writeAll(fd, $0, shown: file) }
+    }
+
+    /// A rule that matches exactly `path` from the root: git's special
+    /// characters escaped, trailing spaces kept; nil when the path holds a
+    /// line break, which no rule can.
+    static func pattern(naming path: RepoPath) -> String? {
+        guard !path.bytes.contains(0x0A), !path.bytes.contains(0x0D) else { return nil }
+        var out: [UInt8] = [0x2F]
+        for byte in path.bytes {
+            if [0x5C, 0x2A, 0x3F, 0x5B].contains(byte) { out.append(0x5C) }  // \ * ? [
+            out.append(byte)
+        }
+        // Trailing spaces are dropped from a rule unless escaped.
+        var end = out.count
+        while end > 1, out[end - 1] == 0x20 { end -= 1 }
+        let spaces = out.count - end
+        out.removeLast(spaces)
+        for _ in 0..<spaces { out += [0x5C, 0x20] }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Whether `.gitignore` at the root and in every folder down to
@@ -121,5 +161,16 @@ public final class IgnoredChanges {
             indexTime = index == nil ? (-1, 0) : time
         }
         return index
+    }
+}
+
+extension Replica {
+    /// Whether the item at `path` is one the ignore rules leave out: not in
+    /// the index on disk (during a sync, the one from before it: a tracked
+    /// item is the user's synced work whatever the rules say) and matched.
+    func rulesLeaveOut(_ path: RepoPath) -> Bool {
+        guard let stat = rootFolder.stat(path) else { return false }
+        if let before = try? repository.index(), before.contains(path.bytes) { return false }
+        return IgnoreRules(self).isIgnored(path, isFolder: stat.isDirectory)
     }
 }

@@ -1169,11 +1169,19 @@ struct SyncApplier {
     /// in the same folder; returns the new identifier (nil when no free name).
     func setAside(_ path: RepoPath) throws -> String? {
         let folder = try replica.rootFolder.folder(path.parent)
+        let leftOut = replica.rulesLeaveOut(path)
         for counter in 1...100 {
             let candidate = TreeMerge.conflictFileName(path.name, device: DeviceName.current, date: Replica.conflictDate(),
                                                        counter: counter)
             let copy = path.parent.appending(candidate)
             if folder.stat(name: candidate) != nil || incoming.contains(copy) { continue }
+            // An item the ignore rules left out stays left out under its new
+            // name (a rule naming `secret.env` does not name its conflict
+            // copy): excluded in this replica before it takes the name.
+            if leftOut {
+                try IgnoreRules.excludeHere(copy, in: replica,
+                                            why: "'\(path)', which the ignore rules left out, set aside by a sync on \(Replica.conflictDate())")
+            }
             guard renameat(folder.fd, cPath(path.name), folder.fd, cPath(candidate)) == 0 else {
                 throw SystemError("rename", path.description)
             }
