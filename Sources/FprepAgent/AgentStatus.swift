@@ -1,5 +1,5 @@
 import FoundationEssentials
-import FprepCore
+import FprepGit
 import Glibc
 import Synchronization
 

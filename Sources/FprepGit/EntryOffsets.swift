@@ -35,25 +35,8 @@ enum EntryOffsets {
         bytes += indexChecksum
         append(&bytes, UInt32(offsets.count))
         for offset in offsets { append(&bytes, offset) }
-        let temporary = target + ".\(getpid()).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { unlink(target); return }
-        var written = 0
-        let complete = bytes.withUnsafeBytes { raw -> Bool in
-            while written < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + written, raw.count - written)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { return false }
-                written += n
-            }
-            return true
-        }
-        let closed = close(fd) == 0
-        guard complete, closed, rename(temporary, target) == 0 else {
-            unlink(temporary)
-            unlink(target)  // never a table that may describe another file
-            return
-        }
+        // Never a table that may describe another file.
+        if !CacheFile.replace(target, with: bytes) { unlink(target) }
     }
 
     /// The offsets recorded for `file` (the mapped index at its path), when

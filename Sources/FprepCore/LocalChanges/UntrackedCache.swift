@@ -1,5 +1,6 @@
 import CFprepSys
 import FoundationEssentials
+import FprepGit
 import Glibc
 
 /// What the last scan found in each folder that the index does not have,

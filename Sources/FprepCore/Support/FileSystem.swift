@@ -405,30 +405,6 @@ func parallelFor(_ count: Int, threads: Int, _ body: (Int) -> Void) {
     }
 }
 
-/// Files fprep keeps only to save work (the journal record, the untracked
-/// cache, the agent's published status): replaced whole (a temporary, then
-/// a rename, so a reader never sees half of one) and never flushed to disk.
-/// One lost in a power cut costs a scan; a flush of each cost the command
-/// that wrote it a commit of the filesystem's journal (24 ms in a sync).
-public enum CacheFile {
-    /// Replaces the file at `path` with `bytes`; false when it could not.
-    @discardableResult
-    public static func replace(_ path: String, with bytes: [UInt8]) -> Bool {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return false }
-        let written = (try? bytes.withUnsafeBytes { try writeAll(fd, $0, shown: temporary) }) != nil
-        close(fd)
-        guard written, rename(temporary, path) == 0 else {
-            let code = errno
-            unlink(temporary)
-            errno = code
-            return false
-        }
-        return true
-    }
-}
-
 /// Asks the kernel to start reading files a command will read soon, so the
 /// disk works while the command waits on something else (the network).
 enum ReadAhead {
