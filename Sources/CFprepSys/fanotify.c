@@ -41,7 +41,25 @@ int fprep_fanotify_mark_fd(int group, int fd) {
 }
 
 int fprep_fanotify_unmark_fd(int group, int fd) {
-    return fanotify_mark(group, FAN_MARK_REMOVE, FAN_PRE_ACCESS, fd, NULL);
+    return fanotify_mark(group, FAN_MARK_REMOVE, FAN_PRE_ACCESS | FAN_OPEN_PERM, fd, NULL);
+}
+
+int fprep_fanotify_hold_opens(int group, int dirfd, const char *name) {
+    /* By name, nothing is opened: the loop thread that marks must never
+     * raise an event of its own group (it would wait for itself). */
+    return fanotify_mark(group, FAN_MARK_ADD | (name != NULL ? FAN_MARK_DONT_FOLLOW : 0), FAN_OPEN_PERM, dirfd, name);
+}
+
+int fprep_fanotify_unmark_at(int group, int dirfd, const char *name, int opens_only) {
+    return fanotify_mark(group, FAN_MARK_REMOVE | FAN_MARK_DONT_FOLLOW, opens_only ? FAN_OPEN_PERM : (FAN_PRE_ACCESS | FAN_OPEN_PERM), dirfd, name);
+}
+
+int fprep_fanotify_release_opens(int group, int fd) {
+    return fanotify_mark(group, FAN_MARK_REMOVE, FAN_OPEN_PERM, fd, NULL);
+}
+
+int fprep_fanotify_is_open(uint64_t mask) {
+    return (mask & FAN_OPEN_PERM) != 0;
 }
 
 int fprep_fanotify_probe(int dirfd, const char *path) {
@@ -221,12 +239,43 @@ int fprep_fanotify_start_keeper(int group) {
     return fds[1];
 }
 
-#include <linux/fs.h>
-#include <sys/ioctl.h>
+#include <sys/sysmacros.h>
 
-long long fprep_inode_generation(int fd) {
-    unsigned int generation = 0;
-    /* ext4, xfs and btrfs say it; elsewhere 0 (the inode number alone). */
-    if (ioctl(fd, FS_IOC_GETVERSION, &generation) != 0) return 0;
-    return (long long)generation;
+long long fprep_file_generation(int dirfd, const char *name) {
+    /* The file handle (what NFS gives out) carries the generation on ext4,
+     * xfs and btrfs, and is had by name without opening the file. */
+    char space[sizeof(struct file_handle) + MAX_HANDLE_SZ] __attribute__((aligned(__alignof__(struct file_handle))));
+    struct file_handle *handle = (struct file_handle *)space;
+    handle->handle_bytes = MAX_HANDLE_SZ;
+    int mount_id;
+    if (name_to_handle_at(dirfd, name != NULL ? name : "", handle, &mount_id, name != NULL ? 0 : AT_EMPTY_PATH) != 0) return 0;
+    uint64_t hash = 1469598103934665603ULL;  /* FNV-1a over the type and the bytes */
+    const unsigned char *type = (const unsigned char *)&handle->handle_type;
+    for (size_t i = 0; i < sizeof handle->handle_type; i++) hash = (hash ^ type[i]) * 1099511628211ULL;
+    for (unsigned i = 0; i < handle->handle_bytes && i < MAX_HANDLE_SZ; i++) hash = (hash ^ handle->f_handle[i]) * 1099511628211ULL;
+    return (long long)hash;
+}
+
+int fprep_holds_flock(int pid, int fd) {
+    struct fprep_stat st;
+    if (fprep_fstat(fd, &st) != 0) return 0;
+    FILE *locks = fopen("/proc/locks", "re");
+    if (locks == NULL) return 0;
+    char line[256];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, locks) != NULL) {
+        /* "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; a waiter's
+         * line has "->" after the number and holds nothing. */
+        char kind[16], advice[16], access[16];
+        int holder;
+        unsigned int major, minor;
+        unsigned long long inode;
+        char *rest = strchr(line, ':');
+        if (rest == NULL || strstr(line, "->") != NULL) continue;
+        if (sscanf(rest + 1, "%15s %15s %15s %d %x:%x:%llu", kind, advice, access, &holder, &major, &minor, &inode) != 7) continue;
+        if (strcmp(kind, "FLOCK") != 0 || holder != pid || inode != (unsigned long long)st.ino) continue;
+        if (makedev(major, minor) == (dev_t)st.dev) found = 1;
+    }
+    fclose(locks);
+    return found;
 }

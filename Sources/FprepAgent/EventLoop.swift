@@ -37,10 +37,16 @@ final class EventLoop: @unchecked Sendable {
     var refused = RefusedPrograms("")
     /// The agent and its worker: their accesses are their own fills.
     var ownProcesses: Set<pid_t> = [getpid()]
+    /// Whether a process holds the replica's lock: a fill waits for that
+    /// lock, so an open of that process's is never made to wait for a fill.
+    var holdsReplicaLock: (pid_t) -> Bool = { _ in false }
 
     private struct Waiting {
         let fd: Int32
         let deadline: Double
+        /// An open, not an access: it goes on when the fill fails (an open
+        /// needs no content; the reads after it start their own hydration).
+        var isOpen = false
     }
 
     private final class Job {
@@ -98,6 +104,7 @@ final class EventLoop: @unchecked Sendable {
         guard let key = FileKey(fd: event.fd) else { return answer(event.fd, error: EIO) }
         // The command making it a placeholder, at work on it (see `AgentLink`).
         if watchlist.isExempt(key, event.pid) { return answer(event.fd, error: 0) }
+        if fprep_fanotify_is_open(event.mask) != 0 { return acceptOpen(event, key) }
         if !refused.isEmpty, let file = running[key]?.placeholder ?? watchlist.placeholder(key),
            let process = refused.refusal(of: event.pid) {
             log.write(.warning, "refused hydration of \(prefix)\(file.path) to \(process): fprep.agent.refuse names it; the access failed with EIO")
@@ -105,17 +112,58 @@ final class EventLoop: @unchecked Sendable {
         }
         let waiting = Waiting(fd: event.fd, deadline: monotonicNow() + timeout)
         if let job = running[key] {
+            if holdsReplicaLock(event.pid) { return answerLockHolder(event, job.placeholder) }
             job.waiting.append(waiting)
             awaited.insert(key)
             return
         }
         guard let placeholder = watchlist.placeholder(key) else { return answer(event.fd, error: 0) }
+        // Emptied (a program truncated the placeholder, its change): there
+        // is nothing to fill, and the fill would say so only after a fetch
+        // and the lock (offline: never, and the program's write failed).
+        var opened = fprep_stat()
+        if fprep_fstat(event.fd, &opened) == 0, opened.size == 0 {
+            group.unmark(event.fd)
+            watchlist.forget(key)
+            log.write(.info, "no longer watching \(prefix)\(placeholder.path): it is empty")
+            return answer(event.fd, error: 0)
+        }
+        if holdsReplicaLock(event.pid) { return answerLockHolder(event, placeholder) }
         let job = Job(placeholder, started: monotonicNow())
         job.waiting.append(waiting)
         running[key] = job
         awaited.insert(key)
+        // Before the fill looks at the file: an open from now on waits for it.
+        group.holdOpens(event.fd)
         hydrate(key, placeholder, through: event.fd)
         if let readAhead { startReadAhead(readAhead, after: placeholder) }
+    }
+
+    /// An open of a file being filled waits until the fill ends; any other
+    /// open goes on at once (opening reads nothing, so it starts no
+    /// hydration). The kernel raises no access event for the truncation of
+    /// an `open(O_TRUNC)`: let through during a fill, it would empty the
+    /// file under the fill, which then writes the remote's bytes back
+    /// beneath the program's own (a mix nobody wrote). Held, the open
+    /// truncates the filled file, as the program meant.
+    private func acceptOpen(_ event: fprep_fanotify_event, _ key: FileKey) {
+        guard let job = running[key] else { return answer(event.fd, error: 0) }
+        // A command holding the replica's lock: the fill waits for it, not
+        // the other way round (nothing is being written yet).
+        if holdsReplicaLock(event.pid) { return answer(event.fd, error: 0) }
+        job.waiting.append(Waiting(fd: event.fd, deadline: monotonicNow() + timeout, isOpen: true))
+        awaited.insert(key)
+    }
+
+    /// An access by a process that holds the replica's lock, which a fill
+    /// needs: waiting would last until the bound, and end in EIO. Such a
+    /// process settled any interrupted fill when it took the lock, so bytes
+    /// in the file are the user's: it reads them. A file with no bytes at
+    /// all is a placeholder nobody can fill now: EIO at once, never zeros.
+    private func answerLockHolder(_ event: fprep_fanotify_event, _ placeholder: WatchedPlaceholder) {
+        guard fprep_holds_no_data(event.fd) == 1 else { return answer(event.fd, error: 0) }
+        log.write(.warning, "cannot hydrate \(prefix)\(placeholder.path) for process \(event.pid): it holds the replica's lock, which the fill needs; the access failed with EIO")
+        answer(event.fd, error: EIO)
     }
 
     /// One file's own hydration, through the descriptor of an access to it
@@ -134,7 +182,7 @@ final class EventLoop: @unchecked Sendable {
             let outcome = hydrator.hydrate(placeholder, through: fd)
             switch outcome {
             case .hydrated, .notAPlaceholder: group.unmark(fd)
-            case .failed: break
+            case .failed: group.releaseOpens(fd)
             }
             close(fd)
             finished.withLock { $0.append((key, outcome, monotonicNow())) }
@@ -145,7 +193,7 @@ final class EventLoop: @unchecked Sendable {
     /// Hydrations in a row in one folder: the rest of it in one fetch, each
     /// file a job that later accesses wait for.
     private func startReadAhead(_ readAhead: ReadAhead, after placeholder: WatchedPlaceholder) {
-        let batch = readAhead.plan(after: placeholder, watchlist: watchlist) { running[$0] != nil }
+        let batch = readAhead.plan(after: placeholder, watchlist: watchlist, group: group) { running[$0] != nil }
         guard !batch.isEmpty else { return }
         let now = monotonicNow()
         for (key, file) in batch { running[key] = Job(file, started: now, readAhead: true) }
@@ -188,11 +236,13 @@ final class EventLoop: @unchecked Sendable {
                 running[key] = retry
                 awaited.insert(key)
                 log.write(.info, "read ahead did not fill \(path) (\(why)); hydrating it on its own")
+                group.holdOpens(job.waiting[0].fd)
                 hydrate(key, job.placeholder, through: job.waiting[0].fd)
             case .failed(let why):
-                log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(job.waiting.count) access\(job.waiting.count == 1 ? "" : "es") failed with EIO")
+                let accesses = job.waiting.filter { !$0.isOpen }.count
+                log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(accesses) access\(accesses == 1 ? "" : "es") failed with EIO")
                 counters.failed("cannot hydrate \(path): \(why)")
-                for waiting in job.waiting { answer(waiting.fd, error: EIO) }
+                for waiting in job.waiting { answer(waiting.fd, error: waiting.isOpen ? 0 : EIO) }
             }
         }
     }

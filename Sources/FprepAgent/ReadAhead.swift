@@ -54,7 +54,7 @@ final class ReadAhead: @unchecked Sendable {
     /// Called on the loop thread when a single hydration of `placeholder`
     /// starts: the files to fetch ahead (none unless it makes a walk of
     /// that folder). `skip`: files already being hydrated.
-    func plan(after placeholder: WatchedPlaceholder, watchlist: Watchlist,
+    func plan(after placeholder: WatchedPlaceholder, watchlist: Watchlist, group: FanotifyGroup,
               skip: (FileKey) -> Bool) -> [(FileKey, WatchedPlaceholder)] {
         guard budget > 0 else { return [] }
         let folder = placeholder.path.parent
@@ -88,15 +88,15 @@ final class ReadAhead: @unchecked Sendable {
         for name in names {
             var raw = fprep_stat()
             guard fprep_lstat_at(dirfd, Self.cString(name), &raw) == 0, raw.mode & 0o170000 == 0o100000 else { continue }
-            // The generation needs the file open (opening raises no event).
-            let file = openat(dirfd, Self.cString(name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-            guard file >= 0 else { continue }
-            let generation = fprep_inode_generation(file)
-            close(file)
-            let key = FileKey(device: raw.dev, inode: raw.ino, generation: generation)
+            // Never opened here, on the loop thread: a file being filled
+            // holds its opens until the loop answers them, so an open of
+            // the loop's own would wait for itself.
+            let key = FileKey(device: raw.dev, inode: raw.ino, generation: fprep_file_generation(dirfd, Self.cString(name)))
             guard !skip(key), let watched = watchlist.placeholder(key) else { continue }
             if total + raw.size > budget, !chosen.isEmpty { break }
             total += raw.size
+            // Its opens wait for its fill from now on, as a single hydration's do.
+            group.holdOpens(in: dirfd, name: Self.cString(name))
             // Where it is now: a sync may have moved it since it was listed.
             chosen.append((key, WatchedPlaceholder(path: folder.appending(name), blob: watched.blob)))
         }
@@ -144,7 +144,7 @@ final class ReadAhead: @unchecked Sendable {
                     bytes += size
                     unmark(placeholder, group: group)
                 case .notAPlaceholder: unmark(placeholder, group: group)
-                case .failed: break
+                case .failed: unmark(placeholder, group: group, opensOnly: true)
                 }
             }
             report(zip(part, outcomes).map { ($0.0, $1) })
@@ -155,11 +155,14 @@ final class ReadAhead: @unchecked Sendable {
 
     /// Takes the mark off a file the worker filled (opened as marks are,
     /// beneath the root without following a symlink).
-    private func unmark(_ placeholder: WatchedPlaceholder, group: FanotifyGroup) {
-        let fd = fprep_open_for_mark(rootFD, Self.cString(placeholder.path.bytes))
-        guard fd >= 0 else { return }
-        group.unmark(fd)
-        close(fd)
+    /// `opensOnly`: a file not filled stays watched, its opens no longer held.
+    /// By name in its folder (opened beneath the root, never through a
+    /// symlink): opening the file would raise an open event of its own.
+    private func unmark(_ placeholder: WatchedPlaceholder, group: FanotifyGroup, opensOnly: Bool = false) {
+        let folder = fprep_open_beneath(rootFD, Self.cString(placeholder.path.parent.bytes), O_RDONLY | O_DIRECTORY, 0)
+        guard folder >= 0 else { return }
+        group.unmark(in: folder, name: Self.cString(placeholder.path.name), opensOnly: opensOnly)
+        close(folder)
     }
 
     private static func cString(_ bytes: [UInt8]) -> [CChar] {

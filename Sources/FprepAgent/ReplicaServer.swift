@@ -88,6 +88,13 @@ final class ReplicaServer: @unchecked Sendable {
         loop.refused = settings.refused
         // The worker fills files read ahead through descriptors of its own.
         loop.ownProcesses.insert(worker.pid)
+        let lockFile = Replica.lockFile(replicaRoot: root)
+        loop.holdsReplicaLock = { pid in
+            let fd = open(lockFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+            guard fd >= 0 else { return false }
+            defer { close(fd) }
+            return fprep_holds_flock(pid, fd) == 1
+        }
         watchlist.watch(placeholders, complete: true)
         let suffix = namesRoot ? " of \(root)" : ""
         worker.onNote { line in log.write(.info, line + suffix) }

@@ -27,6 +27,8 @@ struct AgentReadAheadTests {
             #expect(write.status == 0, "\(write)")
             let agent = try s.startAgent(replica)
             let grep = try Shell.run(["/bin/grep", "-r", "line", "walk"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            // Its summary is written once its last chunk's marks are off, maybe after grep is done.
+            #expect(waitUntil { agent.stderrSoFar.contains(" info read ahead ") }, "\(agent.stderrSoFar)")
             let log = stopAgent(agent).stderr
             let expected = (0..<200).filter { $0 != 7 }.map { String(format: "walk/f%03d.txt:line %d", $0, $0) }.sorted()
             #expect(grep.stdout.split(separator: "\n").map(String.init).sorted() == expected, "\(grep)")
@@ -62,6 +64,37 @@ struct AgentReadAheadTests {
             #expect(grep.status == 0 && grep.stdout.split(separator: "\n").map(String.init).sorted() == expected, "\(grep)\n\(log)")
             #expect(log.contains(" cannot read ahead in walk: "), "the batch did not fail: \(log)")
             #expect(log.contains(" hydrating it on its own"), "no reader waited on the batch: \(log)")
+        }
+    }
+
+    @Test("a file emptied by a program (open(O_TRUNC)) while a read-ahead fills its folder stays empty: the open waits for the file's fill")
+    func truncatingOpenDuringAReadAhead() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote(nodes: walkTree(12))
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let gate = s.at("fill-gate")
+            let agent = try s.startAgent(replica, env: ["FPREP_TEST_FILL_GATE": gate])
+            for number in 0..<2 {
+                let read = try s.python(readProgram, [String(format: "walk/f%03d.txt", number)], cwd: replica)
+                #expect(read.status == 0, "\(read)")
+            }
+            // The third read in a row starts a read-ahead of the others; its
+            // fill of f005 (checked with the rest, not yet written) waits.
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data("walk/f005.txt".utf8)))
+            let third = try s.python(readProgram, ["walk/f002.txt"], cwd: replica)
+            #expect(third.status == 0, "\(third)")
+            #expect(waitUntil { FileManager.default.fileExists(atPath: gate + ".waiting") }, "the read-ahead waits to write f005")
+            let emptier = try s.spawn(["/bin/sh", "-c", ": > walk/f005.txt"], cwd: replica)
+            // Held at its open; without the hold it is done at once, the file emptied under the fill.
+            #expect(waitUntil { waitsOnFanotify(emptier.pid) || !emptier.isRunning })
+            #expect(unlink(gate) == 0)
+            let emptied = emptier.wait(timeout: patienceSeconds)
+            #expect(!emptied.timedOut && emptied.status == 0, "\(emptied)")
+            #expect(waitUntil { agent.stderrSoFar.contains(" info read ahead ") }, "\(agent.stderrSoFar)")
+            _ = stopAgent(agent)
+            #expect(FileManager.default.contents(atPath: replica + "/walk/f005.txt") == Data(), "the program emptied it: its fill must not undo that")
+            #expect(FileManager.default.contents(atPath: replica + "/walk/f006.txt") == Data("line 6\n".utf8))
         }
     }
 

@@ -192,6 +192,62 @@ struct AgentTests {
         }
     }
 
+    @Test("a process holding the replica's lock reads a placeholder: EIO at once, not at the bound (the fill needs that lock); a file it emptied reads as empty")
+    func lockHolderReadsAPlaceholder() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            // A bound no test waits out: an answer at all is the answer at once.
+            let agent = try s.startAgent(replica, extra: ["--timeout", "3600"])
+            let holder = try s.python("""
+                import fcntl, os
+                lock = os.open('.fprep/lock', os.O_RDWR)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                with open('a.txt', 'w') as f: pass
+                print(repr(open('a.txt', 'rb').read()))
+                try:
+                    open('bin.dat', 'rb').read()
+                    print('read')
+                except OSError as error:
+                    print(error.strerror)
+                """, [], cwd: replica)
+            #expect(!holder.timedOut && holder.stdout == "b''\nInput/output error\n", "\(holder)")
+            #expect(agent.stderrSoFar.contains("cannot hydrate bin.dat for process"), "\(agent.stderrSoFar)")
+            // Once the lock is free, the file is filled as ever.
+            let read = try s.python(readProgram, ["bin.dat"], cwd: replica)
+            #expect(read.stdoutData == pseudoRandomBytes(10_000, seed: 1))
+            _ = stopAgent(agent)
+        }
+    }
+
+    @Test("offline, a program overwrites a placeholder (echo x > file): its write succeeds, and the next sync online shares its bytes")
+    func offlineOverwriteOfAPlaceholder() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            _ = try s.gitOK(["config", "fprep.agent.sync", "false"], cwd: replica)
+            let agent = try s.startAgent(replica)
+            let away = s.at("away.git")
+            try FileManager.default.moveItem(atPath: remote.path, toPath: away)
+            let save = try Shell.run(["/bin/sh", "-c", "echo x > bin.dat"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(save.status == 0, "\(save)")
+            #expect(contents(replica + "/bin.dat") == Data("x\n".utf8))
+            _ = stopAgent(agent)
+            try FileManager.default.moveItem(atPath: away, toPath: remote.path)
+            try s.fprepOK(["sync", "-C", replica])
+            // Bytes written into a placeholder are kept as a copy beside it (see PlaceholderWriteTests).
+            let tree = try s.remoteTree(remote.path)
+            let copies = tree.keys.filter { $0.hasPrefix("bin (conflict ") }
+            #expect(copies.count == 1 && copies.first.map { tree[$0]?.id } != nil, "\(tree.keys.sorted())")
+            if let copy = copies.first {
+                #expect(try s.git(["show", "main:\(copy)"], cwd: remote.path).stdoutData == Data("x\n".utf8))
+            }
+            #expect(try s.git(["show", "main:bin.dat"], cwd: remote.path).stdoutData == pseudoRandomBytes(10_000, seed: 1))
+        }
+    }
+
     @Test("grep -r and cp -r over dataless folders under the agent see the real bytes")
     func walkersSeeContent() throws {
         try withSandbox { s in
@@ -376,6 +432,68 @@ struct AgentTests {
             let second = try s.python(readProgram, ["moved.dat"], cwd: replica)
             #expect(second.stdoutData == pseudoRandomBytes(10_000, seed: 1))
             _ = stopAgent(again)
+        }
+    }
+
+    @Test("a program that empties and rewrites a file while the agent fills it gets exactly its bytes: its open waits for the fill (an open(O_TRUNC) raises no access event)")
+    func truncatingOpenDuringAFill() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let gate = s.at("fill-gate")
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let agent = try s.startAgent(replica, env: ["FPREP_TEST_FILL_GATE": gate])
+            let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            #expect(waitUntil { FileManager.default.fileExists(atPath: gate + ".waiting") }, "the fill looked at the file and waits to write it")
+            // A save as a shell's `>` makes it: open(O_TRUNC), then write.
+            let writer = try s.spawn(["/bin/sh", "-c", "printf 'USERDATA\\n' > bin.dat"], cwd: replica)
+            // Held at its open (else at its write, the file already emptied under the fill).
+            #expect(waitUntil { waitsOnFanotify(writer.pid) }, "the writer waits for the agent")
+            #expect(unlink(gate) == 0)
+            let wrote = writer.wait(timeout: patienceSeconds)
+            #expect(!wrote.timedOut && wrote.status == 0, "\(wrote)")
+            let read = reader.wait(timeout: patienceSeconds)
+            #expect(!read.timedOut && read.status == 0, "\(read)")
+            #expect(FileManager.default.contents(atPath: replica + "/bin.dat") == Data("USERDATA\n".utf8),
+                    "the file is the program's bytes, no remote bytes after them")
+            _ = stopAgent(agent)
+            try s.fprepOK(["sync", "-C", replica])
+            let pushed = try s.git(["show", "main:bin.dat"], cwd: remote.path)
+            #expect(pushed.stdoutData == Data("USERDATA\n".utf8), "the remote has what the program wrote")
+        }
+    }
+
+    @Test("a command holding the replica's lock opens a file whose fill waits for that lock: its open goes on at once (no wait on a fill that waits on it)")
+    func lockHolderOpensAFileBeingFilled() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica)
+            let locked = s.at("locked"), go = s.at("go")
+            // As a command does: the lock, then an open of the file (a sync replacing it, say).
+            let holder = try s.spawnPython("""
+                import fcntl, os, sys, time
+                lock = os.open('.fprep/lock', os.O_RDWR)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                open(sys.argv[1], 'w').close()
+                while not os.path.exists(sys.argv[2]): time.sleep(0.005)
+                os.close(os.open('bin.dat', os.O_RDONLY))
+                print('opened', flush=True)
+                """, [locked, go], cwd: replica)
+            #expect(waitUntil { FileManager.default.fileExists(atPath: locked) })
+            let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            let stateFolder = replica + "/.fprep"
+            #expect(waitUntil { waitsOnFanotify(reader.pid)
+                && ((try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? []).contains { $0.hasPrefix("agent-fetch-") } },
+                    "the reader's fill has begun (and will wait for the lock)")
+            #expect(FileManager.default.createFile(atPath: go, contents: Data()))
+            let held = holder.wait(timeout: patienceSeconds)
+            #expect(!held.timedOut && held.status == 0 && held.stdout == "opened\n", "\(held)")
+            let read = reader.wait(timeout: patienceSeconds)
+            #expect(read.status == 0 && read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(read)")
+            _ = stopAgent(agent)
         }
     }
 

@@ -215,6 +215,17 @@ int fprep_fanotify_init(void);
  * (not an O_PATH descriptor: fanotify_mark refuses those). */
 int fprep_fanotify_mark_fd(int group, int fd);
 int fprep_fanotify_unmark_fd(int group, int fd);
+/* Adds FAN_OPEN_PERM to the mark of the file `name` beneath `dirfd` (never
+ * following a symlink there; NULL: the open file `dirfd`), without opening
+ * it: opens of a file being filled wait for the fill. Released by
+ * fprep_fanotify_release_opens, and with the mark by fprep_fanotify_unmark_fd. */
+int fprep_fanotify_hold_opens(int group, int dirfd, const char *name);
+int fprep_fanotify_release_opens(int group, int fd);
+/* Removes the mark (`opens_only`: FAN_OPEN_PERM only) of the file `name` in
+ * the folder open as `dirfd`, without opening the file (never following a symlink). */
+int fprep_fanotify_unmark_at(int group, int dirfd, const char *name, int opens_only);
+/* Whether an event's mask is an open's (else an access's). */
+int fprep_fanotify_is_open(uint64_t mask);
 /* One event: `fd` is the accessed file, opened for the listener (its reads
  * and writes raise no event); the listener closes it after answering. */
 struct fprep_fanotify_event {
@@ -330,9 +341,12 @@ int fprep_wait_child(pid_t pid, int timeout_ms, int *status);
  * recorded it at connect; -1 on failure. */
 int fprep_peer_pid(int fd);
 
-/* The generation of the open file's inode (FS_IOC_GETVERSION), which
- * tells a file apart from an earlier one that had the same inode number;
- * 0 where the file system does not say. */
-long long fprep_inode_generation(int fd);
+/* What tells the file `name` beneath `dirfd` (NULL: the open file `dirfd`)
+ * apart from an earlier one that had the same inode number: a hash of its
+ * file handle, which holds the inode's generation; had without opening
+ * the file. 0 where the file system gives no handles. */
+long long fprep_file_generation(int dirfd, const char *name);
+/* Whether process `pid` holds a flock on the file open as `fd` (/proc/locks). */
+int fprep_holds_flock(int pid, int fd);
 
 #endif

@@ -26,6 +26,8 @@ public final class Replica {
     public internal(set) var anchor: ObjectID?
 
     static let stateFolderName = ".fprep"
+    /// The replica's lock (see `ReplicaLock`): whoever holds it may be waited for by a fill.
+    public static func lockFile(replicaRoot: String) -> String { replicaRoot + "/" + stateFolderName + "/lock" }
     var stateFolder: String { root + "/" + Self.stateFolderName }
     var gitDirectory: String { root + "/.git" }
 
@@ -109,7 +111,7 @@ public final class Replica {
 
     private init(root: String, access: Access, exclusive: Bool) throws {
         let stateFolder = root + "/" + Self.stateFolderName
-        lock = try ReplicaLock(path: stateFolder + "/lock", mode: exclusive ? .exclusive : .shared,
+        lock = try ReplicaLock(path: Self.lockFile(replicaRoot: root), mode: exclusive ? .exclusive : .shared,
                                command: access.command, wait: access.wait, onWait: access.onWait)
         self.root = root
         progress = access.progress

@@ -28,7 +28,7 @@ public enum Repair {
             throw FprepError(.usage, "'\(path)' is not a replica (no .git folder to rebuild from)")
         }
         try FileManager.default.createDirectory(atPath: stateFolder, withIntermediateDirectories: true)
-        let lock = try ReplicaLock(path: stateFolder + "/lock", mode: .exclusive, command: "repair", wait: true, onWait: { _ in })
+        let lock = try ReplicaLock(path: Replica.lockFile(replicaRoot: root), mode: .exclusive, command: "repair", wait: true, onWait: { _ in })
         defer { withExtendedLifetime(lock) {} }
         for target in [stateFolder, stateFolder + "/state.db"] where access(target, W_OK) != 0 && errno != ENOENT {
             throw FprepError.readOnlyState(stateFolder, reason: String(cString: strerror(errno)).lowercased())
