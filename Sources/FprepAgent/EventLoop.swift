@@ -118,14 +118,13 @@ final class EventLoop: @unchecked Sendable {
             return
         }
         guard let placeholder = watchlist.placeholder(key) else { return answer(event.fd, error: 0) }
-        // Emptied (a program truncated the placeholder, its change): there
-        // is nothing to fill, and the fill would say so only after a fetch
-        // and the lock (offline: never, and the program's write failed).
-        var opened = fprep_stat()
-        if fprep_fstat(event.fd, &opened) == 0, opened.size == 0 {
+        // No placeholder any more, and nothing to fill: the fill would say
+        // so only after a fetch and the lock (offline: never, and the
+        // program's write or read failed with EIO).
+        if let why = Self.noLongerAPlaceholder(event.fd) {
             group.unmark(event.fd)
             watchlist.forget(key)
-            log.write(.info, "no longer watching \(prefix)\(placeholder.path): it is empty")
+            log.write(.info, "no longer watching \(prefix)\(placeholder.path): \(why)")
             return answer(event.fd, error: 0)
         }
         if holdsReplicaLock(event.pid) { return answerLockHolder(event, placeholder) }
@@ -153,6 +152,16 @@ final class EventLoop: @unchecked Sendable {
         if holdsReplicaLock(event.pid) { return answer(event.fd, error: 0) }
         job.waiting.append(Waiting(fd: event.fd, deadline: monotonicNow() + timeout, isOpen: true))
         awaited.insert(key)
+    }
+
+    /// Why the watched file open as `fd` is plainly no placeholder now, or
+    /// nil: emptied, a program truncated it (its change). One holding bytes
+    /// goes to the fill, which tells the user's bytes from a half-filled
+    /// file's under the lock.
+    private static func noLongerAPlaceholder(_ fd: Int32) -> String? {
+        var opened = fprep_stat()
+        guard fprep_fstat(fd, &opened) == 0, opened.size == 0 else { return nil }
+        return "it is empty"
     }
 
     /// An access by a process that holds the replica's lock, which a fill
