@@ -168,6 +168,36 @@ struct CrashTests {
         }
     }
 
+    @Test("evict of a folder holding a changed file, killed at each durable step: the changed file keeps its bytes, the others settle")
+    func killEvictWithAChangedFile() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: manyFiles(folders: 2, perFolder: 5, size: 4 * 1024))
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let changed = try #require(remote.files.keys.sorted().first)
+            var step = 1
+            while true {
+                try box.fprepOK(["materialize", "."], cwd: replica)
+                try Data("mine \(step)\n".utf8).write(to: URL(fileURLWithPath: replica + "/" + changed))
+                let evict = try box.fprep(["evict", "."], cwd: replica, env: ["FPREP_CRASH_AT": "\(step)"])
+                let status = try box.fprepJSON(["status"], cwd: replica)
+                #expect(contents(replica + "/" + changed) == Data("mine \(step)\n".utf8), "killed at step \(step): the change is gone")
+                let changes = status.objects("changes").map { "\($0.string("kind") ?? "") \($0.string("path") ?? "")" }
+                #expect(changes == ["modified \(changed)"], "killed at step \(step): \(status)")
+                // Put back, for the next round.
+                try remote.files[changed].map { try $0.write(to: URL(fileURLWithPath: replica + "/" + changed)) }
+                if evict.killedBySignal == nil {
+                    #expect(evict.stderr.contains(changed) && status.int("dataless") == remote.files.count - 1, "\(evict)\n\(status)")
+                    break
+                }
+                step += 1
+                #expect(step < 20, "evict never finished")
+                if step >= 20 { break }
+            }
+            #expect(step > 2, "the evict had durable steps to kill it at")
+        }
+    }
+
     @Test("materialize killed while the remote is slow: other commands recover at once, without waiting on themselves")
     func killDuringFetch() throws {
         try withSandbox { box in
