@@ -127,8 +127,7 @@ struct MaterializeTests {
                         "no line for \(phase): \(verbose.stderr)")
             }
             let evict = try box.fprepOK(["evict", "a.txt", "-v"], cwd: replica)
-            // No agent to ask first: each file is looked at and punched in one step.
-            for phase in ["read index", "look and punch", "index write", "store"] {
+            for phase in ["read index", "classify", "punch", "index write", "store"] {
                 #expect(evict.stderrLines.contains { $0.hasPrefix("fprep: \(phase): ") }, "no line for \(phase): \(evict.stderr)")
             }
             let quiet = try box.fprepOK(["materialize", "a.txt"], cwd: replica)

@@ -354,118 +354,70 @@ struct ContentOperations {
         let index = try replica.repository.index()
         Trace.mark("read index")
         var result = EvictResult()
+        var candidates: [IndexEntry] = []
         let pins = try PinSet(replica.store)
         let entries = try fileEntries(items, index: index)
-        let classifier = StateClassifier(root: replica.rootFolder, index: index)
-        // What is found before anything is punched: a dry run reports it,
-        // and an agent serving the replica is asked to watch the files
-        // first (see `AgentLink`), so it needs them all before the first.
-        let asksAgent: Bool
-        if case .ask = replica.agentWatch { asksAgent = true } else { asksAgent = false }
-        if dryRun || asksAgent {
-            // Scattered files on a cold disk: their lookups wait together,
-            // not one after another.
-            replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
-            var candidates: [IndexEntry] = []
-            for entry in entries {
-                switch look(at: entry, classifier, pins) {
-                case .punch: candidates.append(entry)
-                case let other: record(other, of: entry, into: &result)
+        // Scattered files on a cold disk: their lookups wait together, not
+        // one after another (1,000 files at 10^5: the classification took
+        // longer than the punching).
+        replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
+        for entry in entries {
+            let path = RepoPath(bytes: entry.path)
+            switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
+            case .dataless: result.alreadyDataless += 1
+            case .materialized:
+                if let pin = pins.covering(path) {
+                    result.refused.append(Skipped(path: path.description, reason: PinSet.refusal(pin)))
+                } else {
+                    candidates.append(entry)
+                }
+            case .modified:
+                result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it has local changes (run 'fprep sync' first)"))
+            case .deleted:
+                result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it was deleted locally (run 'fprep sync' first)"))
+            }
+        }
+        Trace.mark("classify")
+        guard !candidates.isEmpty else { return result }
+        if dryRun {
+            for entry in candidates {
+                let path = RepoPath(bytes: entry.path)
+                guard let stat = replica.rootFolder.stat(path) else { continue }
+                if stat.links > 1 {
+                    result.refused.append(Skipped(path: path.description, reason: Self.hardLinked(stat.links)))
+                } else {
+                    result.evicted.append(path.description)
+                    result.bytesFreed += stat.blocks * 512
                 }
             }
-            Trace.mark("classify")
-            guard !candidates.isEmpty else { return result }
-            if dryRun {
-                for entry in candidates {
-                    let path = RepoPath(bytes: entry.path)
-                    guard let stat = replica.rootFolder.stat(path) else { continue }
-                    if stat.links > 1 {
-                        result.refused.append(Skipped(path: path.description, reason: Self.hardLinked(stat.links)))
-                    } else {
-                        result.evicted.append(path.description)
-                        result.bytesFreed += stat.blocks * 512
-                    }
-                }
-                return result
-            }
-            if case .ask(let watchFirst) = replica.agentWatch,
-               !watchFirst(candidates.map { WatchedPlaceholder(path: RepoPath(bytes: $0.path), blob: $0.id) }) {
+            return result
+        }
+        var watched = false
+        if case .ask(let watchFirst) = replica.agentWatch {
+            guard watchFirst(candidates.map { WatchedPlaceholder(path: RepoPath(bytes: $0.path), blob: $0.id) }) else {
                 result.refused += candidates.map {
                     Skipped(path: RepoPath(bytes: $0.path).description,
                             reason: "the agent serving this replica did not answer a request to watch it first (its content stays; try again, or stop the agent)")
                 }
                 return result
             }
-            return try punch(candidates, lookFirst: false, watched: true, classifier, pins, index, into: result)
+            watched = true
         }
-        // No agent to tell: each file is looked at and punched in one go, a
-        // few at a time, so the lookups of scattered files on a cold disk
-        // overlap with the punching (looked at first, then punched, the two
-        // cost their sum). The journal names every file asked for: the next
-        // command settles each from its bytes, and one never punched (the
-        // user's change, a placeholder already) is left as it is.
-        return try punch(entries, lookFirst: true, watched: false, classifier, pins, index, into: result)
-    }
-
-    /// What one file asked to be evicted is, as `look` finds it.
-    private enum EvictLook {
-        case punch
-        case alreadyDataless
-        case refused(String)
-    }
-
-    /// Whether the file of `entry` can be punched: materialized, unchanged
-    /// and not pinned; or why not.
-    private func look(at entry: IndexEntry, _ classifier: StateClassifier, _ pins: PinSet) -> EvictLook {
-        let path = RepoPath(bytes: entry.path)
-        switch classifier.state(of: entry) {
-        case .dataless: return .alreadyDataless
-        case .materialized:
-            if let pin = pins.covering(path) { return .refused(PinSet.refusal(pin)) }
-            return .punch
-        case .modified:
-            return .refused(specialReason(path) ?? "it has local changes (run 'fprep sync' first)")
-        case .deleted:
-            return .refused(specialReason(path) ?? "it was deleted locally (run 'fprep sync' first)")
-        }
-    }
-
-    private func record(_ look: EvictLook, of entry: IndexEntry, into result: inout EvictResult) {
-        switch look {
-        case .alreadyDataless: result.alreadyDataless += 1
-        case .refused(let reason): result.refused.append(Skipped(path: RepoPath(bytes: entry.path).description, reason: reason))
-        case .punch: break
-        }
-    }
-
-    /// Punches the files of `entries` (with `lookFirst`, each looked at on
-    /// its thread just before), journaled, and records the outcomes.
-    private func punch(_ entries: [IndexEntry], lookFirst: Bool, watched: Bool, _ classifier: StateClassifier, _ pins: PinSet,
-                       _ index: Index, into start: EvictResult) throws -> EvictResult {
-        var result = start
-        let journal = ContentJournal(token: Self.newToken(), paths: entries.map { Data($0.path) })
+        let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
         // Evict is what frees space: on a full disk its journal record takes the reserve's.
         let operation = try SpaceReserve.using(in: replica.stateFolder) {
             try replica.store.beginOperation("evict", payload: journal.encoded())
         }
         var evicted: [RepoPath] = []
-        var punchedAny = false
-        // A few files at a time: the filesystem's work for one (its
-        // journal, its extents, a cold lookup) waits while another's goes
-        // on. Chunks keep the progress moving.
+        // Each file is looked at and punched on its own, a few at a time:
+        // the filesystem's work for one (its journal, its extents) waits
+        // while another's goes on. Chunks keep the progress moving.
         let chunkSize = 256
-        for chunkStart in stride(from: 0, to: entries.count, by: chunkSize) {
-            let chunk = Array(entries[chunkStart..<min(entries.count, chunkStart + chunkSize)])
+        for chunkStart in stride(from: 0, to: candidates.count, by: chunkSize) {
+            let chunk = Array(candidates[chunkStart..<min(candidates.count, chunkStart + chunkSize)])
             var outcomes = [PunchOutcome](repeating: .refused("not looked at"), count: chunk.count)
             outcomes.withUnsafeMutableBufferPointer { slots in
-                parallelFor(chunk.count, threads: lookFirst ? 8 : 4) { i in
-                    if lookFirst {
-                        switch look(at: chunk[i], classifier, pins) {
-                        case .punch: break
-                        case .alreadyDataless: return slots[i] = .alreadyDataless
-                        case .refused(let why): return slots[i] = .refused(why)
-                        }
-                    }
+                parallelFor(chunk.count, threads: 4) { i in
                     slots[i] = punch(chunk[i], path: RepoPath(bytes: chunk[i].path), watched: watched)
                 }
             }
@@ -476,9 +428,6 @@ struct ContentOperations {
                     try index.add(updated)
                     result.bytesFreed += freed
                     evicted.append(path)
-                    punchedAny = true
-                case .alreadyDataless:
-                    result.alreadyDataless += 1
                 case .refused(let reason):
                     result.refused.append(Skipped(path: path.description, reason: reason))
                 case .failed(let error):
@@ -487,10 +436,10 @@ struct ContentOperations {
                     throw error
                 }
             }
-            replica.progress.report("evicting", done: chunkStart + chunk.count, total: entries.count)
+            replica.progress.report("evicting", done: chunkStart + chunk.count, total: candidates.count)
         }
-        Trace.mark(lookFirst ? "look and punch" : "punch")
-        if punchedAny { try replica.writeIndexKeepingJournal(index, lookAgainAt: evicted.map(\.bytes)) }
+        Trace.mark("punch")
+        try replica.writeIndexKeepingJournal(index, lookAgainAt: evicted.map(\.bytes))
         Trace.mark("index write")
         try replica.store.transaction {
             try replica.store.forgetMaterialized(evicted)
@@ -511,8 +460,6 @@ struct ContentOperations {
     private enum PunchOutcome {
         /// Its blocks are free; its index entry as it is now.
         case punched(IndexEntry, freed: Int64)
-        /// A placeholder already (looked at in the same step).
-        case alreadyDataless
         case refused(String)
         case failed(any Error)
     }
