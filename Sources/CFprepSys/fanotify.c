@@ -37,25 +37,17 @@ int fprep_fanotify_init(void) {
 }
 
 int fprep_fanotify_mark_fd(int group, int fd) {
-    return fanotify_mark(group, FAN_MARK_ADD, FAN_PRE_ACCESS, fd, NULL);
+    /* Opens too: a program gets no descriptor of a placeholder before its
+     * content is in place (see EventLoop). */
+    return fanotify_mark(group, FAN_MARK_ADD, FAN_PRE_ACCESS | FAN_OPEN_PERM, fd, NULL);
 }
 
 int fprep_fanotify_unmark_fd(int group, int fd) {
     return fanotify_mark(group, FAN_MARK_REMOVE, FAN_PRE_ACCESS | FAN_OPEN_PERM, fd, NULL);
 }
 
-int fprep_fanotify_hold_opens(int group, int dirfd, const char *name) {
-    /* By name, nothing is opened: the loop thread that marks must never
-     * raise an event of its own group (it would wait for itself). */
-    return fanotify_mark(group, FAN_MARK_ADD | (name != NULL ? FAN_MARK_DONT_FOLLOW : 0), FAN_OPEN_PERM, dirfd, name);
-}
-
-int fprep_fanotify_unmark_at(int group, int dirfd, const char *name, int opens_only) {
-    return fanotify_mark(group, FAN_MARK_REMOVE | FAN_MARK_DONT_FOLLOW, opens_only ? FAN_OPEN_PERM : (FAN_PRE_ACCESS | FAN_OPEN_PERM), dirfd, name);
-}
-
-int fprep_fanotify_release_opens(int group, int fd) {
-    return fanotify_mark(group, FAN_MARK_REMOVE, FAN_OPEN_PERM, fd, NULL);
+int fprep_fanotify_unmark_at(int group, int dirfd, const char *name) {
+    return fanotify_mark(group, FAN_MARK_REMOVE | FAN_MARK_DONT_FOLLOW, FAN_PRE_ACCESS | FAN_OPEN_PERM, dirfd, name);
 }
 
 int fprep_fanotify_is_open(uint64_t mask) {

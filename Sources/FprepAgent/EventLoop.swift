@@ -44,22 +44,35 @@ final class EventLoop: @unchecked Sendable {
     private struct Waiting {
         let fd: Int32
         let deadline: Double
-        /// An open, not an access: it goes on when the fill fails (an open
-        /// needs no content; the reads after it start their own hydration).
-        var isOpen = false
     }
 
     private final class Job {
         let placeholder: WatchedPlaceholder
         let started: Double
+        /// How long an access waits for this file's content (see `bound(of:)`).
+        let bound: Double
         /// Filled by a read-ahead (logged in its summary, not one line each).
         let readAhead: Bool
         var waiting: [Waiting] = []
-        init(_ placeholder: WatchedPlaceholder, started: Double, readAhead: Bool = false) {
+        init(_ placeholder: WatchedPlaceholder, started: Double, bound: Double, readAhead: Bool = false) {
             self.placeholder = placeholder
             self.started = started
+            self.bound = bound
             self.readAhead = readAhead
         }
+    }
+
+    /// Bytes a second any fill is expected to beat: a large file's bound
+    /// grows with it (200 MB took 8-10 s on this machine's debug build,
+    /// past a bound of 10 s), a small one's stays the setting.
+    static let slowestRate = 4.0 * 1024 * 1024
+
+    /// The bound for the file open as `fd`: the setting, plus a second for
+    /// each `slowestRate` bytes of it.
+    private func bound(of fd: Int32) -> Double {
+        var opened = fprep_stat()
+        guard fprep_fstat(fd, &opened) == 0 else { return timeout }
+        return timeout + Double(max(opened.size, 0)) / Self.slowestRate
     }
 
     init(group: FanotifyGroup, watchlist: Watchlist, hydrator: Hydrator, timeout: Double, log: AgentLog,
@@ -104,15 +117,15 @@ final class EventLoop: @unchecked Sendable {
         guard let key = FileKey(fd: event.fd) else { return answer(event.fd, error: EIO) }
         // The command making it a placeholder, at work on it (see `AgentLink`).
         if watchlist.isExempt(key, event.pid) { return answer(event.fd, error: 0) }
-        if fprep_fanotify_is_open(event.mask) != 0 { return acceptOpen(event, key) }
+        let isOpen = fprep_fanotify_is_open(event.mask) != 0
         if !refused.isEmpty, let file = running[key]?.placeholder ?? watchlist.placeholder(key),
            let process = refused.refusal(of: event.pid) {
             log.write(.warning, "refused hydration of \(prefix)\(file.path) to \(process): fprep.agent.refuse names it; the access failed with EIO")
             return answer(event.fd, error: EIO)
         }
-        let waiting = Waiting(fd: event.fd, deadline: monotonicNow() + timeout)
         if let job = running[key] {
-            if holdsReplicaLock(event.pid) { return answerLockHolder(event, job.placeholder) }
+            let waiting = Waiting(fd: event.fd, deadline: monotonicNow() + job.bound)
+            if holdsReplicaLock(event.pid) { return answerLockHolder(event, job.placeholder, isOpen: isOpen) }
             job.waiting.append(waiting)
             awaited.insert(key)
             return
@@ -127,31 +140,13 @@ final class EventLoop: @unchecked Sendable {
             log.write(.info, "no longer watching \(prefix)\(placeholder.path): \(why)")
             return answer(event.fd, error: 0)
         }
-        if holdsReplicaLock(event.pid) { return answerLockHolder(event, placeholder) }
-        let job = Job(placeholder, started: monotonicNow())
-        job.waiting.append(waiting)
+        if holdsReplicaLock(event.pid) { return answerLockHolder(event, placeholder, isOpen: isOpen) }
+        let job = Job(placeholder, started: monotonicNow(), bound: bound(of: event.fd))
+        job.waiting.append(Waiting(fd: event.fd, deadline: job.started + job.bound))
         running[key] = job
         awaited.insert(key)
-        // Before the fill looks at the file: an open from now on waits for it.
-        group.holdOpens(event.fd)
         hydrate(key, placeholder, through: event.fd)
         if let readAhead { startReadAhead(readAhead, after: placeholder) }
-    }
-
-    /// An open of a file being filled waits until the fill ends; any other
-    /// open goes on at once (opening reads nothing, so it starts no
-    /// hydration). The kernel raises no access event for the truncation of
-    /// an `open(O_TRUNC)`: let through during a fill, it would empty the
-    /// file under the fill, which then writes the remote's bytes back
-    /// beneath the program's own (a mix nobody wrote). Held, the open
-    /// truncates the filled file, as the program meant.
-    private func acceptOpen(_ event: fprep_fanotify_event, _ key: FileKey) {
-        guard let job = running[key] else { return answer(event.fd, error: 0) }
-        // A command holding the replica's lock: the fill waits for it, not
-        // the other way round (nothing is being written yet).
-        if holdsReplicaLock(event.pid) { return answer(event.fd, error: 0) }
-        job.waiting.append(Waiting(fd: event.fd, deadline: monotonicNow() + timeout, isOpen: true))
-        awaited.insert(key)
     }
 
     /// Why the watched file open as `fd` is plainly no placeholder now, or
@@ -164,13 +159,15 @@ final class EventLoop: @unchecked Sendable {
         return "it is empty"
     }
 
-    /// An access by a process that holds the replica's lock, which a fill
-    /// needs: waiting would last until the bound, and end in EIO. Such a
-    /// process settled any interrupted fill when it took the lock, so bytes
-    /// in the file are the user's: it reads them. A file with no bytes at
-    /// all is a placeholder nobody can fill now: EIO at once, never zeros.
-    private func answerLockHolder(_ event: fprep_fanotify_event, _ placeholder: WatchedPlaceholder) {
-        guard fprep_holds_no_data(event.fd) == 1 else { return answer(event.fd, error: 0) }
+    /// An open or access by a process that holds the replica's lock, which
+    /// a fill needs: waiting would last until the bound, and end in EIO.
+    /// Its opens go on. Such a process settled any interrupted fill when it
+    /// took the lock, so bytes in the file are the user's: it reads them. A
+    /// file with no bytes at all is a placeholder nobody can fill now: a
+    /// read fails with EIO at once, never zeros.
+    private func answerLockHolder(_ event: fprep_fanotify_event, _ placeholder: WatchedPlaceholder, isOpen: Bool) {
+        // Its open goes on (a command opens a placeholder knowing it is one).
+        guard !isOpen, fprep_holds_no_data(event.fd) == 1 else { return answer(event.fd, error: 0) }
         log.write(.warning, "cannot hydrate \(prefix)\(placeholder.path) for process \(event.pid): it holds the replica's lock, which the fill needs; the access failed with EIO")
         answer(event.fd, error: EIO)
     }
@@ -191,7 +188,7 @@ final class EventLoop: @unchecked Sendable {
             let outcome = hydrator.hydrate(placeholder, through: fd)
             switch outcome {
             case .hydrated, .notAPlaceholder: group.unmark(fd)
-            case .failed: group.releaseOpens(fd)
+            case .failed: break
             }
             close(fd)
             finished.withLock { $0.append((key, outcome, monotonicNow())) }
@@ -202,10 +199,10 @@ final class EventLoop: @unchecked Sendable {
     /// Hydrations in a row in one folder: the rest of it in one fetch, each
     /// file a job that later accesses wait for.
     private func startReadAhead(_ readAhead: ReadAhead, after placeholder: WatchedPlaceholder) {
-        let batch = readAhead.plan(after: placeholder, watchlist: watchlist, group: group) { running[$0] != nil }
+        let batch = readAhead.plan(after: placeholder, watchlist: watchlist) { running[$0] != nil }
         guard !batch.isEmpty else { return }
         let now = monotonicNow()
-        for (key, file) in batch { running[key] = Job(file, started: now, readAhead: true) }
+        for (key, file) in batch { running[key] = Job(file, started: now, bound: timeout, readAhead: true) }
         let group = self.group
         let indexWritten = hydrator.indexWritten
         workers.async { [self] in
@@ -240,18 +237,16 @@ final class EventLoop: @unchecked Sendable {
                 // Read ahead, not filled (moved meanwhile, the batch's fetch
                 // failed): a read-ahead never fails a reader; the file's own
                 // hydration through the access's descriptor decides.
-                let retry = Job(job.placeholder, started: job.started)
+                let retry = Job(job.placeholder, started: job.started, bound: bound(of: job.waiting[0].fd))
                 retry.waiting = job.waiting
                 running[key] = retry
                 awaited.insert(key)
                 log.write(.info, "read ahead did not fill \(path) (\(why)); hydrating it on its own")
-                group.holdOpens(job.waiting[0].fd)
                 hydrate(key, job.placeholder, through: job.waiting[0].fd)
             case .failed(let why):
-                let accesses = job.waiting.filter { !$0.isOpen }.count
-                log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(accesses) access\(accesses == 1 ? "" : "es") failed with EIO")
+                log.write(.error, "cannot hydrate \(path) (\(milliseconds) ms): \(why); \(job.waiting.count) access\(job.waiting.count == 1 ? "" : "es") failed with EIO")
                 counters.failed("cannot hydrate \(path): \(why)")
-                for waiting in job.waiting { answer(waiting.fd, error: waiting.isOpen ? 0 : EIO) }
+                for waiting in job.waiting { answer(waiting.fd, error: EIO) }
             }
         }
     }
@@ -267,15 +262,20 @@ final class EventLoop: @unchecked Sendable {
             job.waiting.removeAll { $0.deadline <= now }
             if job.waiting.isEmpty { awaited.remove(key) }
             let path = prefix + job.placeholder.path.description
-            log.write(.error, "cannot hydrate \(path): no content after \(Self.seconds(timeout)); \(expired.count) access\(expired.count == 1 ? "" : "es") failed with EIO")
-            counters.failed("cannot hydrate \(path): no content after \(Self.seconds(timeout))")
+            log.write(.error, "cannot hydrate \(path): no content after \(Self.seconds(job.bound)); \(expired.count) access\(expired.count == 1 ? "" : "es") failed with EIO")
+            counters.failed("cannot hydrate \(path): no content after \(Self.seconds(job.bound))")
             for waiting in expired { answer(waiting.fd, error: EIO) }
         }
     }
 
+    /// Closes the event's descriptor, then answers by its number (the
+    /// kernel finds the event by the number, not through the descriptor):
+    /// the descriptor is open for writing, and closed only after the
+    /// answer it could still be there when the program goes on, which
+    /// then finds its own file "open in another program" (a lease refused).
     private func answer(_ fd: Int32, error: Int32) {
-        group.answer(fd, error: error)
         close(fd)
+        group.answer(fd, error: error)
     }
 
     private func waitMilliseconds() -> Int32 {
@@ -296,6 +296,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     private static func seconds(_ value: Double) -> String {
-        value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+        let tenths = (value * 10).rounded() / 10
+        return tenths == tenths.rounded() ? "\(Int(tenths)) s" : "\(tenths) s"
     }
 }

@@ -42,20 +42,9 @@ final class FanotifyGroup: @unchecked Sendable {
     /// Removes the mark of the file open as `file` (a hydrated file).
     func unmark(_ file: Int32) { _ = fprep_fanotify_unmark_fd(fd, file) }
 
-    /// Makes opens of the file open as `file` raise events too, for as long
-    /// as it is being filled (see `EventLoop.acceptOpen`).
-    func holdOpens(_ file: Int32) { _ = fprep_fanotify_hold_opens(fd, file, nil) }
-
-    /// The same for the file `name` in the folder open as `folder`, without
-    /// opening it (never through a symlink).
-    func holdOpens(in folder: Int32, name: [CChar]) { _ = fprep_fanotify_hold_opens(fd, folder, name) }
-
-    /// Removes the mark (`opensOnly`: the hold of opens only) of the file
-    /// `name` in the folder open as `folder`, without opening the file.
-    func unmark(in folder: Int32, name: [CChar], opensOnly: Bool) { _ = fprep_fanotify_unmark_at(fd, folder, name, opensOnly ? 1 : 0) }
-
-    /// Opens of the file open as `file` no longer raise events (its fill ended).
-    func releaseOpens(_ file: Int32) { _ = fprep_fanotify_release_opens(fd, file) }
+    /// Removes the mark of the file `name` in the folder open as `folder`,
+    /// without opening the file (never through a symlink).
+    func unmark(in folder: Int32, name: [CChar]) { _ = fprep_fanotify_unmark_at(fd, folder, name) }
 
     /// The events queued now (none: empty).
     func read() throws -> [fprep_fanotify_event] {

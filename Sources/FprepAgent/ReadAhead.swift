@@ -54,7 +54,7 @@ final class ReadAhead: @unchecked Sendable {
     /// Called on the loop thread when a single hydration of `placeholder`
     /// starts: the files to fetch ahead (none unless it makes a walk of
     /// that folder). `skip`: files already being hydrated.
-    func plan(after placeholder: WatchedPlaceholder, watchlist: Watchlist, group: FanotifyGroup,
+    func plan(after placeholder: WatchedPlaceholder, watchlist: Watchlist,
               skip: (FileKey) -> Bool) -> [(FileKey, WatchedPlaceholder)] {
         guard budget > 0 else { return [] }
         let folder = placeholder.path.parent
@@ -95,8 +95,6 @@ final class ReadAhead: @unchecked Sendable {
             guard !skip(key), let watched = watchlist.placeholder(key) else { continue }
             if total + raw.size > budget, !chosen.isEmpty { break }
             total += raw.size
-            // Its opens wait for its fill from now on, as a single hydration's do.
-            group.holdOpens(in: dirfd, name: Self.cString(name))
             // Where it is now: a sync may have moved it since it was listed.
             chosen.append((key, WatchedPlaceholder(path: folder.appending(name), blob: watched.blob)))
         }
@@ -144,7 +142,7 @@ final class ReadAhead: @unchecked Sendable {
                     bytes += size
                     unmark(placeholder, group: group)
                 case .notAPlaceholder: unmark(placeholder, group: group)
-                case .failed: unmark(placeholder, group: group, opensOnly: true)
+                case .failed: break
                 }
             }
             report(zip(part, outcomes).map { ($0.0, $1) })
@@ -155,13 +153,12 @@ final class ReadAhead: @unchecked Sendable {
 
     /// Takes the mark off a file the worker filled (opened as marks are,
     /// beneath the root without following a symlink).
-    /// `opensOnly`: a file not filled stays watched, its opens no longer held.
     /// By name in its folder (opened beneath the root, never through a
     /// symlink): opening the file would raise an open event of its own.
-    private func unmark(_ placeholder: WatchedPlaceholder, group: FanotifyGroup, opensOnly: Bool = false) {
+    private func unmark(_ placeholder: WatchedPlaceholder, group: FanotifyGroup) {
         let folder = fprep_open_beneath(rootFD, Self.cString(placeholder.path.parent.bytes), O_RDONLY | O_DIRECTORY, 0)
         guard folder >= 0 else { return }
-        group.unmark(in: folder, name: Self.cString(placeholder.path.name), opensOnly: opensOnly)
+        group.unmark(in: folder, name: Self.cString(placeholder.path.name))
         close(folder)
     }
 

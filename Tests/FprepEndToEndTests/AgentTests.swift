@@ -221,7 +221,7 @@ struct AgentTests {
         }
     }
 
-    @Test("offline, a program overwrites a placeholder (echo x > file): its write succeeds, and the next sync online shares its bytes")
+    @Test("offline, a program overwrites a placeholder (echo x > file) or copies it: its open fails with EIO and nothing changes (no zeros copied); online, the same save is the file's new version")
     func offlineOverwriteOfAPlaceholder() throws {
         try withSandbox { s in
             let remote = try s.makeRemote()
@@ -232,19 +232,17 @@ struct AgentTests {
             let away = s.at("away.git")
             try FileManager.default.moveItem(atPath: remote.path, toPath: away)
             let save = try Shell.run(["/bin/sh", "-c", "echo x > bin.dat"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
-            #expect(save.status == 0, "\(save)")
-            #expect(contents(replica + "/bin.dat") == Data("x\n".utf8))
-            _ = stopAgent(agent)
+            #expect(save.status != 0 && save.stderr.contains("Input/output error"), "\(save)")
+            let copy = try Shell.run(["/bin/cp", "bin.dat", "copy.dat"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(copy.status != 0 && !FileManager.default.fileExists(atPath: replica + "/copy.dat"), "\(copy)")
+            let status = try s.fprepJSON(["status", "-C", replica])
+            #expect(status.objects("changes").isEmpty && status.int("dataless") == 7, "nothing changed: \(status)")
             try FileManager.default.moveItem(atPath: away, toPath: remote.path)
+            let online = try Shell.run(["/bin/sh", "-c", "echo x > bin.dat"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(online.status == 0, "\(online)")
+            _ = stopAgent(agent)
             try s.fprepOK(["sync", "-C", replica])
-            // Bytes written into a placeholder are kept as a copy beside it (see PlaceholderWriteTests).
-            let tree = try s.remoteTree(remote.path)
-            let copies = tree.keys.filter { $0.hasPrefix("bin (conflict ") }
-            #expect(copies.count == 1 && copies.first.map { tree[$0]?.id } != nil, "\(tree.keys.sorted())")
-            if let copy = copies.first {
-                #expect(try s.git(["show", "main:\(copy)"], cwd: remote.path).stdoutData == Data("x\n".utf8))
-            }
-            #expect(try s.git(["show", "main:bin.dat"], cwd: remote.path).stdoutData == pseudoRandomBytes(10_000, seed: 1))
+            #expect(try s.git(["show", "main:bin.dat"], cwd: remote.path).stdoutData == Data("x\n".utf8))
         }
     }
 
@@ -284,8 +282,8 @@ struct AgentTests {
         }
     }
 
-    @Test("overwriting a placeholder under the agent (a shell's >): the kernel truncates before any event, so the agent leaves the user's bytes alone; sync keeps them as a conflict copy")
-    func overwriteKeepsTheUsersBytes() throws {
+    @Test("overwriting a placeholder under the agent (a shell's >): the open fills it first, so the save is a new version of the file, which sync shares as the file's")
+    func overwriteIsANewVersion() throws {
         try withSandbox { s in
             let remote = try s.makeRemote()
             let replica = s.at("replica")
@@ -295,10 +293,27 @@ struct AgentTests {
             #expect(contents(replica + "/docs/readme.md") == Data("dev#2\n".utf8), "the agent wrote into a file a program had truncated")
             _ = stopAgent(agent)
             try s.fprepOK(["sync", "-C", replica])
-            #expect(try s.remoteBlob(remote.path, "docs/readme.md") == Data("# Readme\n\nSome words.\n".utf8))
-            let copies = conflictCopies(try s.remoteTree(remote.path), of: "readme.md")
-            #expect(copies.count == 1, "\(copies)")
-            if let copy = copies.first { #expect(try s.remoteBlob(remote.path, copy) == Data("dev#2\n".utf8)) }
+            #expect(try s.remoteBlob(remote.path, "docs/readme.md") == Data("dev#2\n".utf8))
+            #expect(conflictCopies(try s.remoteTree(remote.path), of: "readme.md").isEmpty)
+        }
+    }
+
+    @Test("cp and tar --sparse of placeholders under the agent copy the real bytes (they skip what SEEK_DATA calls holes, and a placeholder is all hole): the open fills the file first")
+    func sparseAwareCopiesGetTheBytes() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            try s.gitOK(["-C", replica, "config", "fprep.agent.sync", "false"])
+            let agent = try s.startAgent(replica)
+            try s.sh("cp bin.dat copy.dat && tar --sparse -cf \(s.at("docs.tar")) docs", cwd: replica)
+            #expect(contents(replica + "/copy.dat") == pseudoRandomBytes(10_000, seed: 1), "cp copied zeros")
+            try FileManager.default.createDirectory(atPath: s.at("unpacked"), withIntermediateDirectories: true)
+            try s.sh("tar -xf \(s.at("docs.tar"))", cwd: s.at("unpacked"))
+            #expect(contents(s.at("unpacked/docs/deep/nested.txt")) == pseudoRandomBytes(5_000, seed: 2), "tar --sparse stored zeros")
+            _ = stopAgent(agent)
+            try s.fprepOK(["sync", "-C", replica])
+            #expect(try s.remoteBlob(remote.path, "copy.dat") == pseudoRandomBytes(10_000, seed: 1), "the copy pushed is the file's bytes")
         }
     }
 

@@ -211,19 +211,13 @@ int fprep_fanotify_probe(int dirfd, const char *path);
 /* A pre-content group (FAN_CLASS_PRE_CONTENT, non-blocking, close-on-exec;
  * event fds opened O_RDWR so content can be written through them). */
 int fprep_fanotify_init(void);
-/* Adds (removes) an inode mark for FAN_PRE_ACCESS on the open file `fd`
+/* Adds (removes) an inode mark for FAN_PRE_ACCESS and FAN_OPEN_PERM on the open file `fd`
  * (not an O_PATH descriptor: fanotify_mark refuses those). */
 int fprep_fanotify_mark_fd(int group, int fd);
 int fprep_fanotify_unmark_fd(int group, int fd);
-/* Adds FAN_OPEN_PERM to the mark of the file `name` beneath `dirfd` (never
- * following a symlink there; NULL: the open file `dirfd`), without opening
- * it: opens of a file being filled wait for the fill. Released by
- * fprep_fanotify_release_opens, and with the mark by fprep_fanotify_unmark_fd. */
-int fprep_fanotify_hold_opens(int group, int dirfd, const char *name);
-int fprep_fanotify_release_opens(int group, int fd);
-/* Removes the mark (`opens_only`: FAN_OPEN_PERM only) of the file `name` in
- * the folder open as `dirfd`, without opening the file (never following a symlink). */
-int fprep_fanotify_unmark_at(int group, int dirfd, const char *name, int opens_only);
+/* Removes the mark of the file `name` in the folder open as `dirfd`,
+ * without opening the file (never following a symlink). */
+int fprep_fanotify_unmark_at(int group, int dirfd, const char *name);
 /* Whether an event's mask is an open's (else an access's). */
 int fprep_fanotify_is_open(uint64_t mask);
 /* One event: `fd` is the accessed file, opened for the listener (its reads
