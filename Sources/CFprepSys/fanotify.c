@@ -157,7 +157,8 @@ ssize_t fprep_pwrite_all(int fd, const void *bytes, size_t count, off_t offset) 
 
 int fprep_open_for_mark(int dirfd, const char *path) {
     /* Read-only, not O_PATH: fanotify_mark takes no O_PATH descriptor.
-     * Opening raises no pre-content event (only an access does). */
+     * Opening a file already marked raises an open event, which the loop
+     * lets through for the agent itself at once. */
     struct fprep_stat st;
     int fd = fprep_open_regular(dirfd, path, O_RDONLY | O_CLOEXEC, &st);
     if (fd == -2) errno = EINVAL;

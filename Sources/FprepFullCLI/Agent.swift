@@ -12,7 +12,7 @@ struct AgentCommand: ParsableCommand {
         commandName: "agent",
         abstract: FullCommands.agentAbstract,
         discussion: """
-            Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first read, write, mmap or exec of a placeholder waits until its content is fetched and written in place; the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Root is needed for fanotify only: git, the replica's state and every file written run in a worker process as the replica's owner. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
+            Watches every placeholder of a replica with a fanotify pre-content mark (Linux 6.14 or later, as root). The first open, read, write, mmap or exec of a placeholder waits until its content is fetched and written in place (at its open: a program never holds a placeholder whose content is not there, so a copier that skips holes cannot copy zeros); the file is then materialized, as 'fprep materialize' leaves it. When the content cannot be had within the timeout (offline, say), the program's call fails with EIO instead of reading zeros. Root is needed for fanotify only: git, the replica's state and every file written run in a worker process as the replica's owner. Logs one timestamped line per hydration on standard error; stops on SIGTERM or Ctrl-C.
 
             It also syncs each replica by itself (unless 'git config fprep.agent.sync false' there): about half a second after a program closes a file it changed (never while one still has it open for writing), on each push signal when a push service is recorded ('fprep watch --service URL' once), and when 'git ls-remote' shows the remote moved (every minute). The replica's git config tunes it: fprep.agent.syncDelay (500 ms), fprep.agent.pollSeconds (60; 0 never).
 
@@ -50,7 +50,7 @@ struct AgentStateOptions: ParsableArguments {
 
 /// What a serving agent takes.
 struct AgentServingOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("Fail an access with EIO when its content takes longer than SECONDS.", valueName: "SECONDS"))
+    @Option(help: ArgumentHelp("Fail an access with EIO when its content takes longer than SECONDS, plus a second per 4 MiB of the file.", valueName: "SECONDS"))
     var timeout: Double = 10
 
     @OptionGroup var state: AgentStateOptions
