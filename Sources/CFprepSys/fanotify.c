@@ -249,14 +249,31 @@ long long fprep_file_generation(int dirfd, const char *name) {
     return (long long)hash;
 }
 
+/* The parent of process `pid`, or 0 (from /proc/PID/stat, after the
+ * command name, which may hold spaces and parentheses). */
+static int parent_of(int pid) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *file = fopen(path, "re");
+    if (file == NULL) return 0;
+    size_t length = fread(line, 1, sizeof line - 1, file);
+    fclose(file);
+    line[length] = 0;
+    char *end = strrchr(line, ')');
+    int parent = 0;
+    if (end == NULL || sscanf(end + 1, " %*c %d", &parent) != 1) return 0;
+    return parent;
+}
+
 int fprep_holds_flock(int pid, int fd) {
     struct fprep_stat st;
     if (fprep_fstat(fd, &st) != 0) return 0;
     FILE *locks = fopen("/proc/locks", "re");
     if (locks == NULL) return 0;
+    int holders[16];
+    int count = 0;
     char line[256];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, locks) != NULL) {
+    while (count < 16 && fgets(line, sizeof line, locks) != NULL) {
         /* "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; a waiter's
          * line has "->" after the number and holds nothing. */
         char kind[16], advice[16], access[16];
@@ -266,9 +283,16 @@ int fprep_holds_flock(int pid, int fd) {
         char *rest = strchr(line, ':');
         if (rest == NULL || strstr(line, "->") != NULL) continue;
         if (sscanf(rest + 1, "%15s %15s %15s %d %x:%x:%llu", kind, advice, access, &holder, &major, &minor, &inode) != 7) continue;
-        if (strcmp(kind, "FLOCK") != 0 || holder != pid || inode != (unsigned long long)st.ino) continue;
-        if (makedev(major, minor) == (dev_t)st.dev) found = 1;
+        if (strcmp(kind, "FLOCK") != 0 || inode != (unsigned long long)st.ino) continue;
+        if (makedev(major, minor) == (dev_t)st.dev) holders[count++] = holder;
     }
     fclose(locks);
-    return found;
+    if (count == 0) return 0;
+    /* The holder, or a program it runs (flock(1) holds the lock and runs
+     * its command as a child): a few generations up. */
+    for (int generation = 0; generation < 8 && pid > 1; generation++) {
+        for (int i = 0; i < count; i++) if (holders[i] == pid) return 1;
+        pid = parent_of(pid);
+    }
+    return 0;
 }

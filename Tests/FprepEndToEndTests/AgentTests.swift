@@ -192,7 +192,7 @@ struct AgentTests {
         }
     }
 
-    @Test("a process holding the replica's lock reads a placeholder: EIO at once, not at the bound (the fill needs that lock); a file it emptied reads as empty")
+    @Test("a process holding the replica's lock (or a program it runs) reads a placeholder: EIO at once, not at the bound (the fill needs that lock); a file it emptied reads as empty")
     func lockHolderReadsAPlaceholder() throws {
         try withSandbox { s in
             let remote = try s.makeRemote()
@@ -214,6 +214,10 @@ struct AgentTests {
                 """, [], cwd: replica)
             #expect(!holder.timedOut && holder.stdout == "b''\nInput/output error\n", "\(holder)")
             #expect(agent.stderrSoFar.contains("cannot hydrate bin.dat for process"), "\(agent.stderrSoFar)")
+            // A program the holder runs counts as the holder: flock(1) keeps the lock and runs it.
+            let child = try Shell.run(["/usr/bin/flock", ".fprep/lock", "/bin/cat", "bin.dat"], cwd: replica, env: s.baseEnvironment,
+                                      timeout: patienceSeconds, ioFolder: s.io)
+            #expect(!child.timedOut && child.status != 0 && child.stdout.isEmpty && child.stderr.contains("Input/output error"), "\(child)")
             // Once the lock is free, the file is filled as ever.
             let read = try s.python(readProgram, ["bin.dat"], cwd: replica)
             #expect(read.stdoutData == pseudoRandomBytes(10_000, seed: 1))

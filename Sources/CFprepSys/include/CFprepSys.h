@@ -340,7 +340,8 @@ int fprep_peer_pid(int fd);
  * file handle, which holds the inode's generation; had without opening
  * the file. 0 where the file system gives no handles. */
 long long fprep_file_generation(int dirfd, const char *name);
-/* Whether process `pid` holds a flock on the file open as `fd` (/proc/locks). */
+/* Whether process `pid`, or one of its forebears (a program run by the
+ * holder, as flock(1) runs one), holds a flock on the file open as `fd` (/proc/locks). */
 int fprep_holds_flock(int pid, int fd);
 
 #endif
