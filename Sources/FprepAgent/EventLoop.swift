@@ -67,12 +67,16 @@ final class EventLoop: @unchecked Sendable {
     /// past a bound of 10 s), a small one's stays the setting.
     static let slowestRate = 4.0 * 1024 * 1024
 
-    /// The bound for the file open as `fd`: the setting, plus a second for
-    /// each `slowestRate` bytes of it.
-    private func bound(of fd: Int32) -> Double {
+    /// The bound for a file of `size` bytes: the setting, plus a second
+    /// for each `slowestRate` bytes of it.
+    private func bound(size: Int64) -> Double {
+        timeout + Double(max(size, 0)) / Self.slowestRate
+    }
+
+    /// The size of the file open as `fd` (nil: it cannot be looked at).
+    private static func size(of fd: Int32) -> Int64? {
         var opened = fprep_stat()
-        guard fprep_fstat(fd, &opened) == 0 else { return timeout }
-        return timeout + Double(max(opened.size, 0)) / Self.slowestRate
+        return fprep_fstat(fd, &opened) == 0 ? opened.size : nil
     }
 
     init(group: FanotifyGroup, watchlist: Watchlist, hydrator: Hydrator, timeout: Double, log: AgentLog,
@@ -131,32 +135,25 @@ final class EventLoop: @unchecked Sendable {
             return
         }
         guard let placeholder = watchlist.placeholder(key) else { return answer(event.fd, error: 0) }
-        // No placeholder any more, and nothing to fill: the fill would say
-        // so only after a fetch and the lock (offline: never, and the
-        // program's write or read failed with EIO).
-        if let why = Self.noLongerAPlaceholder(event.fd) {
+        let size = Self.size(of: event.fd)
+        // Emptied: a program truncated it (its change), and there is
+        // nothing to fill; the fill would say so only after a fetch and the
+        // lock (offline: never, and the program's write or read failed with
+        // EIO). One holding bytes goes to the fill, which tells the user's
+        // bytes from a half-filled file's under the lock.
+        if size == 0 {
             group.unmark(event.fd)
             watchlist.forget(key)
-            log.write(.info, "no longer watching \(prefix)\(placeholder.path): \(why)")
+            log.write(.info, "no longer watching \(prefix)\(placeholder.path): it is empty")
             return answer(event.fd, error: 0)
         }
         if holdsReplicaLock(event.pid) { return answerLockHolder(event, placeholder, isOpen: isOpen) }
-        let job = Job(placeholder, started: monotonicNow(), bound: bound(of: event.fd))
+        let job = Job(placeholder, started: monotonicNow(), bound: size.map(bound(size:)) ?? timeout)
         job.waiting.append(Waiting(fd: event.fd, deadline: job.started + job.bound))
         running[key] = job
         awaited.insert(key)
         hydrate(key, placeholder, through: event.fd)
         if let readAhead { startReadAhead(readAhead, after: placeholder) }
-    }
-
-    /// Why the watched file open as `fd` is plainly no placeholder now, or
-    /// nil: emptied, a program truncated it (its change). One holding bytes
-    /// goes to the fill, which tells the user's bytes from a half-filled
-    /// file's under the lock.
-    private static func noLongerAPlaceholder(_ fd: Int32) -> String? {
-        var opened = fprep_stat()
-        guard fprep_fstat(fd, &opened) == 0, opened.size == 0 else { return nil }
-        return "it is empty"
     }
 
     /// An open or access by a process that holds the replica's lock, which
@@ -202,11 +199,11 @@ final class EventLoop: @unchecked Sendable {
         let batch = readAhead.plan(after: placeholder, watchlist: watchlist) { running[$0] != nil }
         guard !batch.isEmpty else { return }
         let now = monotonicNow()
-        for (key, file) in batch { running[key] = Job(file, started: now, bound: timeout, readAhead: true) }
+        for (key, file, size) in batch { running[key] = Job(file, started: now, bound: bound(size: size), readAhead: true) }
         let group = self.group
         let indexWritten = hydrator.indexWritten
         workers.async { [self] in
-            readAhead.run(batch, group: group, indexWritten: indexWritten) { [self] outcomes in
+            readAhead.run(batch.map { ($0.key, $0.file) }, group: group, indexWritten: indexWritten) { [self] outcomes in
                 let end = monotonicNow()
                 finished.withLock { $0.append(contentsOf: outcomes.map { ($0.0, $0.1, end) }) }
                 wakeUp()
@@ -237,7 +234,7 @@ final class EventLoop: @unchecked Sendable {
                 // Read ahead, not filled (moved meanwhile, the batch's fetch
                 // failed): a read-ahead never fails a reader; the file's own
                 // hydration through the access's descriptor decides.
-                let retry = Job(job.placeholder, started: job.started, bound: bound(of: job.waiting[0].fd))
+                let retry = Job(job.placeholder, started: job.started, bound: job.bound)
                 retry.waiting = job.waiting
                 running[key] = retry
                 awaited.insert(key)

@@ -55,7 +55,7 @@ final class ReadAhead: @unchecked Sendable {
     /// starts: the files to fetch ahead (none unless it makes a walk of
     /// that folder). `skip`: files already being hydrated.
     func plan(after placeholder: WatchedPlaceholder, watchlist: Watchlist,
-              skip: (FileKey) -> Bool) -> [(FileKey, WatchedPlaceholder)] {
+              skip: (FileKey) -> Bool) -> [(key: FileKey, file: WatchedPlaceholder, size: Int64)] {
         guard budget > 0 else { return [] }
         let folder = placeholder.path.parent
         let now = monotonicNow()
@@ -83,7 +83,7 @@ final class ReadAhead: @unchecked Sendable {
         if let position = names.firstIndex(of: placeholder.path.name) {
             names = Array(names[(position + 1)...] + names[..<position])
         }
-        var chosen: [(FileKey, WatchedPlaceholder)] = []
+        var chosen: [(key: FileKey, file: WatchedPlaceholder, size: Int64)] = []
         var total: Int64 = 0
         for name in names {
             var raw = fprep_stat()
@@ -96,7 +96,7 @@ final class ReadAhead: @unchecked Sendable {
             if total + raw.size > budget, !chosen.isEmpty { break }
             total += raw.size
             // Where it is now: a sync may have moved it since it was listed.
-            chosen.append((key, WatchedPlaceholder(path: folder.appending(name), blob: watched.blob)))
+            chosen.append((key, WatchedPlaceholder(path: folder.appending(name), blob: watched.blob), raw.size))
         }
         return chosen
     }
