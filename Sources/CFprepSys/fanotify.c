@@ -32,8 +32,12 @@ struct fprep_fanotify_info_range {
 #endif
 
 int fprep_fanotify_init(void) {
+    /* Read-only: an event's descriptor, held while its fill waits for the
+     * replica's lock, must not make the file look open for writing (a
+     * sync would take it for a program's change). The fill opens the file
+     * for writing anew, under the lock (fprep_reopen). */
     return fanotify_init(FAN_CLASS_PRE_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
-                         O_RDWR | O_LARGEFILE);
+                         O_RDONLY | O_LARGEFILE);
 }
 
 int fprep_fanotify_mark_fd(int group, int fd) {

@@ -113,7 +113,18 @@ int fprep_take_write_lease(int fd) {
     return fcntl(fd, F_SETLEASE, F_WRLCK);
 }
 
+int fprep_take_read_lease(int fd) {
+    ignore_lease_signal();
+    return fcntl(fd, F_SETLEASE, F_RDLCK);
+}
+
 int fprep_release_lease(int fd) { return fcntl(fd, F_SETLEASE, F_UNLCK); }
+
+int fprep_reopen(int fd, int flags) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return open(path, flags | O_CLOEXEC);
+}
 
 int fprep_rename_exchange(int dirfd, const char *a, const char *b) {
 #ifndef RENAME_EXCHANGE

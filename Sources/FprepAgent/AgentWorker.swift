@@ -597,7 +597,9 @@ public enum AgentWorker {
             defer { if rootFD >= 0 { close(rootFD) } }
             for (position, placeholder) in part.enumerated() where rootFD >= 0 {
                 var raw = fprep_stat()
-                let fd = fprep_open_regular(rootFD, placeholder.path.bytes.map { CChar(bitPattern: $0) } + [0], O_RDWR, &raw)
+                // Read-only, as the kernel opens an event's file: the fill opens
+                // it for writing once it holds the lock.
+                let fd = fprep_open_regular(rootFD, placeholder.path.bytes.map { CChar(bitPattern: $0) } + [0], O_RDONLY, &raw)
                 guard fd >= 0 else {
                     outcomes[position] = (2, 0, fd == -2 ? "it is no longer a file" : "open: \(String(cString: strerror(errno)))")
                     continue

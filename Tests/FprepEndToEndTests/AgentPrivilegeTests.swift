@@ -197,6 +197,29 @@ struct AgentPrivilegeTests {
         }
     }
 
+    @Test("a file its owner made read-only is filled by the agent and evicted all the same (fprep writes it with the owner's permission) and keeps its mode")
+    func readOnlyPlaceholderIsFilled() throws {
+        let user = try TestUser.find()
+        try withSandbox { s in
+            let (replica, _, _) = try s.replicaOwned(by: user)
+            #expect(chmod(replica + "/bin.dat", 0o444) == 0)
+            let agent = try s.startAgent(replica)
+            let read = try s.run(as: user, ["/usr/bin/python3", "-c", readProgram, "bin.dat"], cwd: replica)
+            #expect(read.status == 0 && read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(read.status) \(agent.stderrSoFar)")
+            var filled = stat()
+            #expect(lstat(replica + "/bin.dat", &filled) == 0 && filled.st_mode & 0o7777 == 0o444 && filled.st_uid == user.uid,
+                    "the mode the owner gave it is kept")
+            let status = try s.run(as: user, [Binaries.fprep, "status", "-C", replica, "--json"])
+            #expect(status.status == 0 && (try? status.json())?.int("modified") ?? -1 == 0, "filling is no change of the user's: \(status)")
+            _ = stopAgent(agent)
+            // Evict writes into it too (the punch).
+            let evicted = try s.run(as: user, [Binaries.fprep, "evict", "-C", replica, "bin.dat"])
+            #expect(evicted.status == 0, "\(evicted)")
+            #expect(lstat(replica + "/bin.dat", &filled) == 0 && filled.st_blocks == 0 && filled.st_mode & 0o7777 == 0o444,
+                    "evicted, its mode kept")
+        }
+    }
+
     @Test("a placeholder in a user's replica that belongs to someone else (root) is never watched, so the agent never writes where the owner could not")
     func othersFileNotWatched() throws {
         let user = try TestUser.find()

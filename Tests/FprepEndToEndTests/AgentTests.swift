@@ -483,6 +483,49 @@ struct AgentTests {
         }
     }
 
+    @Test("a sync by hand replaces a placeholder whose fill waits for the sync's lock: no conflict copy, nothing pushed, the reader gets the version it opened")
+    func syncReplacesAPlaceholderBeingFilled() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let work = s.at("work")
+            try s.gitOK(["clone", "-q", remote.path, work])
+            let newer = pseudoRandomBytes(7_000, seed: 2)
+            try newer.write(to: URL(fileURLWithPath: work + "/bin.dat"))
+            try s.gitOK(["commit", "-q", "-am", "a new bin.dat"], cwd: work)
+            try s.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let tip = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let agent = try s.startAgent(replica)
+            // The sync holds the lock (held at its gate) while a program opens
+            // the placeholder: its fill fetches, then waits for the lock, the
+            // agent's descriptor of the file open all the while.
+            let gate = s.at("sync-gate")
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let sync = try s.spawnFprep(["sync", "--json", "-C", replica], env: ["FPREP_TEST_SYNC_GATE": gate])
+            #expect(waitUntil { FileManager.default.fileExists(atPath: gate + ".waiting") }, "the sync holds the lock")
+            let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            let stateFolder = replica + "/.fprep"
+            #expect(waitUntil { waitsOnFanotify(reader.pid)
+                && ((try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? []).contains { $0.hasPrefix("agent-fetch-") } },
+                    "the reader's fill has begun (and will wait for the lock)")
+            #expect(unlink(gate) == 0)
+            let synced = sync.wait(timeout: patienceSeconds)
+            #expect(!synced.timedOut && synced.status == 0, "\(synced)")
+            let report = (try? synced.json()) ?? [:]
+            #expect((report["conflicts"] as? [Any])?.isEmpty == true && (report["localChanges"] as? [Any])?.isEmpty == true,
+                    "the placeholder was taken for a change of the user's: \(synced)")
+            let read = reader.wait(timeout: patienceSeconds)
+            #expect(read.status == 0 && read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "the reader gets the version it opened: \(read)")
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+            #expect(!names.contains { $0.contains("conflict") }, "\(names)")
+            #expect(FileManager.default.contents(atPath: replica + "/bin.dat") == newer, "the file is the remote's version")
+            _ = stopAgent(agent)
+            let again = try s.fprepOK(["sync", "-C", replica])
+            #expect(try s.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing was pushed: \(again)")
+        }
+    }
+
     @Test("a command holding the replica's lock opens a file whose fill waits for that lock: its open goes on at once (no wait on a fill that waits on it)")
     func lockHolderOpensAFileBeingFilled() throws {
         try withSandbox { s in

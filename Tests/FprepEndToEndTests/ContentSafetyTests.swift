@@ -310,6 +310,45 @@ struct ConcurrentWriterTests {
         }
     }
 
+    @Test("a program holding a file open only to read it (a viewer, tail) while sync replaces it: no conflict copy, nothing pushed, it reads the old bytes to the end")
+    func readerDuringSync() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            let old = try #require(contents(replica + "/docs/readme.md"))
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/readme.md"))
+            try Data("changed too\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try box.gitOK(["commit", "-q", "-am", "change"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            // Two readers: of the materialized file and of a placeholder.
+            let ready = box.at("ready"), go = box.at("go")
+            let reader = try box.spawn([python, "-c", """
+                import os, sys, time
+                files = [open(p, 'rb') for p in ('docs/readme.md', 'a.txt')]
+                open(sys.argv[1], 'w').close()
+                while not os.path.exists(sys.argv[2]): time.sleep(0.005)
+                sys.stdout.buffer.write(files[0].read())
+                """, ready, go], cwd: replica)
+            #expect(waitUntil { exists(ready) }, "the reader holds the files open")
+            let report = try syncWithin(box, replica)
+            FileManager.default.createFile(atPath: go, contents: nil)
+            let read = reader.wait(timeout: patienceSeconds)
+            #expect(read.status == 0 && read.stdoutData == old, "the reader reads the bytes it opened: \(read)")
+            #expect((report["conflicts"] as? [Any])?.isEmpty == true && (report["localChanges"] as? [Any])?.isEmpty == true, "\(report)")
+            let names = ((try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? [])
+                + ((try? FileManager.default.contentsOfDirectory(atPath: replica + "/docs")) ?? [])
+            #expect(!names.contains { $0.contains("conflict") }, "a reader made a conflict copy: \(names) \(report)")
+            #expect(contents(replica + "/docs/readme.md") == Data("changed\n".utf8))
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing was pushed")
+        }
+    }
+
     @Test("programs holding files open while sync replaces and deletes them keep every byte they write")
     func writersDuringSync() throws {
         try withSandbox { box in

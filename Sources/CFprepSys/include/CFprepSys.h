@@ -23,7 +23,15 @@ int fprep_open_regular(int dirfd, const char *path, int flags, struct fprep_stat
  * is released (fprep_release_lease). -1 with EAGAIN: open elsewhere; other
  * errno: leases unsupported here (filesystem, or not the file's owner). */
 int fprep_take_write_lease(int fd);
+/* A read lease on `fd` (open for reading; F_SETLEASE F_RDLCK): granted only
+ * while no one has the file open for writing; then an open for writing (or a
+ * truncate) waits until it is released. Readers neither refuse nor wait. */
+int fprep_take_read_lease(int fd);
 int fprep_release_lease(int fd);
+
+/* Opens the file `fd` is open on anew, with `flags` (through
+ * /proc/self/fd: also a file with no name left). -1 with errno set. */
+int fprep_reopen(int fd, int flags);
 
 /* Swaps the names `a` and `b` in `dirfd` atomically (renameat2 RENAME_EXCHANGE). */
 int fprep_rename_exchange(int dirfd, const char *a, const char *b);

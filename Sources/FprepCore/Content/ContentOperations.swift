@@ -487,14 +487,26 @@ struct ContentOperations {
             return .refused("it is open for writing in another program; evict it once that program closes it")
         }
         let fd: Int32
+        // A file its owner made read-only is written with the owner's
+        // permission for the punch, and gets its mode back after.
+        var restoreMode: mode_t?
         do {
-            fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
+            do {
+                fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
+            } catch let error as SystemError where error.code == EACCES {
+                let readable = try replica.rootFolder.openRegular(path, flags: O_RDONLY).fd
+                defer { close(readable) }
+                (fd, restoreMode) = try Replica.openForFilling(readable, shown: path.description)
+            }
         } catch let refusal as ContentRefusal {
             return .refused(refusal.why)
         } catch let error as SystemError {
             return .refused("cannot open it: \(String(cString: strerror(error.code)))")
         }
-        defer { close(fd) }
+        defer {
+            if let restoreMode { _ = fchmod(fd, restoreMode) }
+            close(fd)
+        }
         // A write lease: granted only while no one else has the file open,
         // and whoever opens it from now on waits until it is given back, so
         // no write can land between the check below and the punch (it lands
@@ -527,6 +539,9 @@ struct ContentOperations {
         }
         var flat = fprep_stat()
         fprep_stat_flatten(&after, &flat)
+        if let restoreMode {
+            guard fchmod(fd, restoreMode) == 0, fprep_fstat(fd, &flat) == 0 else { throw SystemError("give back the mode of", path.description) }
+        }
         var updated = entry
         updated.skipWorktree = true
         updated.stat = StatData(FileStat(flat))

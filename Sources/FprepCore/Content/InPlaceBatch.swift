@@ -26,6 +26,8 @@ extension Replica {
         // Looked at before anything is journaled: only files still
         // placeholders at their path, at the size the index gave them.
         var fillable: [(position: Int, entry: IndexEntry, size: Int64, tracked: Bool)] = []
+        // Placeholders with no name left (replaced by a sync), and the blob their marks name.
+        var detached: [(position: Int, blob: ObjectID, size: Int64)] = []
         // Where each file is now: its listed path, or where a sync moved it.
         var paths = files.map(\.path)
         for (position, file) in files.enumerated() {
@@ -43,7 +45,11 @@ extension Replica {
                 // Holding no data and no placeholder of the index's: its
                 // content is not known here, and zeros are never an answer
                 // (an empty file has none to give).
-                if opened.size == 0 {
+                if opened.nlink == 0, let blob = Self.markedBlob(file.fd) {
+                    // A sync replaced it while its fill waited for the lock:
+                    // the program that opened it reads the version it opened.
+                    detached.append((position, blob, opened.size))
+                } else if opened.size == 0 {
                     results[position] = .success(.notAPlaceholder("it is empty"))
                 } else {
                     results[position] = .failure(FprepError("the file is no longer a placeholder at its path (moved or replaced); run 'fprep sync'"))
@@ -59,11 +65,16 @@ extension Replica {
             fillable.append((position, entry, opened.size, tracked))
         }
         Trace.mark("fill: \(files.count) looked at")
-        guard !fillable.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
+        guard !fillable.isEmpty || !detached.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
 
         let odb = try repository.objectDatabase()
         let quarantine = stateFolder + "/" + InPlaceHydration.quarantinePrefix + token
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
+        for (position, blob, size) in detached {
+            results[position] = Result { try fillDetached(files[position].fd, blob: blob, size: size, shown: files[position].path.description) }
+            if case .success(.hydrated(let bytes)) = results[position], files.count > 1 { tell(position, bytes) }
+        }
+        guard !fillable.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
         // Journaled, so a kill midway leaves no partial fill taken for the
         // user's bytes: the tracked files by path (recovery reads their
         // entries), the moved ones by path and the blob that fills them.
@@ -79,8 +90,13 @@ extension Replica {
         // stays open, for the next command to settle.
         var unsettled = false
         for (position, entry, size, tracked) in fillable {
-            let (path, fd) = (paths[position], files[position].fd)
+            let path = paths[position]
             do {
+                let (fd, restoreMode) = try Self.openForFilling(files[position].fd, shown: path.description)
+                defer {
+                    if let restoreMode { _ = fchmod(fd, restoreMode) }
+                    close(fd)
+                }
                 let blob: Blob
                 do {
                     blob = try repository.blob(entry.id)
@@ -93,7 +109,8 @@ extension Replica {
                     }
                     let after: fprep_stat
                     do {
-                        after = try fill(fd, with: bytes, entry: entry, path: path, size: size, flush: fillable.count == 1)
+                        after = try fill(fd, with: bytes, entry: entry, path: path, size: size, flush: fillable.count == 1,
+                                         restoreMode: restoreMode)
                     } catch {
                         // A write that failed midway (a full disk): the placeholder
                         // again at once, so none of its bytes is taken for content.
@@ -144,6 +161,65 @@ extension Replica {
 }
 
 extension Replica {
+    /// The file open as `fd` (the agent's descriptors are read-only, so
+    /// that a fill waiting for the lock does not make the file look open
+    /// for writing), opened anew for writing. Call with the lock held.
+    /// A file its owner made read-only gets the owner's write permission
+    /// for the fill (a write and the placeholder marks' removal need it),
+    /// and its mode back before the fill's last look: `restoreMode`.
+    static func openForFilling(_ fd: Int32, shown: String) throws -> (fd: Int32, restoreMode: mode_t?) {
+        var opened = fprep_stat()
+        guard fprep_fstat(fd, &opened) == 0 else { throw SystemError("stat", shown) }
+        let mode = mode_t(opened.mode) & 0o7777
+        var restoreMode: mode_t?
+        if mode & S_IWUSR == 0 {
+            guard fchmod(fd, mode | S_IWUSR) == 0 else { throw SystemError("open for filling", shown) }
+            restoreMode = mode
+        }
+        let writable = fprep_reopen(fd, O_RDWR)
+        guard writable >= 0 else {
+            let code = errno
+            if let restoreMode { _ = fchmod(fd, restoreMode) }
+            throw SystemError("open for filling", shown, code)
+        }
+        return (writable, restoreMode)
+    }
+
+    /// The blob a placeholder's marks name, or nil.
+    static func markedBlob(_ fd: Int32) -> ObjectID? {
+        var raw = [UInt8](repeating: 0, count: 20)
+        guard fprep_get_xattr(fd, "user.fprep.blob", &raw, raw.count) == 20 else { return nil }
+        return ObjectID(bytes: raw)
+    }
+
+    /// Fills a placeholder that has no name any more (a sync replaced it
+    /// while a program was opening it) with the blob its marks name: only
+    /// that program ever sees these bytes, so nothing is journaled or
+    /// recorded, and a crash leaves nothing behind.
+    func fillDetached(_ fd: Int32, blob id: ObjectID, size: Int64, shown: String) throws -> InPlaceOutcome {
+        let blob: Blob
+        do {
+            blob = try repository.blob(id)
+        } catch {
+            throw FprepError("the remote did not send the content of '\(shown)' (\(id))")
+        }
+        return try blob.withContent { bytes -> InPlaceOutcome in
+            guard try ObjectDatabase.blobID(of: bytes) == id, Int64(bytes.count) == size else {
+                throw FprepError("the content fetched for '\(shown)' does not match the replaced placeholder")
+            }
+            let (writable, restoreMode) = try Self.openForFilling(fd, shown: shown)
+            defer {
+                if let restoreMode { _ = fchmod(writable, restoreMode) }
+                close(writable)
+            }
+            if let base = bytes.baseAddress, bytes.count > 0, fprep_pwrite_all(writable, base, bytes.count, 0) < 0 {
+                throw SystemError("write", shown)
+            }
+            _ = fprep_clear_placeholder_marks(writable)
+            return .hydrated(bytes: Int64(bytes.count))
+        }
+    }
+
     /// The index's placeholder entry for the file open as `fd` (stat
     /// `opened`): the one at `listed` when that path still names this very
     /// file, else the one a sync moved it to (same inode, the blob its
@@ -163,8 +239,7 @@ extension Replica {
         if let entry = index.entry(path: listed.bytes), entry.skipWorktree, FileMode(raw: entry.mode).isFile, isThisFile(listed) {
             return (listed, entry, true)
         }
-        var raw = [UInt8](repeating: 0, count: 20)
-        guard fprep_get_xattr(fd, "user.fprep.blob", &raw, raw.count) == 20, let blob = ObjectID(bytes: raw) else { return nil }
+        guard let blob = Self.markedBlob(fd) else { return nil }
         var sameBlob: IndexEntry?
         for position in 0..<index.count {
             guard let entry = index.entry(at: position), entry.id == blob, entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }

@@ -43,20 +43,6 @@ public enum InPlaceHydration {
     /// How that kill is done: the agent's worker, which writes, has the
     /// agent killed instead (set once, before any hydration).
     nonisolated(unsafe) public static var killForTest: @Sendable () -> Void = { _ = raise(SIGKILL) }
-    /// Tests only (`FPREP_TEST_FILL_GATE=PATH`): a fill that has looked at
-    /// its file and holds the lock makes `PATH.waiting`, then writes only
-    /// once `PATH` is gone, so a test can act on the file mid-fill for sure.
-    /// The gate holds the fill of any file, or of the one it names.
-    static let testFillGate: String? = getenv("FPREP_TEST_FILL_GATE").map { String(cString: $0) }
-
-    static func waitAtTestGate(_ path: RepoPath) {
-        guard let gate = testFillGate, let named = FileManager.default.contents(atPath: gate) else { return }
-        guard named.isEmpty || Array(named) == path.bytes else { return }
-        let mark = open(gate + ".waiting", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-        if mark >= 0 { close(mark) }
-        while access(gate, F_OK) == 0 { usleep(5_000) }
-    }
-
     /// Fetches `blobs` from the replica's remote into a new quarantine and
     /// returns its token (see `hydrate`). Takes no lock: it only adds a
     /// folder of objects under `.fprep/`.
@@ -253,8 +239,11 @@ extension Replica {
     /// Writes `bytes` into the placeholder open as `fd` (of `size` bytes),
     /// with the item's date, durably, and takes its placeholder marks off.
     /// `flush: false`: the caller makes the batch durable at once (syncfs).
-    func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64, flush: Bool = true) throws -> fprep_stat {
-        InPlaceHydration.waitAtTestGate(path)
+    /// `restoreMode`: the mode to give the file back before its last look
+    /// (see `openForFilling`).
+    func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64, flush: Bool = true,
+              restoreMode: mode_t? = nil) throws -> fprep_stat {
+        TestGate.fill.pass(path)
         if size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
             throw SystemError("resize", path.description)
         }
@@ -270,6 +259,7 @@ extension Replica {
         _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
         guard !flush || fsync(fd) == 0 else { throw SystemError("flush", path.description) }
         guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
+        if let restoreMode, fchmod(fd, restoreMode) != 0 { throw SystemError("give back the mode of", path.description) }
         var after = fprep_stat()
         guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }
         return after

@@ -9,16 +9,23 @@ import FprepGit
 /// A rename (or unlink) alone would lose a write that lands between the last
 /// check and the rename, and every later write of a program that holds the
 /// file open (it writes into the replaced file). So:
-/// 1. a write lease on the old file: granted only while no one else has it
-///    open (else this is refused: a program has it open), and every open
-///    from then on waits until it is given back;
+/// 1. a read lease on the old file: granted only while no one has it open
+///    for writing (else this is refused: a program may write it), and
+///    every open for writing from then on waits until it is given back;
 /// 2. under it, the old file is checked once more and the names are
 ///    exchanged (`renameat2` RENAME_EXCHANGE; a removal renames it to the
 ///    temporary name), so the old file lives on under the temporary name;
 /// 3. the lease is given back (an open that waited goes on, into the old
-///    file) and taken again, which succeeds once no one has it open;
+///    file) and taken again, which succeeds once no one has it open for
+///    writing;
 /// 4. the old file is looked at a last time: unchanged, it goes; written
 ///    into, its bytes are the user's and stay as a conflict copy.
+///
+/// Readers do not count: a program reading the old file reads it to the
+/// end (its name goes, not its bytes) and writes nothing that could be
+/// lost, so a viewer holding a file open, or a program waiting for a
+/// placeholder's content, does not turn the replaced file into a
+/// conflict copy.
 struct SafeReplace {
     let folder: FolderHandle
     let name: [UInt8]
@@ -57,9 +64,9 @@ struct SafeReplace {
         defer { close(fd) }
         // Checked before the lease: the check may open the file itself.
         guard isUnchanged(opened) else { return .refused(Self.changed) }
-        let leased = Self.takeWriteLease(fd)
+        let leased = Self.takeLease(fd, reading: true)
         if !leased && errno == EAGAIN {
-            return .refused("it is open in another program; run the command again once that program closes it")
+            return .refused("it is open for writing in another program; run the command again once that program closes it")
         }
         var raw = fprep_stat()
         guard fprep_fstat(fd, &raw) == 0 else {
@@ -113,9 +120,15 @@ struct SafeReplace {
     /// refused until then. A program that keeps the file open still
     /// refuses it after the wait. errno is EAGAIN when refused.
     static func takeWriteLease(_ fd: Int32, patience: Double = 0.5) -> Bool {
+        takeLease(fd, reading: false, patience: patience)
+    }
+
+    /// As `takeWriteLease`; `reading`: a read lease, refused only while
+    /// the file is open for writing elsewhere.
+    static func takeLease(_ fd: Int32, reading: Bool, patience: Double = 0.5) -> Bool {
         let deadline = Date().timeIntervalSince1970 + patience
         var pause: useconds_t = 1_000
-        while fprep_take_write_lease(fd) != 0 {
+        while (reading ? fprep_take_read_lease(fd) : fprep_take_write_lease(fd)) != 0 {
             let code = errno
             guard code == EAGAIN, Date().timeIntervalSince1970 < deadline else {
                 errno = code
@@ -127,10 +140,10 @@ struct SafeReplace {
         return true
     }
 
-    /// Waits (up to `closeWait`) until no one else has the file open: the
-    /// lease is granted only then.
+    /// Waits (up to `closeWait`) until no one else has the file open for
+    /// writing: the lease is granted only then.
     private func waitUntilClosedElsewhere(_ fd: Int32) {
-        if Self.takeWriteLease(fd, patience: Self.closeWait) { _ = fprep_release_lease(fd) }
+        if Self.takeLease(fd, reading: true, patience: Self.closeWait) { _ = fprep_release_lease(fd) }
     }
 
     /// Renames the old file (now at the temporary name) to a free conflict

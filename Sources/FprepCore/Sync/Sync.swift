@@ -96,6 +96,7 @@ extension Replica {
     /// a program still has open for writing to a later sync, reported in
     /// `keptLocal`: a half-written save is never pushed.
     public func sync(incoming: Bool = false, deferOpenForWriting: Bool = false) throws -> SyncReport {
+        TestGate.sync.pass()
         Trace.mark("start")
         // Read while the fetch waits on the remote: the index is read whole
         // once the trees are in, and the diff reads old trees all over the
