@@ -220,6 +220,35 @@ struct AgentPrivilegeTests {
         }
     }
 
+    @Test("the agent killed while it fills a file its owner made read-only: the next command gives the file its mode back")
+    func readOnlyModeComesBackAfterAKill() throws {
+        let user = try TestUser.find()
+        try withSandbox { s in
+            let (replica, _, _) = try s.replicaOwned(by: user)
+            #expect(chmod(replica + "/bin.dat", 0o444) == 0)
+            // The worker runs as the owner: its gate is where the owner may write.
+            let gates = s.at("gates")
+            try FileManager.default.createDirectory(atPath: gates, withIntermediateDirectories: true)
+            chmod(gates, 0o777)
+            let gate = gates + "/fill"
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let agent = try s.startAgent(replica, env: ["FPREP_TEST_FILL_GATE": gate])
+            let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            #expect(waitUntil { exists(gate + ".waiting") }, "the fill holds the file, open for writing: \(agent.stderrSoFar)")
+            var held = stat()
+            #expect(lstat(replica + "/bin.dat", &held) == 0 && held.st_mode & 0o7777 == 0o644, "the fill gave the owner write permission")
+            let workers = agentWorkers(of: agent.pid)
+            _ = agent.kill9()
+            for worker in workers { kill(worker, SIGKILL) }
+            _ = reader.wait(timeout: patienceSeconds)
+            let status = try s.run(as: user, [Binaries.fprep, "status", "-C", replica, "--json"])
+            #expect(status.status == 0, "\(status)")
+            var after = stat()
+            #expect(lstat(replica + "/bin.dat", &after) == 0 && after.st_mode & 0o7777 == 0o444, "the mode the owner gave it is back")
+            #expect(((try? status.json())?.objects("changes") ?? []).isEmpty, "nothing the user did: \(status)")
+        }
+    }
+
     @Test("a placeholder in a user's replica that belongs to someone else (root) is never watched, so the agent never writes where the owner could not")
     func othersFileNotWatched() throws {
         let user = try TestUser.find()

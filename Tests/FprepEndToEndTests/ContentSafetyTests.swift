@@ -310,6 +310,132 @@ struct ConcurrentWriterTests {
         }
     }
 
+    /// A replica whose `a.txt` the remote then changes (or deletes): as a
+    /// placeholder or materialized first.
+    static func replicaBehindTheRemote(_ box: Sandbox, materialized: Bool, deleted: Bool) throws -> (replica: String, remote: Remote) {
+        let remote = try box.makeRemote()
+        let replica = box.at("replica")
+        _ = try box.clone(remote.path, replica)
+        if materialized { try box.fprepOK(["materialize", "a.txt"], cwd: replica) }
+        let work = box.at("work")
+        try box.gitOK(["clone", "-q", remote.path, work])
+        if deleted {
+            try box.gitOK(["rm", "-q", "a.txt"], cwd: work)
+        } else {
+            try Data("the remote's\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+        }
+        try box.gitOK(["commit", "-q", "-am", "the remote changes a.txt"], cwd: work)
+        try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+        return (replica, remote)
+    }
+
+    /// Whether `text` is in some file of the replica's top folder, and in some blob of the remote's branch.
+    static func kept(_ box: Sandbox, _ text: String, replica: String, remote: Remote) throws -> (here: Bool, pushed: Bool) {
+        let here = allBytes(in: replica).range(of: Data(text.utf8)) != nil
+        let grep = try box.git(["grep", "-q", "-F", text, "main"], cwd: remote.path)
+        return (here, grep.status == 0)
+    }
+
+    @Test("an editor's save renamed over a file while sync is about to swap it (a lease holds opens, not renames) is kept and pushed, never deleted",
+          arguments: [(false, false), (true, false), (true, true)])
+    func renameSaveDuringTheSwap(materialized: Bool, deleted: Bool) throws {
+        try withSandbox { box in
+            let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: materialized, deleted: deleted)
+            let gate = box.at("gate")
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let sync = try box.spawnFprep(["sync", "--json"], cwd: replica, env: ["FPREP_TEST_BEFORE_EXCHANGE_GATE": gate])
+            #expect(waitUntil { exists(gate + ".waiting") }, "the sync reached the swap: \(sync.stderrSoFar)")
+            // As an editor saves: a new file, renamed over the name.
+            try Data("EDITOR-SAVE\n".utf8).write(to: URL(fileURLWithPath: replica + "/.a.txt.swp"))
+            #expect(rename(replica + "/.a.txt.swp", replica + "/a.txt") == 0)
+            #expect(unlink(gate) == 0)
+            let synced = sync.wait(timeout: patienceSeconds)
+            #expect(!synced.timedOut && synced.status == 0, "\(synced)")
+            #expect(try Self.kept(box, "EDITOR-SAVE", replica: replica, remote: remote).here, "the save is gone: \(synced)")
+            try box.fprepOK(["sync"], cwd: replica)
+            let after = try Self.kept(box, "EDITOR-SAVE", replica: replica, remote: remote)
+            #expect(after.here && after.pushed, "\(after) \(synced)")
+            if !deleted {
+                #expect(try box.git(["show", "main:a.txt"], cwd: remote.path).stdout == "the remote's\n" || after.pushed)
+            }
+        }
+    }
+
+    /// A program that opens `a.txt` for appending while sync holds its
+    /// lease (the open waits, then goes into the old file), says so in
+    /// `opened`, appends `text` (none: nothing) and holds the file open
+    /// until `stop` exists, then appends `late` and closes.
+    static let appendingWriter = """
+        import os, sys, time
+        f = open('a.txt', 'ab', buffering=0)
+        open(sys.argv[1], 'w').close()
+        if sys.argv[2]: f.write(sys.argv[2].encode())
+        open(sys.argv[1] + '.wrote', 'w').close()
+        while not os.path.exists(sys.argv[3]): time.sleep(0.005)
+        if sys.argv[4]: f.write(sys.argv[4].encode())
+        f.close()
+        """
+
+    @Test("sync killed while it waits for a program writing into the old file it swapped out: the next command keeps those bytes as a conflict copy, pushed; killed with the old file untouched, it goes")
+    func killedWhileTheOldFileIsWritten() throws {
+        for written in [true, false] {
+            try withSandbox { box in
+                let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: true, deleted: false)
+                let gate = box.at("gate"), opened = box.at("opened"), stop = box.at("stop")
+                #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+                let sync = try box.spawnFprep(["sync"], cwd: replica,
+                                              env: [written ? "FPREP_TEST_BEFORE_EXCHANGE_GATE" : "FPREP_TEST_AFTER_EXCHANGE_GATE": gate])
+                #expect(waitUntil { exists(gate + ".waiting") }, "the sync reached the swap: \(sync.stderrSoFar)")
+                var writer: Spawned?
+                if written {
+                    // Its open waits on the lease, and goes into the old file once the names are exchanged.
+                    writer = try box.spawn([python, "-c", Self.appendingWriter, opened, "WRITER-BYTES\n", stop, ""], cwd: replica)
+                    #expect(waitUntil { (try? String(contentsOfFile: "/proc/\(writer!.pid)/wchan", encoding: .utf8))?.contains("break_lease") == true },
+                            "the writer's open waits on the sync's lease")
+                    #expect(unlink(gate) == 0)
+                    #expect(waitUntil { exists(opened + ".wrote") }, "the writer wrote")
+                }
+                // Killed waiting for the writer to close the old file (or at the gate, the old file untouched).
+                _ = sync.kill9()
+                let status = try box.fprepJSON(["status"], cwd: replica)
+                let left = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+                #expect(!left.contains { $0.hasPrefix(".a.txt.fprep-") }, "settled: \(left)")
+                #expect(left.contains { $0.contains("conflict") } == written, "written \(written): \(left) \(status)")
+                FileManager.default.createFile(atPath: stop, contents: nil)
+                if let writer { #expect(writer.wait(timeout: patienceSeconds).status == 0) }
+                try box.fprepOK(["sync"], cwd: replica)
+                let after = try Self.kept(box, "WRITER-BYTES", replica: replica, remote: remote)
+                #expect(after.here == written && after.pushed == written, "written \(written): \(after)")
+                #expect(contents(replica + "/a.txt") == Data("the remote's\n".utf8))
+            }
+        }
+    }
+
+    @Test("a program that opened the old file while sync swapped it and still holds it open for writing once the wait is over: the old file is kept, and its later writes are pushed")
+    func writerStillOpenAfterTheWait() throws {
+        try withSandbox { box in
+            let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: true, deleted: false)
+            let gate = box.at("gate"), opened = box.at("opened"), stop = box.at("stop")
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let sync = try box.spawnFprep(["sync", "--json"], cwd: replica,
+                                          env: ["FPREP_TEST_BEFORE_EXCHANGE_GATE": gate, "FPREP_TEST_CLOSE_WAIT_SECONDS": "0.5"])
+            #expect(waitUntil { exists(gate + ".waiting") }, "the sync reached the swap: \(sync.stderrSoFar)")
+            let writer = try box.spawn([python, "-c", Self.appendingWriter, opened, "", stop, "LATE-WRITE\n"], cwd: replica)
+            #expect(waitUntil { (try? String(contentsOfFile: "/proc/\(writer.pid)/wchan", encoding: .utf8))?.contains("break_lease") == true },
+                    "the writer's open waits on the sync's lease")
+            #expect(unlink(gate) == 0)
+            let synced = sync.wait(timeout: patienceSeconds)
+            #expect(!synced.timedOut && synced.status == 0, "\(synced)")
+            #expect(exists(opened), "the writer's open went on")
+            // It writes once the sync is over: into the old file, which must have a name.
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            try box.fprepOK(["sync"], cwd: replica)
+            let after = try Self.kept(box, "LATE-WRITE", replica: replica, remote: remote)
+            #expect(after.here && after.pushed, "the late write was lost: \(after) \(synced)")
+        }
+    }
+
     @Test("a program holding a file open only to read it (a viewer, tail) while sync replaces it: no conflict copy, nothing pushed, it reads the old bytes to the end")
     func readerDuringSync() throws {
         try withSandbox { box in

@@ -41,6 +41,15 @@ struct ContentJournal: Codable {
     /// sync (no index entry at their path): recovery finds them by path and
     /// knows their content by the blob named here, not by an entry.
     var untracked: [UntrackedFill]? = nil
+    /// Files of these an agent fills although their owner made them
+    /// read-only: they get the owner's write permission for the fill, and
+    /// recovery gives back the mode recorded here.
+    var readOnly: [ReadOnlyFile]? = nil
+
+    struct ReadOnlyFile: Codable {
+        var path: Data
+        var mode: UInt32
+    }
 
     struct UntrackedFill: Codable {
         var path: Data
@@ -576,7 +585,7 @@ struct ContentOperations {
             let path = RepoPath(bytes: Array(raw))
             if let folder = try? replica.rootFolder.folder(path.parent) {
                 SafeReplace(folder: folder, name: path.name, temporary: Self.temporaryName(for: path.name, token: journal.token),
-                            shown: path.description, expectsDataless: true).settleTemporary()
+                            shown: path.description, expectsDataless: true).settleTemporary(old: index.entry(path: path.bytes))
             }
             guard var entry = index.entry(path: path.bytes), let stat = replica.rootFolder.stat(path), stat.isRegular else { continue }
             // Only this entry's own placeholder: one whose marks name
@@ -629,6 +638,10 @@ struct ContentOperations {
         for fill in journal.untracked ?? [] {
             try settleUntrackedFill(fill, token: journal.token)
         }
+        let settled = Set(materialized.map(\.0.bytes) + dataless.map(\.bytes))
+        for file in journal.readOnly ?? [] {
+            try giveBackMode(file, index: index, settled: settled)
+        }
         if journal.inPlace == true { InPlaceHydration.removeQuarantine(journal.token, replicaRoot: replica.root) }
         try replica.writeIndexKeepingJournal(index, lookAgainAt: dataless.map(\.bytes))
         try replica.store.transaction {
@@ -637,6 +650,22 @@ struct ContentOperations {
             try replica.store.endOperation(record.id)
         }
         replica.removeFetchQuarantines()
+    }
+
+    /// Gives a read-only file an agent was filling (killed midway) its mode
+    /// back, if it still has the one the fill gave it (the owner's mode
+    /// plus the owner's write permission); an entry settled above gets the
+    /// file's new stat.
+    private func giveBackMode(_ file: ContentJournal.ReadOnlyFile, index: Index, settled: Set<[UInt8]>) throws {
+        let path = RepoPath(bytes: Array(file.path))
+        guard let (fd, stat) = try? replica.rootFolder.openRegular(path, flags: O_RDONLY) else { return }
+        defer { close(fd) }
+        let mode = mode_t(file.mode) & 0o7777
+        guard mode_t(truncatingIfNeeded: stat.mode) & 0o7777 == mode | S_IWUSR, mode != mode | S_IWUSR, fchmod(fd, mode) == 0 else { return }
+        var after = fprep_stat()
+        guard settled.contains(path.bytes), fprep_fstat(fd, &after) == 0, var entry = index.entry(path: path.bytes) else { return }
+        entry.stat = StatData(FileStat(after))
+        try index.add(entry)
     }
 
     /// Settles an agent's fill of a placeholder that has no entry at its

@@ -26,6 +26,8 @@ extension Replica {
         // Looked at before anything is journaled: only files still
         // placeholders at their path, at the size the index gave them.
         var fillable: [(position: Int, entry: IndexEntry, size: Int64, tracked: Bool)] = []
+        // Those their owner made read-only, and the mode to give back after a crash.
+        var readOnly: [ContentJournal.ReadOnlyFile] = []
         // Placeholders with no name left (replaced by a sync), and the blob their marks name.
         var detached: [(position: Int, blob: ObjectID, size: Int64)] = []
         // Where each file is now: its listed path, or where a sync moved it.
@@ -63,6 +65,9 @@ extension Replica {
                 continue
             }
             fillable.append((position, entry, opened.size, tracked))
+            if mode_t(truncatingIfNeeded: opened.mode) & S_IWUSR == 0 {
+                readOnly.append(ContentJournal.ReadOnlyFile(path: Data(path.bytes), mode: UInt32(truncatingIfNeeded: opened.mode) & 0o7777))
+            }
         }
         Trace.mark("fill: \(files.count) looked at")
         guard !fillable.isEmpty || !detached.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }
@@ -83,7 +88,7 @@ extension Replica {
                                          seconds: Int64($0.entry.stat.mtimeSeconds), nanoseconds: Int($0.entry.stat.mtimeNanoseconds))
         }
         let journal = ContentJournal(token: token, paths: fillable.filter(\.tracked).map { Data(paths[$0.position].bytes) }, inPlace: true,
-                                     untracked: untracked.isEmpty ? nil : untracked)
+                                     untracked: untracked.isEmpty ? nil : untracked, readOnly: readOnly.isEmpty ? nil : readOnly)
         let operation = try store.beginOperation("materialize", payload: journal.encoded())
         var filled: [(RepoPath, ObjectID)] = []
         // A file whose failed write could not be punched back: the journal

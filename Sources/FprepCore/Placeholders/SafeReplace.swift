@@ -48,7 +48,7 @@ struct SafeReplace {
 
     /// How long step 3 waits for the programs that opened the old file
     /// meanwhile to close it.
-    static let closeWait = 10.0
+    static let closeWait: Double = getenv("FPREP_TEST_CLOSE_WAIT_SECONDS").flatMap { Double(String(cString: $0)) } ?? 10.0
 
     /// Replaces, when `isUnchanged` says the old file (its stat given) is
     /// still as fprep last saw it. The temporary is left to the caller when
@@ -80,6 +80,7 @@ struct SafeReplace {
         }
         var aside = true
         CrashPoint.reach()
+        TestGate.beforeExchange.pass()
         let moved = removing ? renameat(folder.fd, cPath(name), folder.fd, cPath(temporary))
                              : fprep_rename_exchange(folder.fd, cPath(temporary), cPath(name))
         if moved != 0 {
@@ -92,9 +93,24 @@ struct SafeReplace {
             // A filesystem without exchange: a plain rename, as before.
             aside = false
         }
+        TestGate.afterExchange.pass()
+        if aside, !holdsTheOldFile(checked) {
+            // A lease holds opens, not renames: a program renamed a file of
+            // its own over the name between the check and the exchange (an
+            // editor's save), so that file is what stepped aside. It goes
+            // back to its name, and the caller treats the item as changed here.
+            let back = removing ? fprep_rename_noreplace(folder.fd, cPath(temporary), cPath(name))
+                                : fprep_rename_exchange(folder.fd, cPath(temporary), cPath(name))
+            if leased { _ = fprep_release_lease(fd) }
+            guard back == 0 else { throw SystemError("put back", shown) }
+            return .refused(Self.changed)
+        }
+        // Whether a program still has the old file open for writing once
+        // the wait is over: it may write into it later, so it is kept.
+        var stillWritten = false
         if leased {
             _ = fprep_release_lease(fd)
-            waitUntilClosedElsewhere(fd)
+            stillWritten = !waitUntilClosedElsewhere(fd)
         }
         guard aside else { return .replaced(keptAs: nil) }
         guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", shown) }
@@ -102,7 +118,7 @@ struct SafeReplace {
         // The rename itself changes the ctime only; the block count moves by
         // itself when delayed allocation is written back, so a write shows in
         // the size, the date, or (for a placeholder) data where none was.
-        let untouched = last.size == checked.size && last.mtime == checked.mtime
+        let untouched = !stillWritten && last.size == checked.size && last.mtime == checked.mtime
             && (!expectsDataless || fprep_holds_no_data(fd) == 1)
         if untouched {
             unlinkat(folder.fd, cPath(temporary), 0)
@@ -141,9 +157,18 @@ struct SafeReplace {
     }
 
     /// Waits (up to `closeWait`) until no one else has the file open for
-    /// writing: the lease is granted only then.
-    private func waitUntilClosedElsewhere(_ fd: Int32) {
-        if Self.takeLease(fd, reading: true, patience: Self.closeWait) { _ = fprep_release_lease(fd) }
+    /// writing: the lease is granted only then. False when someone still has.
+    private func waitUntilClosedElsewhere(_ fd: Int32) -> Bool {
+        guard Self.takeLease(fd, reading: true, patience: Self.closeWait) else { return errno != EAGAIN }
+        _ = fprep_release_lease(fd)
+        return true
+    }
+
+    /// Whether the file at the temporary name is the old file (`checked`,
+    /// open as the caller's descriptor).
+    private func holdsTheOldFile(_ checked: FileStat) -> Bool {
+        guard let atTemporary = folder.stat(name: temporary) else { return false }
+        return atTemporary.device == checked.device && atTemporary.inode == checked.inode
     }
 
     /// Renames the old file (now at the temporary name) to a free conflict
@@ -162,24 +187,48 @@ struct SafeReplace {
         return temporary
     }
 
-    /// After a crash: what is at the temporary name goes, unless it is the
-    /// old placeholder holding bytes a program wrote (it carries the
-    /// placeholder marks; the new file never does), which is kept.
-    func settleTemporary() {
+    /// After a crash: what is at the temporary name is either fprep's new
+    /// file (whole or half-written: it goes) or the old file, swapped out
+    /// before the kill and told apart by the inode `old` (the item's index
+    /// entry) records. The old file goes only when it provably holds no
+    /// byte of anyone's: a placeholder holding no data, or a file with the
+    /// entry's size and date or its blob's bytes. Anything else is what a
+    /// program wrote into it while the replacement waited for it (the kill
+    /// came then), and stays as a conflict copy.
+    func settleTemporary(old: IndexEntry?) {
         var raw = fprep_stat()
-        guard let fd = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY).fd else {
+        guard let (fd, stat) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) else {
             // Not a file: a temporary symlink of fprep's goes.
             if fprep_lstat_at(folder.fd, cPath(temporary), &raw) == 0, FileStat(raw).isSymlink { unlinkat(folder.fd, cPath(temporary), 0) }
             return
         }
         defer { close(fd) }
         let marked = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
-        if marked && fprep_holds_no_data(fd) == 0 {
+        if marked {
+            // A placeholder: fprep's new one holds no data either way.
+            guard fprep_holds_no_data(fd) == 0 else {
+                unlinkat(folder.fd, cPath(temporary), 0)
+                return
+            }
             _ = fprep_clear_placeholder_marks(fd)
             _ = try? keepAsConflictCopy()
             return
         }
-        unlinkat(folder.fd, cPath(temporary), 0)
+        guard let old, old.stat.inode != 0, old.stat.inode == UInt32(truncatingIfNeeded: stat.inode) else {
+            unlinkat(folder.fd, cPath(temporary), 0)
+            return
+        }
+        let sameAsRecorded = old.stat.fileSize == UInt32(truncatingIfNeeded: stat.size)
+            && old.stat.mtimeSeconds == Int32(truncatingIfNeeded: stat.mtime.0)
+            && old.stat.mtimeNanoseconds == UInt32(truncatingIfNeeded: stat.mtime.1)
+        let sameBytes = sameAsRecorded || (try? readContent(fd, size: stat.size, shown: shown).withUnsafeBytes {
+            try ObjectDatabase.blobID(of: $0)
+        }) == old.id
+        if sameBytes {
+            unlinkat(folder.fd, cPath(temporary), 0)
+        } else {
+            _ = try? keepAsConflictCopy()
+        }
     }
 
     /// Keeps the file at the temporary name as a conflict copy beside the

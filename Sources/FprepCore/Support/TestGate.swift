@@ -13,6 +13,13 @@ public enum TestGate {
     /// A sync, once it holds the replica's lock, before it looks at
     /// anything (`FPREP_TEST_SYNC_GATE`).
     public static let sync = Gate("FPREP_TEST_SYNC_GATE")
+    /// A replacement of a file (`SafeReplace`), its last check done and its
+    /// lease held, right before the names are exchanged
+    /// (`FPREP_TEST_BEFORE_EXCHANGE_GATE`)…
+    public static let beforeExchange = Gate("FPREP_TEST_BEFORE_EXCHANGE_GATE")
+    /// …and right after: the old file is at the temporary name
+    /// (`FPREP_TEST_AFTER_EXCHANGE_GATE`).
+    public static let afterExchange = Gate("FPREP_TEST_AFTER_EXCHANGE_GATE")
 
     public struct Gate: Sendable {
         let path: String?

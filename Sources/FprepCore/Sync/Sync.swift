@@ -630,8 +630,9 @@ struct SyncApplier {
             for name in names {
                 let temporary = ContentOperations.temporaryName(for: name, token: token)
                 guard folder.stat(name: temporary) != nil else { continue }
-                SafeReplace(folder: folder, name: name, temporary: temporary, shown: folderPath.appending(name).description,
-                            expectsDataless: true).settleTemporary()
+                let path = folderPath.appending(name)
+                SafeReplace(folder: folder, name: name, temporary: temporary, shown: path.description,
+                            expectsDataless: true).settleTemporary(old: index.entry(path: path.bytes))
             }
         }
     }
