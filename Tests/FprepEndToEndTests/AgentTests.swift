@@ -526,6 +526,48 @@ struct AgentTests {
         }
     }
 
+    @Test("a sync replaces a placeholder a program is opening for writing while its fill waits: the placeholder steps aside as a conflict copy, and the program and a reader get its content there, never EIO")
+    func syncSetsAsideAPlaceholderBeingOpenedForWriting() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let work = s.at("work")
+            try s.gitOK(["clone", "-q", remote.path, work])
+            try pseudoRandomBytes(7_000, seed: 2).write(to: URL(fileURLWithPath: work + "/bin.dat"))
+            try s.gitOK(["commit", "-q", "-am", "a new bin.dat"], cwd: work)
+            try s.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let agent = try s.startAgent(replica)
+            let gate = s.at("sync-gate")
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let sync = try s.spawnFprep(["sync", "-C", replica], env: ["FPREP_TEST_SYNC_GATE": gate])
+            #expect(waitUntil { FileManager.default.fileExists(atPath: gate + ".waiting") }, "the sync holds the lock")
+            // Opened for writing (its open counts as a writer while it waits), then written at the start.
+            let writer = try s.spawnPython("""
+                import sys
+                f = open('bin.dat', 'r+b'); f.write(b'WRITER'); f.close()
+                """, [], cwd: replica)
+            let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
+            #expect(waitUntil { waitsOnFanotify(writer.pid) && waitsOnFanotify(reader.pid) }, "both wait for the fill")
+            #expect(unlink(gate) == 0)
+            let synced = sync.wait(timeout: patienceSeconds)
+            #expect(!synced.timedOut && synced.status == 0, "\(synced)")
+            let read = reader.wait(timeout: patienceSeconds)
+            // The version it opened, but for the writer's bytes if they came first.
+            let opened = pseudoRandomBytes(10_000, seed: 1)
+            #expect(read.status == 0 && read.stdoutData.count == opened.count && read.stdoutData.dropFirst(6) == opened.dropFirst(6)
+                    && [opened.prefix(6), Data("WRITER".utf8)].contains(read.stdoutData.prefix(6)),
+                    "the reader gets the version it opened: \(read.status) \(agent.stderrSoFar)")
+            let wrote = writer.wait(timeout: patienceSeconds)
+            #expect(wrote.status == 0, "the writer's open and write went on: \(wrote) \(agent.stderrSoFar)")
+            _ = stopAgent(agent)
+            try s.fprepOK(["sync", "-C", replica])
+            let grep = try s.git(["grep", "-q", "-a", "-F", "WRITER", "main"], cwd: remote.path)
+            #expect(grep.status == 0, "the program's bytes reached the remote")
+            #expect(try s.git(["show", "main:bin.dat"], cwd: remote.path).stdoutData == pseudoRandomBytes(7_000, seed: 2))
+        }
+    }
+
     @Test("a command holding the replica's lock opens a file whose fill waits for that lock: its open goes on at once (no wait on a fill that waits on it)")
     func lockHolderOpensAFileBeingFilled() throws {
         try withSandbox { s in

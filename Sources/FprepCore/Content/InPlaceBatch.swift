@@ -234,8 +234,9 @@ extension Replica {
     /// with it) and opened before a sync — a placeholder entry of the blob
     /// its marks name, not its own, with the path the file has now
     /// (`tracked` false: the fill gives it its content and leaves the index
-    /// alone; the sync finds the move). Nil when no placeholder entry has
-    /// the blob, or the file is not in the replica any more.
+    /// alone; the sync finds the move), or one made for its blob when no
+    /// entry has it. Nil when the size of its blob is not known here, or
+    /// the file is not in the replica any more.
     func placeholderEntry(of fd: Int32, _ opened: fprep_stat, listedAt listed: RepoPath, in index: Index) -> (RepoPath, IndexEntry, tracked: Bool)? {
         func isThisFile(_ path: RepoPath) -> Bool {
             guard let onDisk = rootFolder.stat(path) else { return false }
@@ -255,8 +256,16 @@ extension Replica {
         // Filled where it is now (the agent's list names where it was), and
         // journaled there: a placeholder moved out of the replica, or
         // unlinked, is not one fprep can settle after a crash.
-        guard let entry = sameBlob, let here = currentPath(of: fd, opened) else { return nil }
-        return (here, entry, false)
+        guard let here = currentPath(of: fd, opened) else { return nil }
+        if let entry = sameBlob { return (here, entry, false) }
+        // No entry has its blob any more (a placeholder a sync set aside as
+        // a conflict copy, or a copy whose original the remote changed): it
+        // still stands for its blob, at the size the store knows for it and
+        // the date it carries. A size the store does not know says nothing.
+        guard let known = try? store.blobInfoLookup()(blob), known.size == opened.size else { return nil }
+        let stat = StatData(ctime: (opened.ctime_sec, opened.ctime_nsec), mtime: (opened.mtime_sec, opened.mtime_nsec),
+                            device: opened.dev, inode: opened.ino, uid: opened.uid, gid: opened.gid, size: opened.size)
+        return (here, IndexEntry(path: here.bytes, id: blob, mode: 0o100644, stat: stat, skipWorktree: true), false)
     }
 
     /// Where in the replica the file open as `fd` is now (the kernel's name
