@@ -146,7 +146,7 @@ struct AgentSyncTests {
         try withSandbox { s in
             let (remote, replica) = try syncingReplica(s, poll: 1)
             let agent = try s.startAgent(replica, syncs: true)
-            try DamagedStateTests.pushToRemote(s, remote, ["from-elsewhere.txt": Data("pushed elsewhere\n".utf8)], message: "elsewhere")
+            try s.pushToRemote(remote, ["from-elsewhere.txt": Data("pushed elsewhere\n".utf8)], message: "elsewhere")
             let tip = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
             #expect(waitUntil { (try? s.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) == tip },
                     "\(agent.stderrSoFar)")

@@ -317,15 +317,7 @@ struct ConcurrentWriterTests {
         let replica = box.at("replica")
         _ = try box.clone(remote.path, replica)
         if materialized { try box.fprepOK(["materialize", "a.txt"], cwd: replica) }
-        let work = box.at("work")
-        try box.gitOK(["clone", "-q", remote.path, work])
-        if deleted {
-            try box.gitOK(["rm", "-q", "a.txt"], cwd: work)
-        } else {
-            try Data("the remote's\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
-        }
-        try box.gitOK(["commit", "-q", "-am", "the remote changes a.txt"], cwd: work)
-        try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+        try box.pushToRemote(remote, ["a.txt": deleted ? nil : Data("the remote's\n".utf8)], message: "the remote changes a.txt")
         return (replica, remote)
     }
 
@@ -444,12 +436,7 @@ struct ConcurrentWriterTests {
             _ = try box.clone(remote.path, replica)
             try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
             let old = try #require(contents(replica + "/docs/readme.md"))
-            let work = box.at("work")
-            try box.gitOK(["clone", "-q", remote.path, work])
-            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/readme.md"))
-            try Data("changed too\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
-            try box.gitOK(["commit", "-q", "-am", "change"], cwd: work)
-            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.pushToRemote(remote, ["docs/readme.md": Data("changed\n".utf8), "a.txt": Data("changed too\n".utf8)], message: "change")
             let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
             // Two readers: of the materialized file and of a placeholder.
             let ready = box.at("ready"), go = box.at("go")

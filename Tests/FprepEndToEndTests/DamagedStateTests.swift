@@ -19,20 +19,6 @@ struct DamagedStateTests {
         return (remote, replica)
     }
 
-    /// Commits `files` to the remote's main from a plain git clone.
-    static func pushToRemote(_ box: Sandbox, _ remote: Remote, _ files: [String: Data], message: String) throws {
-        let work = box.at("work-\(UUID().uuidString.prefix(8))")
-        try box.gitOK(["clone", "-q", remote.path, work])
-        for (path, data) in files {
-            try FileManager.default.createDirectory(atPath: (work + "/" + path as NSString).deletingLastPathComponent,
-                                                    withIntermediateDirectories: true)
-            try data.write(to: URL(fileURLWithPath: work + "/" + path))
-        }
-        try box.gitOK(["add", "-A"], cwd: work)
-        try box.gitOK(["commit", "-q", "-m", message], cwd: work)
-        try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
-    }
-
     static func remoteFile(_ box: Sandbox, _ remote: Remote, _ path: String) throws -> String {
         try box.gitOK(["show", "main:" + path], cwd: remote.path)
     }
@@ -132,7 +118,7 @@ struct DamagedStateTests {
                 try FileManager.default.removeItem(atPath: file)
             }
             // The remote moves on meanwhile, and the user edits another file.
-            try Self.pushToRemote(box, remote, ["c.txt": Data("c from elsewhere\n".utf8)], message: "elsewhere")
+            try box.pushToRemote(remote, ["c.txt": Data("c from elsewhere\n".utf8)], message: "elsewhere")
             try Data("edited after the crash\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/b.txt"))
 
             for command in [["status"], ["sync"], ["anchor"], ["ls"]] {
@@ -300,7 +286,7 @@ struct DamagedStateTests {
                 try Data("my notes\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/notes.txt"))
                 var changed: [String: Data] = [:]
                 for i in 0..<3 { changed["d/f\(i).txt"] = Self.compressible("new \(i)", 400_000) }
-                try Self.pushToRemote(box, remote, changed, message: "bigger")
+                try box.pushToRemote(remote, changed, message: "bigger")
                 let filler = try Self.fill(disk, leaving: 350_000)
 
                 let full = try box.fprep(["sync"], cwd: replica)
@@ -337,7 +323,7 @@ struct DamagedStateTests {
                 // Trees of many new files do not compress away.
                 var added: [String: Data] = [:]
                 for i in 0..<3000 { added["n\(i % 30)/\(UUID().uuidString)-\(i).txt"] = Data("\(i)\n".utf8) }
-                try Self.pushToRemote(box, remote, added, message: "many")
+                try box.pushToRemote(remote, added, message: "many")
                 let filler = try Self.fill(disk, leaving: 60_000)
                 let full = try box.fprep(["sync"], cwd: replica)
                 expectOneLineError(full, mentioning: ["disk is full"])
@@ -381,7 +367,7 @@ struct DamagedStateTests {
                                                          at: disk + "/replica")
                 let mine = Self.compressible("mine", 500_000), theirs = Self.compressible("theirs", 500_000)
                 try mine.write(to: URL(fileURLWithPath: replica + "/d/doc.bin"))
-                try Self.pushToRemote(box, remote, ["d/doc.bin": theirs], message: "theirs")
+                try box.pushToRemote(remote, ["d/doc.bin": theirs], message: "theirs")
                 // Room for the fetch and the merge, not for the conflict copy's content.
                 let filler = try Self.fill(disk, leaving: 400_000)
                 expectOneLineError(try box.fprep(["sync"], cwd: replica), mentioning: ["disk is full"])

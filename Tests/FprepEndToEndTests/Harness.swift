@@ -755,3 +755,24 @@ extension Dictionary where Key == String, Value == Any {
     func objects(_ key: String) -> [[String: Any]] { self[key] as? [[String: Any]] ?? [] }
     func strings(_ key: String) -> [String] { self[key] as? [String] ?? [] }
 }
+
+extension Sandbox {
+    /// Commits `files` to the remote's main from a plain git clone, as
+    /// another device would; a nil content deletes the file.
+    func pushToRemote(_ remote: Remote, _ files: [String: Data?], message: String) throws {
+        let work = at("work-\(UUID().uuidString.prefix(8))")
+        try gitOK(["clone", "-q", remote.path, work])
+        for (path, data) in files {
+            guard let data else {
+                try gitOK(["rm", "-q", path], cwd: work)
+                continue
+            }
+            try FileManager.default.createDirectory(atPath: (work + "/" + path as NSString).deletingLastPathComponent,
+                                                    withIntermediateDirectories: true)
+            try data.write(to: URL(fileURLWithPath: work + "/" + path))
+        }
+        try gitOK(["add", "-A"], cwd: work)
+        try gitOK(["commit", "-q", "-m", message], cwd: work)
+        try gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+    }
+}

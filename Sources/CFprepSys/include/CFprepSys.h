@@ -217,7 +217,8 @@ enum {
  * one of the FPREP_FANOTIFY_* values (errno set for FPREP_FANOTIFY_ERROR). */
 int fprep_fanotify_probe(int dirfd, const char *path);
 /* A pre-content group (FAN_CLASS_PRE_CONTENT, non-blocking, close-on-exec;
- * event fds opened O_RDWR so content can be written through them). */
+ * event fds opened read-only: a fill opens the file for writing anew, under
+ * the replica's lock). */
 int fprep_fanotify_init(void);
 /* Adds (removes) an inode mark for FAN_PRE_ACCESS and FAN_OPEN_PERM on the open file `fd`
  * (not an O_PATH descriptor: fanotify_mark refuses those). */
@@ -228,8 +229,8 @@ int fprep_fanotify_unmark_fd(int group, int fd);
 int fprep_fanotify_unmark_at(int group, int dirfd, const char *name);
 /* Whether an event's mask is an open's (else an access's). */
 int fprep_fanotify_is_open(uint64_t mask);
-/* One event: `fd` is the accessed file, opened for the listener (its reads
- * and writes raise no event); the listener closes it after answering. */
+/* One event: `fd` is the accessed file, opened read-only for the listener
+ * (its reads raise no event); the listener closes it, then answers. */
 struct fprep_fanotify_event {
     int fd;
     int pid;

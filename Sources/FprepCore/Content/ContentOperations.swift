@@ -495,27 +495,24 @@ struct ContentOperations {
         if watched, fprep_open_for_writing_elsewhere(replica.rootFolder.fd, cPath(path.bytes)) != 0 {
             return .refused("it is open for writing in another program; evict it once that program closes it")
         }
-        let fd: Int32
-        // A file its owner made read-only is written with the owner's
-        // permission for the punch, and gets its mode back after.
-        var restoreMode: mode_t?
+        let file: WritableFile
         do {
             do {
-                fd = try replica.rootFolder.openRegular(path, flags: O_RDWR).fd
+                file = WritableFile(adopting: try replica.rootFolder.openRegular(path, flags: O_RDWR).fd)
             } catch let error as SystemError where error.code == EACCES {
+                // Made read-only by its owner: written with the owner's
+                // permission for the punch, its mode given back after.
                 let readable = try replica.rootFolder.openRegular(path, flags: O_RDONLY).fd
                 defer { close(readable) }
-                (fd, restoreMode) = try Replica.openForFilling(readable, shown: path.description)
+                file = try WritableFile(reopening: readable, shown: path.description)
             }
         } catch let refusal as ContentRefusal {
             return .refused(refusal.why)
         } catch let error as SystemError {
             return .refused("cannot open it: \(String(cString: strerror(error.code)))")
         }
-        defer {
-            if let restoreMode { _ = fchmod(fd, restoreMode) }
-            close(fd)
-        }
+        defer { file.close() }
+        let fd = file.fd
         // A write lease: granted only while no one else has the file open,
         // and whoever opens it from now on waits until it is given back, so
         // no write can land between the check below and the punch (it lands
@@ -548,8 +545,9 @@ struct ContentOperations {
         }
         var flat = fprep_stat()
         fprep_stat_flatten(&after, &flat)
-        if let restoreMode {
-            guard fchmod(fd, restoreMode) == 0, fprep_fstat(fd, &flat) == 0 else { throw SystemError("give back the mode of", path.description) }
+        if file.madeWritable {
+            try file.giveBackMode(shown: path.description)
+            guard fprep_fstat(fd, &flat) == 0 else { throw SystemError("stat", path.description) }
         }
         var updated = entry
         updated.skipWorktree = true

@@ -97,25 +97,17 @@ extension Replica {
         for (position, entry, size, tracked) in fillable {
             let path = paths[position]
             do {
-                let (fd, restoreMode) = try Self.openForFilling(files[position].fd, shown: path.description)
-                defer {
-                    if let restoreMode { _ = fchmod(fd, restoreMode) }
-                    close(fd)
-                }
-                let blob: Blob
-                do {
-                    blob = try repository.blob(entry.id)
-                } catch {
-                    throw FprepError("the remote did not send the content of '\(path)' (\(entry.id))")
-                }
+                let file = try WritableFile(reopening: files[position].fd, shown: path.description)
+                defer { file.close() }
+                let fd = file.fd
+                let blob = try fetchedBlob(entry.id, shown: path.description)
                 let written = try blob.withContent { bytes -> Int64 in
                     guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id)")
                     }
                     let after: fprep_stat
                     do {
-                        after = try fill(fd, with: bytes, entry: entry, path: path, size: size, flush: fillable.count == 1,
-                                         restoreMode: restoreMode)
+                        after = try fill(file, with: bytes, entry: entry, path: path, size: size, flush: fillable.count == 1)
                     } catch {
                         // A write that failed midway (a full disk): the placeholder
                         // again at once, so none of its bytes is taken for content.
@@ -166,28 +158,14 @@ extension Replica {
 }
 
 extension Replica {
-    /// The file open as `fd` (the agent's descriptors are read-only, so
-    /// that a fill waiting for the lock does not make the file look open
-    /// for writing), opened anew for writing. Call with the lock held.
-    /// A file its owner made read-only gets the owner's write permission
-    /// for the fill (a write and the placeholder marks' removal need it),
-    /// and its mode back before the fill's last look: `restoreMode`.
-    static func openForFilling(_ fd: Int32, shown: String) throws -> (fd: Int32, restoreMode: mode_t?) {
-        var opened = fprep_stat()
-        guard fprep_fstat(fd, &opened) == 0 else { throw SystemError("stat", shown) }
-        let mode = mode_t(opened.mode) & 0o7777
-        var restoreMode: mode_t?
-        if mode & S_IWUSR == 0 {
-            guard fchmod(fd, mode | S_IWUSR) == 0 else { throw SystemError("open for filling", shown) }
-            restoreMode = mode
+    /// The blob `id` from the object database (an agent's quarantine
+    /// among its alternates), or why not.
+    func fetchedBlob(_ id: ObjectID, shown: String) throws -> Blob {
+        do {
+            return try repository.blob(id)
+        } catch {
+            throw FprepError("the remote did not send the content of '\(shown)' (\(id))")
         }
-        let writable = fprep_reopen(fd, O_RDWR)
-        guard writable >= 0 else {
-            let code = errno
-            if let restoreMode { _ = fchmod(fd, restoreMode) }
-            throw SystemError("open for filling", shown, code)
-        }
-        return (writable, restoreMode)
     }
 
     /// The blob a placeholder's marks name, or nil.
@@ -202,25 +180,16 @@ extension Replica {
     /// that program ever sees these bytes, so nothing is journaled or
     /// recorded, and a crash leaves nothing behind.
     func fillDetached(_ fd: Int32, blob id: ObjectID, size: Int64, shown: String) throws -> InPlaceOutcome {
-        let blob: Blob
-        do {
-            blob = try repository.blob(id)
-        } catch {
-            throw FprepError("the remote did not send the content of '\(shown)' (\(id))")
-        }
-        return try blob.withContent { bytes -> InPlaceOutcome in
+        return try fetchedBlob(id, shown: shown).withContent { bytes -> InPlaceOutcome in
             guard try ObjectDatabase.blobID(of: bytes) == id, Int64(bytes.count) == size else {
                 throw FprepError("the content fetched for '\(shown)' does not match the replaced placeholder")
             }
-            let (writable, restoreMode) = try Self.openForFilling(fd, shown: shown)
-            defer {
-                if let restoreMode { _ = fchmod(writable, restoreMode) }
-                close(writable)
-            }
-            if let base = bytes.baseAddress, bytes.count > 0, fprep_pwrite_all(writable, base, bytes.count, 0) < 0 {
+            let file = try WritableFile(reopening: fd, shown: shown)
+            defer { file.close() }
+            if let base = bytes.baseAddress, bytes.count > 0, fprep_pwrite_all(file.fd, base, bytes.count, 0) < 0 {
                 throw SystemError("write", shown)
             }
-            _ = fprep_clear_placeholder_marks(writable)
+            _ = fprep_clear_placeholder_marks(file.fd)
             return .hydrated(bytes: Int64(bytes.count))
         }
     }

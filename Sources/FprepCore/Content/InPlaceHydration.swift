@@ -239,10 +239,10 @@ extension Replica {
     /// Writes `bytes` into the placeholder open as `fd` (of `size` bytes),
     /// with the item's date, durably, and takes its placeholder marks off.
     /// `flush: false`: the caller makes the batch durable at once (syncfs).
-    /// `restoreMode`: the mode to give the file back before its last look
-    /// (see `openForFilling`).
-    func fill(_ fd: Int32, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64, flush: Bool = true,
-              restoreMode: mode_t? = nil) throws -> fprep_stat {
+    /// A file made writable for the fill gets its mode back before the last look.
+    func fill(_ file: WritableFile, with bytes: UnsafeRawBufferPointer, entry: IndexEntry, path: RepoPath, size: Int64,
+              flush: Bool = true) throws -> fprep_stat {
+        let fd = file.fd
         TestGate.fill.pass(path)
         if size != Int64(bytes.count), ftruncate(fd, off_t(bytes.count)) != 0 {
             throw SystemError("resize", path.description)
@@ -259,7 +259,7 @@ extension Replica {
         _ = fprep_set_mtime(fd, Int64(entry.stat.mtimeSeconds), Int(entry.stat.mtimeNanoseconds))
         guard !flush || fsync(fd) == 0 else { throw SystemError("flush", path.description) }
         guard fprep_clear_placeholder_marks(fd) == 0 else { throw SystemError("clear the placeholder marks of", path.description) }
-        if let restoreMode, fchmod(fd, restoreMode) != 0 { throw SystemError("give back the mode of", path.description) }
+        try file.giveBackMode(shown: path.description)
         var after = fprep_stat()
         guard fprep_fstat(fd, &after) == 0 else { throw SystemError("stat", path.description) }
         return after
