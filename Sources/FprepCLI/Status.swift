@@ -68,6 +68,10 @@ struct Status: ParsableCommand {
         if let budget = report.budget {
             print("\(BudgetText.summary(budget))\(budget.overBy > 0 ? " ('fprep evict --to-budget' frees it; the agent does by itself)" : "")")
         }
+        if !report.heldOpen.isEmpty {
+            let shown = report.heldOpen.prefix(5).map { Console.escaped($0) }.joined(separator: ", ")
+            print("held open:    \(shown)\(report.heldOpen.count > 5 ? " and \(report.heldOpen.count - 5) more" : "") (a program has the old version open for writing; the next sync after it closes removes it, or keeps it as a conflict copy if written)")
+        }
         if !report.pins.isEmpty {
             print("pinned:       \(report.pins.map { Console.escaped($0) }.joined(separator: ", ")) (kept on this device)")
         }

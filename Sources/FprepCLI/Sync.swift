@@ -79,6 +79,9 @@ struct Sync: ParsableCommand {
         }
         print("synced \(report.from.map { String($0.prefix(12)) } ?? "(empty)") → \(report.to.map { String($0.prefix(12)) } ?? "?"): \(report.added) added, \(report.changed) changed, \(report.deleted) deleted, \(report.moved) moved, \(humanSize(report.bytesFetched)) fetched")
         for kept in report.keptLocal where !kept.path.isEmpty { print("  kept: \(kept.path): \(kept.reason)") }
+        for held in report.heldOpen {
+            print("  held: \(Console.escaped(held)): a program has its old version open for writing; it waits aside until closed, then goes (or stays as a conflict copy if written)")
+        }
         for signal in report.signals { print("  signal \(signal.seq): \(signal.container) (\(signal.reason))") }
     }
 

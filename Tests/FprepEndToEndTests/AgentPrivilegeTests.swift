@@ -249,6 +249,34 @@ struct AgentPrivilegeTests {
         }
     }
 
+    @Test("evict killed while it punches a file its owner made read-only (the owner's write permission given for the punch): the next command gives the mode back")
+    func readOnlyModeComesBackAfterAKilledEvict() throws {
+        let user = try TestUser.find()
+        try withSandbox { s in
+            let (replica, _, _) = try s.replicaOwned(by: user)
+            #expect(try s.run(as: user, [Binaries.fprep, "materialize", "-C", replica, "bin.dat"]).status == 0)
+            #expect(chmod(replica + "/bin.dat", 0o444) == 0)
+            // The evict runs as the owner: its gate is where the owner may write.
+            let gates = s.at("gates")
+            try FileManager.default.createDirectory(atPath: gates, withIntermediateDirectories: true)
+            chmod(gates, 0o777)
+            let gate = gates + "/punch"
+            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            // setpriv execs fprep: the process killed is the evict itself.
+            let evict = try s.spawn(["/usr/bin/setpriv", "--reuid=\(user.uid)", "--regid=\(user.gid)", "--init-groups",
+                                     Binaries.fprep, "evict", "-C", replica, "bin.dat"], env: ["FPREP_TEST_PUNCH_GATE": gate])
+            #expect(waitUntil { exists(gate + ".waiting") }, "the evict holds the file, open for writing: \(evict.stderrSoFar)")
+            var held = stat()
+            #expect(lstat(replica + "/bin.dat", &held) == 0 && held.st_mode & 0o7777 == 0o644, "the evict gave the owner write permission")
+            _ = evict.kill9()
+            let status = try s.run(as: user, [Binaries.fprep, "status", "-C", replica, "--json"])
+            #expect(status.status == 0, "\(status)")
+            var after = stat()
+            #expect(lstat(replica + "/bin.dat", &after) == 0 && after.st_mode & 0o7777 == 0o444, "the mode the owner gave it is back")
+            #expect(((try? status.json())?.objects("changes") ?? []).isEmpty, "nothing the user did: \(status)")
+        }
+    }
+
     @Test("a placeholder in a user's replica that belongs to someone else (root) is never watched, so the agent never writes where the owner could not")
     func othersFileNotWatched() throws {
         let user = try TestUser.find()

@@ -141,6 +141,38 @@ struct AgentSyncTests {
         }
     }
 
+    @Test("a program holding a file open for writing while the agent takes in the remote's change of it: the remote's version takes the name and nothing is pushed; what the program writes into its file later reaches the remote by itself, as a conflict copy, once it closes it")
+    func heldFileWrittenLaterReachesTheRemote() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s, poll: 1)
+            try s.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let agent = try s.startAgent(replica, syncs: true)
+            let go = s.at("go")
+            let writer = try s.spawnPython("""
+                import os, sys, time
+                f = open('a.txt', 'r+b')
+                print('open', flush=True)
+                while not os.path.exists(sys.argv[1]): time.sleep(0.01)
+                f.seek(0, 2); f.write(b'LATE-WRITE\\n'); f.close()
+                """, [go], cwd: replica)
+            #expect(waitUntil { writer.stdoutSoFar.contains("open") })
+            try s.pushToRemote(remote, ["a.txt": Data("the remote's\n".utf8)], message: "elsewhere")
+            let tip = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
+            #expect(waitUntil { (try? s.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) == tip },
+                    "\(agent.stderrSoFar)")
+            #expect(contents(replica + "/a.txt") == Data("the remote's\n".utf8))
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+            #expect(!names.contains { $0.contains("conflict") }, "\(names)")
+            #expect(try s.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing pushed while the program holds it")
+            FileManager.default.createFile(atPath: go, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            #expect(waitUntil { (try? s.git(["grep", "-q", "-F", "LATE-WRITE", "main"], cwd: remote.path))?.status == 0 },
+                    "the late write reached the remote: \(agent.stderrSoFar)")
+            #expect(try DamagedStateTests.remoteFile(s, remote, "a.txt") == "the remote's")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("a push from elsewhere comes in by the poll, as a placeholder the agent watches")
     func pollTakesInPushes() throws {
         try withSandbox { s in

@@ -522,13 +522,15 @@ struct AgentTests {
         }
     }
 
-    @Test("a sync replaces a placeholder a program is opening for writing while its fill waits: the placeholder steps aside as a conflict copy, and the program and a reader get its content there, never EIO")
-    func syncSetsAsideAPlaceholderBeingOpenedForWriting() throws {
+    @Test("a sync replaces a placeholder a program is opening for writing while its fill waits: the old version waits aside, the program and a reader get its content there (never EIO); what the program wrote is pushed as a conflict copy, and if it wrote nothing, nothing is pushed",
+          arguments: [true, false])
+    func syncSetsAsideAPlaceholderBeingOpenedForWriting(writes: Bool) throws {
         try withSandbox { s in
             let remote = try s.makeRemote()
             let replica = s.at("replica")
             _ = try s.clone(remote.path, replica)
             try s.pushToRemote(remote, ["bin.dat": pseudoRandomBytes(7_000, seed: 2)], message: "a new bin.dat")
+            let tip = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
             let agent = try s.startAgent(replica)
             let gate = s.at("sync-gate")
             #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
@@ -537,8 +539,10 @@ struct AgentTests {
             // Opened for writing (its open counts as a writer while it waits), then written at the start.
             let writer = try s.spawnPython("""
                 import sys
-                f = open('bin.dat', 'r+b'); f.write(b'WRITER'); f.close()
-                """, [], cwd: replica)
+                f = open('bin.dat', 'r+b')
+                if sys.argv[1] == 'yes': f.write(b'WRITER')
+                f.close()
+                """, [writes ? "yes" : "no"], cwd: replica)
             let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
             #expect(waitUntil { waitsOnFanotify(writer.pid) && waitsOnFanotify(reader.pid) }, "both wait for the fill")
             #expect(unlink(gate) == 0)
@@ -555,7 +559,10 @@ struct AgentTests {
             _ = stopAgent(agent)
             try s.fprepOK(["sync", "-C", replica])
             let grep = try s.git(["grep", "-q", "-a", "-F", "WRITER", "main"], cwd: remote.path)
-            #expect(grep.status == 0, "the program's bytes reached the remote")
+            #expect((grep.status == 0) == writes, "the program's bytes reached the remote (writes: \(writes))")
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+            #expect(!names.contains { $0.hasPrefix(".bin.dat.fprep-") } && names.contains { $0.contains("conflict") } == writes, "\(names)")
+            if !writes { #expect(try s.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing nobody wrote was pushed") }
             #expect(try s.git(["show", "main:bin.dat"], cwd: remote.path).stdoutData == pseudoRandomBytes(7_000, seed: 2))
         }
     }

@@ -305,8 +305,11 @@ struct ConcurrentWriterTests {
             #expect(result.status == 0, "\(result)")
             #expect(log == "leased", "the racer never met the lease: \(result)")
             #expect(everything.range(of: Data("<lease-token>".utf8)) != nil, "the token was lost: \(result)")
+            // Held aside while the program had it open, or settled at once: a conflict copy after the next sync.
+            try box.fprepOK(["sync"], cwd: replica)
             let copies = ((try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []).filter { $0.contains("conflict") }
             #expect(copies.count == 1, "\(copies) \(result)")
+            #expect(try Self.kept(box, "<lease-token>", replica: replica, remote: remote).pushed)
         }
     }
 
@@ -368,42 +371,118 @@ struct ConcurrentWriterTests {
         f.close()
         """
 
-    @Test("sync killed while it waits for a program writing into the old file it swapped out: the next command keeps those bytes as a conflict copy, pushed; killed with the old file untouched, it goes")
+    @Test("sync killed right after it swapped out the old file, a program writing into it: the next command leaves it aside while the program holds it, and the sync after the program closed it keeps those bytes as a conflict copy, pushed; killed with the old file untouched, it goes")
     func killedWhileTheOldFileIsWritten() throws {
         for written in [true, false] {
             try withSandbox { box in
                 let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: true, deleted: false)
-                let gate = box.at("gate"), opened = box.at("opened"), stop = box.at("stop")
-                #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
-                let sync = try box.spawnFprep(["sync"], cwd: replica,
-                                              env: [written ? "FPREP_TEST_BEFORE_EXCHANGE_GATE" : "FPREP_TEST_AFTER_EXCHANGE_GATE": gate])
-                #expect(waitUntil { exists(gate + ".waiting") }, "the sync reached the swap: \(sync.stderrSoFar)")
+                let before = box.at("before"), after = box.at("after"), opened = box.at("opened"), stop = box.at("stop")
+                #expect(FileManager.default.createFile(atPath: after, contents: Data()))
+                var env = ["FPREP_TEST_AFTER_EXCHANGE_GATE": after]
+                if written {
+                    #expect(FileManager.default.createFile(atPath: before, contents: Data()))
+                    env["FPREP_TEST_BEFORE_EXCHANGE_GATE"] = before
+                }
+                let sync = try box.spawnFprep(["sync"], cwd: replica, env: env)
                 var writer: Spawned?
                 if written {
+                    #expect(waitUntil { exists(before + ".waiting") }, "the sync reached the swap: \(sync.stderrSoFar)")
                     // Its open waits on the lease, and goes into the old file once the names are exchanged.
                     writer = try box.spawn([python, "-c", Self.appendingWriter, opened, "WRITER-BYTES\n", stop, ""], cwd: replica)
                     #expect(waitUntil { (try? String(contentsOfFile: "/proc/\(writer!.pid)/wchan", encoding: .utf8))?.contains("break_lease") == true },
                             "the writer's open waits on the sync's lease")
-                    #expect(unlink(gate) == 0)
-                    #expect(waitUntil { exists(opened + ".wrote") }, "the writer wrote")
+                    #expect(unlink(before) == 0)
                 }
-                // Killed waiting for the writer to close the old file (or at the gate, the old file untouched).
+                // Killed after the exchange (its lease goes with it: the writer's open goes on into the old file).
+                #expect(waitUntil { exists(after + ".waiting") }, "the sync exchanged the names: \(sync.stderrSoFar)")
                 _ = sync.kill9()
+                if written { #expect(waitUntil { exists(opened + ".wrote") }, "the writer wrote") }
                 let status = try box.fprepJSON(["status"], cwd: replica)
                 let left = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
-                #expect(!left.contains { $0.hasPrefix(".a.txt.fprep-") }, "settled: \(left)")
-                #expect(left.contains { $0.contains("conflict") } == written, "written \(written): \(left) \(status)")
+                #expect(left.contains { $0.hasPrefix(".a.txt.fprep-") } == written, "held while written, else settled: \(left)")
+                #expect(!left.contains { $0.contains("conflict") }, "written \(written): \(left) \(status)")
                 FileManager.default.createFile(atPath: stop, contents: nil)
                 if let writer { #expect(writer.wait(timeout: patienceSeconds).status == 0) }
                 try box.fprepOK(["sync"], cwd: replica)
-                let after = try Self.kept(box, "WRITER-BYTES", replica: replica, remote: remote)
-                #expect(after.here == written && after.pushed == written, "written \(written): \(after)")
+                let settled = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+                #expect(!settled.contains { $0.hasPrefix(".a.txt.fprep-") }, "settled: \(settled)")
+                #expect(settled.contains { $0.contains("conflict") } == written, "written \(written): \(settled)")
+                let bytes = try Self.kept(box, "WRITER-BYTES", replica: replica, remote: remote)
+                #expect(bytes.here == written && bytes.pushed == written, "written \(written): \(bytes)")
                 #expect(contents(replica + "/a.txt") == Data("the remote's\n".utf8))
             }
         }
     }
 
-    @Test("a program that opened the old file while sync swapped it and still holds it open for writing once the wait is over: the old file is kept, and its later writes are pushed")
+    @Test("a program holding a file open for writing while sync replaces or deletes it: the old version waits aside until the program closes it; written meanwhile, it is a conflict copy, pushed; never written, it goes and nothing is pushed",
+          arguments: [(true, false, false), (false, false, false), (true, true, false), (false, true, false),
+                      (true, false, true), (false, false, true), (true, true, true), (false, true, true)])
+    func writerHoldingTheFileDuringSync(materialized: Bool, deleted: Bool, writes: Bool) throws {
+        try withSandbox { box in
+            let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: materialized, deleted: deleted)
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let opened = box.at("opened"), stop = box.at("stop")
+            let writer = try box.spawn([python, "-c", Self.appendingWriter, opened, "", stop, writes ? "LATE-WRITE\n" : ""], cwd: replica)
+            #expect(waitUntil { exists(opened + ".wrote") }, "the program holds a.txt open")
+            for round in 0..<2 {
+                // Twice: a sync while the program still holds it settles nothing.
+                let report = try syncWithin(box, replica)
+                #expect(report["heldOpen"] as? [String] == ["a.txt"], "round \(round): \(report)")
+                #expect((report["conflicts"] as? [Any])?.isEmpty == true && (report["localChanges"] as? [Any])?.isEmpty == true
+                        && (report["keptLocal"] as? [Any])?.isEmpty == true, "round \(round): \(report)")
+            }
+            let inPlace = {
+                // The remote's version: its content, or a placeholder of its size.
+                deleted ? !exists(replica + "/a.txt") : materialized ? contents(replica + "/a.txt") == Data("the remote's\n".utf8)
+                    : lstatInfo(replica + "/a.txt").map { $0.blocks == 0 && $0.size == 13 } == true
+            }
+            #expect(inPlace(), "the remote's version is in place")
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+            #expect(!names.contains { $0.contains("conflict") } && names.filter { $0.hasPrefix(".a.txt.fprep-") }.count == 1, "\(names)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing was pushed while the program held it")
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect((status["changes"] as? [Any])?.isEmpty != false, "the old version is no change of the user's: \(status)")
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            let report = try syncWithin(box, replica)
+            #expect((report["heldOpen"] as? [String] ?? []).isEmpty, "\(report)")
+            let after = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+            #expect(!after.contains { $0.hasPrefix(".a.txt.fprep-") }, "settled: \(after)")
+            #expect(after.filter { $0.contains("conflict") }.count == (writes ? 1 : 0), "writes \(writes): \(after) \(report)")
+            let pushed = try Self.kept(box, "LATE-WRITE", replica: replica, remote: remote)
+            #expect(pushed.here == writes && pushed.pushed == writes, "writes \(writes): \(pushed) \(report)")
+            if !writes { #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing nobody wrote was pushed: \(report)") }
+            #expect(inPlace())
+        }
+    }
+
+    @Test("the remote deletes the folder of a file a program holds open for writing: the folder stays while the program holds it (said so), then goes with the old version; nothing is pushed")
+    func writerHoldingAFileOfADeletedFolder() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs"], cwd: replica)
+            let files = try remoteFiles(box, remote).filter { $0.hasPrefix("docs/") }
+            try box.pushToRemote(remote, Dictionary(uniqueKeysWithValues: files.map { ($0, Data?.none) }), message: "no more docs")
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let opened = box.at("opened"), stop = box.at("stop")
+            let writer = try box.spawn([python, "-c", Self.appendingWriter.replacingOccurrences(of: "'a.txt'", with: "'docs/readme.md'"),
+                                        opened, "", stop, ""], cwd: replica)
+            #expect(waitUntil { exists(opened + ".wrote") }, "the program holds docs/readme.md open")
+            let report = try syncWithin(box, replica)
+            #expect(report["heldOpen"] as? [String] == ["docs/readme.md"], "\(report)")
+            let why = report.objects("keptLocal").first { $0.string("path") == "docs" }?.string("reason")
+            #expect(why?.contains("once the programs holding") == true, "\(report)")
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            _ = try syncWithin(box, replica)
+            #expect(!exists(replica + "/docs"), "the folder went with the old version")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing was pushed")
+        }
+    }
+
+    @Test("a program that opened the old file while sync swapped it and still holds it open for writing when the sync ends: the old file is kept, and its later writes are pushed")
     func writerStillOpenAfterTheWait() throws {
         try withSandbox { box in
             let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: true, deleted: false)

@@ -412,7 +412,15 @@ struct ContentOperations {
             }
             watched = true
         }
-        let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) })
+        // A file its owner made read-only gets the owner's write permission
+        // for its punch (`WritableFile`): recovery gives the mode back.
+        let readOnly = candidates.compactMap { entry -> ContentJournal.ReadOnlyFile? in
+            guard let stat = replica.rootFolder.stat(RepoPath(bytes: entry.path)) else { return nil }
+            let mode = UInt32(truncatingIfNeeded: stat.mode) & 0o7777
+            return mode & 0o200 == 0 ? ContentJournal.ReadOnlyFile(path: Data(entry.path), mode: mode) : nil
+        }
+        let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) },
+                                     readOnly: readOnly.isEmpty ? nil : readOnly)
         // Evict is what frees space: on a full disk its journal record takes the reserve's.
         let operation = try SpaceReserve.using(in: replica.stateFolder) {
             try replica.store.beginOperation("evict", payload: journal.encoded())
@@ -512,6 +520,7 @@ struct ContentOperations {
             return .refused("cannot open it: \(String(cString: strerror(error.code)))")
         }
         defer { file.close() }
+        TestGate.punch.pass(path)
         let fd = file.fd
         // A write lease: granted only while no one else has the file open,
         // and whoever opens it from now on waits until it is given back, so

@@ -433,6 +433,8 @@ struct LocalScanner {
     func isTemporary(_ name: [UInt8], in folder: [UInt8]) -> Bool {
         guard let token = ContentOperations.temporaryToken(in: name) else { return false }
         if replica.pendingTemporaryTokens().contains(token) { return true }
+        // An old version a program still has open (settled by the sync).
+        if replica.heldLocations().contains(RepoPath(bytes: folder).appending(name)) { return true }
         guard replica.recentTemporaryTokens().contains(token) else { return false }
         strays.paths.append(RepoPath(bytes: folder).appending(name))
         return true

@@ -83,7 +83,8 @@ extension Replica {
     /// operation had swapped out.
     func settleStrayTemporaries(_ paths: [RepoPath]) {
         let odb = try? repository.objectDatabase()
-        for path in paths {
+        let held = heldLocations()
+        for path in paths where !held.contains(path) {
             guard let folder = try? rootFolder.folder(path.parent), let stat = folder.stat(name: path.name), stat.isRegular else { continue }
             // `.NAME.fprep-TOKEN` is NAME's temporary: its conflict copy is named after NAME.
             let suffix = ContentOperations.temporaryToken(in: path.name).map { ".fprep-\($0)".utf8.count } ?? 0

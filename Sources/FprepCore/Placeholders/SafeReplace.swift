@@ -26,6 +26,13 @@ import FprepGit
 /// lost, so a viewer holding a file open, or a program waiting for a
 /// placeholder's content, does not turn the replaced file into a
 /// conflict copy.
+///
+/// A program that has the old file open for writing (before the swap, or
+/// still after it) may write into it at any later time. With `.refuse`
+/// the swap does not happen (or, found only after it, the old file is
+/// kept as a conflict copy); with `.hold` (sync, which must move to the
+/// remote's version) it happens and the old file waits at the temporary
+/// name as a `HeldFile`, settled once the program has closed it.
 struct SafeReplace {
     let folder: FolderHandle
     let name: [UInt8]
@@ -37,6 +44,16 @@ struct SafeReplace {
     let expectsDataless: Bool
     /// Whether the old file goes without a replacement.
     var removing = false
+    /// What happens when a program has the old file open for writing.
+    var whileWritten = WhileWritten.refuse
+
+    enum WhileWritten {
+        case refuse
+        /// `record` is given the old file's inode, to record it as a `HeldFile`.
+        case hold(record: (Int64) throws -> Void)
+
+        var holds: Bool { if case .hold = self { true } else { false } }
+    }
 
     enum Outcome: Equatable {
         /// Done; `keptAs` names the conflict copy of the old file a program
@@ -65,7 +82,9 @@ struct SafeReplace {
         // Checked before the lease: the check may open the file itself.
         guard isUnchanged(opened) else { return .refused(Self.changed) }
         let leased = Self.takeLease(fd, reading: true)
-        if !leased && errno == EAGAIN {
+        // Whether a program has it open for writing; only `.hold` goes on then.
+        var written = !leased && errno == EAGAIN
+        if written && !whileWritten.holds {
             return .refused("it is open for writing in another program; run the command again once that program closes it")
         }
         var raw = fprep_stat()
@@ -105,14 +124,22 @@ struct SafeReplace {
             guard back == 0 else { throw SystemError("put back", shown) }
             return .refused(Self.changed)
         }
-        // Whether a program still has the old file open for writing once
-        // the wait is over: it may write into it later, so it is kept.
-        var stillWritten = false
+        // Whether a program still has the old file open for writing (one
+        // whose open waited for the lease went on into it): it may write
+        // into it later. `.refuse` waits a while for it to close, then keeps
+        // the old file; `.hold` leaves it to be settled later.
         if leased {
             _ = fprep_release_lease(fd)
-            stillWritten = !waitUntilClosedElsewhere(fd)
+            written = whileWritten.holds ? Self.openForWriting(fd) : !waitUntilClosedElsewhere(fd)
+        } else if written {
+            written = Self.openForWriting(fd)
         }
         guard aside else { return .replaced(keptAs: nil) }
+        if written, case .hold(let record) = whileWritten {
+            try record(checked.inode)
+            return .replaced(keptAs: nil)
+        }
+        let stillWritten = written
         guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", shown) }
         let last = FileStat(raw)
         // The rename itself changes the ctime only; the block count moves by
@@ -156,6 +183,15 @@ struct SafeReplace {
         return true
     }
 
+    /// Whether another program has the file open for writing now (a read
+    /// lease is refused only then). A file no lease can be taken on counts
+    /// as not written: what can be known of it is looked at at once.
+    static func openForWriting(_ fd: Int32) -> Bool {
+        guard takeLease(fd, reading: true, patience: 0.05) else { return errno == EAGAIN }
+        _ = fprep_release_lease(fd)
+        return false
+    }
+
     /// Waits (up to `closeWait`) until no one else has the file open for
     /// writing: the lease is granted only then. False when someone still has.
     private func waitUntilClosedElsewhere(_ fd: Int32) -> Bool {
@@ -194,7 +230,9 @@ struct SafeReplace {
     /// byte of anyone's: a placeholder holding no data, or a file with the
     /// entry's size and date or its blob's bytes. Anything else is what a
     /// program wrote into it while the replacement waited for it (the kill
-    /// came then), and stays as a conflict copy.
+    /// came then), and stays as a conflict copy. An old file a program
+    /// still has open for writing is left where it is, given to
+    /// `whileWritten`'s `record` when it holds.
     func settleTemporary(old: IndexEntry?) {
         var raw = fprep_stat()
         guard let (fd, stat) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) else {
@@ -218,6 +256,7 @@ struct SafeReplace {
             unlinkat(folder.fd, cPath(temporary), 0)
             return
         }
+        if case .hold(let record) = whileWritten, Self.openForWriting(fd), (try? record(stat.inode)) != nil { return }
         let sameAsRecorded = old.stat.fileSize == UInt32(truncatingIfNeeded: stat.size)
             && old.stat.mtimeSeconds == Int32(truncatingIfNeeded: stat.mtime.0)
             && old.stat.mtimeNanoseconds == UInt32(truncatingIfNeeded: stat.mtime.1)
@@ -232,13 +271,16 @@ struct SafeReplace {
     }
 
     /// Keeps the file at the temporary name as a conflict copy beside the
-    /// item, its placeholder marks cleared (its bytes are a file's now).
-    func keepAside() {
+    /// item, its placeholder marks cleared (its bytes are a file's now);
+    /// returns the copy's name, nil when it stays where it is.
+    @discardableResult
+    func keepAside() -> [UInt8]? {
         if let (fd, _) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) {
             _ = fprep_clear_placeholder_marks(fd)
             close(fd)
         }
-        _ = try? keepAsConflictCopy()
+        guard let copy = try? keepAsConflictCopy(), copy != temporary else { return nil }
+        return copy
     }
 
     private static let changed = "it changed meanwhile; the change is kept"

@@ -45,6 +45,9 @@ public struct StatusReport: Sendable, Encodable {
     public var ignored: [String]? = nil
     /// The paths pinned to this device ("." for the whole replica).
     public var pins: [String] = []
+    /// Items whose old version a sync swapped out while a program had it
+    /// open for writing: it waits aside until closed (see `HeldFile`).
+    public var heldOpen: [String] = []
     /// The disk budget, when one is set: where the replica stands against
     /// it (`evicted` is what `evict --to-budget` would evict now).
     public var budget: BudgetReport? = nil
@@ -86,6 +89,7 @@ extension Replica {
         report.gitBytes = gitBytes
         report.ignoreFilesNotRead = scan.unreadIgnoreFiles
         report.pins = try pins()
+        report.heldOpen = try store.heldFiles().map(\.item.description)
         do {
             let budget = try DiskBudget.load(self)
             if budget.isSet { report.budget = try enforceBudget(budget, dryRun: true) }

@@ -25,7 +25,7 @@ final class StateStore {
         let lastUsedAt: Int64
     }
 
-    static let schemaVersion = 4
+    static let schemaVersion = 5
 
     /// The database's write-ahead log and its index were both gone when it
     /// was opened: harmless after another SQLite program closed it, data
@@ -80,6 +80,17 @@ final class StateStore {
                 try database.execute("""
                     CREATE TABLE IF NOT EXISTS pins(path BLOB PRIMARY KEY, created_at INTEGER NOT NULL) WITHOUT ROWID;
                     PRAGMA user_version = 4;
+                    """)
+            }
+        }
+        if version < 5 {
+            // Old versions of files a sync swapped out while a program had
+            // them open for writing (see `HeldFile`).
+            try database.transaction {
+                try database.execute("""
+                    CREATE TABLE IF NOT EXISTS held_files(location BLOB PRIMARY KEY, item BLOB NOT NULL, oid BLOB NOT NULL,
+                        inode INTEGER NOT NULL, dataless INTEGER NOT NULL, since INTEGER NOT NULL) WITHOUT ROWID;
+                    PRAGMA user_version = 5;
                     """)
             }
         }

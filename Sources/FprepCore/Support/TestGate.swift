@@ -20,6 +20,9 @@ public enum TestGate {
     /// …and right after: the old file is at the temporary name
     /// (`FPREP_TEST_AFTER_EXCHANGE_GATE`).
     public static let afterExchange = Gate("FPREP_TEST_AFTER_EXCHANGE_GATE")
+    /// An evict's punch of a file, opened for writing (a read-only one with
+    /// the owner's write permission given for it) (`FPREP_TEST_PUNCH_GATE`).
+    public static let punch = Gate("FPREP_TEST_PUNCH_GATE")
 
     public struct Gate: Sendable {
         let path: String?

@@ -18,6 +18,11 @@ public struct SyncReport: Sendable, Encodable {
     /// Changed files left for a later sync because a program still has
     /// them open for writing (`deferOpenForWriting`; also in `keptLocal`).
     public var waitingForWriters: [String] = []
+    /// Items whose old version (replaced or removed by a sync) a program
+    /// still has open for writing: it waits aside until the program closes
+    /// it, then goes, or becomes a conflict copy if the program wrote into
+    /// it (see `HeldFile`).
+    public var heldOpen: [String] = []
     /// Files under a pin that this sync brought as placeholders and then
     /// materialized (see `PinSet`).
     public var pinnedMaterialized: [String] = []
@@ -137,6 +142,10 @@ extension Replica {
         } else {
             report.gitCommitsTaken = try adoptGitCommits(head)
         }
+        // Old versions programs held open at earlier syncs: what they
+        // became (conflict copies of bytes a program wrote) is committed by
+        // this sync.
+        let settled = settleHeldFiles()
         var index: Index?
         // The scan's journal point, for the record this sync leaves (see
         // `JournalRecord`); an incoming sync carries the last record over.
@@ -146,7 +155,8 @@ extension Replica {
             var scanned = try repository.index()
             try realignIndexGitWrote(scanned)
             var scanner = LocalScanner(replica: self, index: scanned)
-            var scan = try scanner.scan(usingJournal: true)
+            // A copy made just now may not be in the agent's journal yet.
+            var scan = try scanner.scan(usingJournal: settled.copies.isEmpty)
             journalScanner = scanner
             if !scanner.ignoreRules.unread.isEmpty, materializeRuleFiles(scanner.ignoreRules.unread) {
                 // Rules fprep could not read (a `.gitignore` still a
@@ -260,6 +270,7 @@ extension Replica {
         report.fetchedContentCollected = try collectGarbage(above: garbageThreshold)
         report.from = startAnchor?.hex
         report.to = anchor?.hex
+        report.heldOpen = ((try? store.heldFiles()) ?? []).map(\.item.description)
         leaveJournalRecord(scanner: journalScanner, indexBefore: indexBefore, report: report)
         finished = true
         return report
@@ -625,14 +636,18 @@ struct SyncApplier {
         for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.deleted.map(\.0) {
             byFolder[path.parent, default: []].insert(path.name)
         }
+        let held = replica.heldLocations()
         for (folderPath, names) in byFolder {
             guard let folder = try? replica.rootFolder.folder(folderPath) else { continue }
             for name in names {
                 let temporary = ContentOperations.temporaryName(for: name, token: token)
-                guard folder.stat(name: temporary) != nil else { continue }
+                guard folder.stat(name: temporary) != nil, !held.contains(folderPath.appending(temporary)) else { continue }
                 let path = folderPath.appending(name)
-                SafeReplace(folder: folder, name: name, temporary: temporary, shown: path.description,
-                            expectsDataless: true).settleTemporary(old: index.entry(path: path.bytes))
+                var swapped = SafeReplace(folder: folder, name: name, temporary: temporary, shown: path.description,
+                                          expectsDataless: true)
+                let old = index.entry(path: path.bytes)
+                if let old { swapped.whileWritten = .hold { try hold(path, at: temporary, blob: old.id, inode: $0, dataless: false) } }
+                swapped.settleTemporary(old: old)
             }
         }
     }
@@ -684,7 +699,12 @@ struct SyncApplier {
         for folder in changes.deletedFolders.reversed() {
             if let parent = try? root.folder(folder.path.parent) {
                 if unlinkat(parent.fd, cPath(folder.path.name), AT_REMOVEDIR) != 0 && errno == ENOTEMPTY {
-                    report.keptLocal.append(Skipped(path: folder.path.description, reason: "deleted on the remote; it still holds files of yours, so it is kept"))
+                    let held = replica.heldLocations()
+                    let onlyHeld = (try? root.folder(folder.path).entryNames())
+                        .map { $0.allSatisfy { held.contains(folder.path.appending($0)) } } == true
+                    report.keptLocal.append(Skipped(path: folder.path.description, reason: onlyHeld
+                        ? "deleted on the remote; it goes once the programs holding old versions of its files open for writing close them"
+                        : "deleted on the remote; it still holds files of yours, so it is kept"))
                 }
             }
             report.deleted += 1
@@ -779,6 +799,8 @@ struct SyncApplier {
                                   temporary: ContentOperations.temporaryName(for: path.name, token: token),
                                   shown: path.description, expectsDataless: state == .dataless)
         removal.removing = true
+        let temporary = removal.temporary
+        removal.whileWritten = .hold { try hold(path, at: temporary, blob: entry.id, inode: $0, dataless: state == .dataless) }
         switch try removal.run(isUnchanged: { classifier.state(of: entry, stat: $0) == state }) {
         case .replaced(keptAs: nil):
             return nil
@@ -787,6 +809,14 @@ struct SyncApplier {
         case .refused(let reason):
             return Skipped(path: path.description, reason: "deleted on the remote, but kept here: \(reason)")
         }
+    }
+
+    /// Records the old version of `path`, swapped out to `temporary` while a
+    /// program has it open for writing, as a `HeldFile`: the next syncs
+    /// settle it once the program has closed it.
+    private func hold(_ path: RepoPath, at temporary: [UInt8], blob: ObjectID, inode: Int64, dataless: Bool) throws {
+        try replica.store.recordHeld(HeldFile(location: path.parent.appending(temporary), item: path, blob: blob, inode: inode,
+                                              dataless: dataless, since: Int64(Date().timeIntervalSince1970)))
     }
 
     /// Removes a file or symlink of the replica.
@@ -1229,8 +1259,9 @@ struct SyncApplier {
         CrashPoint.reach()
         if case .old(let old) = state, let entry = index.entry(path: path.bytes), FileMode(raw: entry.mode).isFile,
            folder.stat(name: path.name)?.isRegular == true {
-            let replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+            var replacement = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
                                           expectsDataless: old == .dataless)
+            replacement.whileWritten = .hold { try hold(path, at: temporary, blob: entry.id, inode: $0, dataless: old == .dataless) }
             switch try replacement.run(isUnchanged: { classifier.state(of: entry, stat: $0) == old }) {
             case .replaced(keptAs: nil):
                 return nil
@@ -1286,8 +1317,9 @@ struct SyncApplier {
         // other open of the file exists, this process's own included.
         let opened = try writeOwnCopy(of: path, entry, in: folder, executable: executable, skipWorktree: skipWorktree)
         let temporary = ContentOperations.temporaryName(for: path.name, token: token)
-        let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+        var swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
                                expectsDataless: skipWorktree)
+        swap.whileWritten = .hold { try hold(path, at: temporary, blob: entry.id, inode: $0, dataless: skipWorktree) }
         if case .refused(let reason) = try swap.run(isUnchanged: { $0.sameWrites(as: opened) }) {
             unlinkat(folder.fd, cPath(temporary), 0)
             throw FprepError("cannot change the mode of '\(path)' (it has other hard links, so it gets a copy of its own): \(reason)")

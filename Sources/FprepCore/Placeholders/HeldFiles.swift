@@ -1,0 +1,133 @@
+import CFprepSys
+import FoundationEssentials
+import Glibc
+import FprepGit
+
+/// The old version of a file that a sync replaced or removed while a
+/// program had it open for writing (an editor that keeps its file open,
+/// a mapping, a log): the remote's version took the name, and the old file
+/// waits at its temporary name (`.NAME.fprep-TOKEN`, which the scan leaves
+/// out) until no program has it open for writing. Only then can fprep tell
+/// whether anyone wrote into it: unchanged, it goes (nothing to keep, and
+/// nothing to push); written, its bytes are the user's and become a
+/// conflict copy beside the item, synced like any other file.
+///
+/// Deciding at the swap instead would either push a copy of bytes nobody
+/// wrote (a conflict copy of an untouched file) or lose what the program
+/// writes later (the old file deleted under it).
+struct HeldFile: Equatable {
+    /// Where the old file waits.
+    let location: RepoPath
+    /// The item it is the old version of.
+    let item: RepoPath
+    /// What it held when it was swapped out.
+    let blob: ObjectID
+    /// Its inode: whatever else takes the name later is not it.
+    let inode: Int64
+    /// It was a placeholder: holding no data means nobody wrote into it.
+    let dataless: Bool
+    let since: Int64
+}
+
+extension StateStore {
+    func recordHeld(_ file: HeldFile) throws {
+        try database.prepare("""
+            INSERT INTO held_files(location, item, oid, inode, dataless, since) VALUES(?1, ?2, ?3, ?4, ?5, ?6)
+            ON CONFLICT(location) DO UPDATE SET item = excluded.item, oid = excluded.oid, inode = excluded.inode,
+                dataless = excluded.dataless, since = excluded.since
+            """).bind(.blob(file.location.bytes), .blob(file.item.bytes), .blob(file.blob.bytes),
+                      .int(file.inode), .int(file.dataless ? 1 : 0), .int(file.since)).run()
+    }
+
+    func heldFiles() throws -> [HeldFile] {
+        let statement = try database.prepare("SELECT location, item, oid, inode, dataless, since FROM held_files ORDER BY location")
+        var result: [HeldFile] = []
+        while try statement.step() {
+            guard let id = ObjectID(bytes: statement.blob(2)) else { continue }
+            result.append(HeldFile(location: RepoPath(bytes: statement.blob(0)), item: RepoPath(bytes: statement.blob(1)), blob: id,
+                                   inode: statement.int(3), dataless: statement.int(4) != 0, since: statement.int(5)))
+        }
+        return result
+    }
+
+    func forgetHeld(_ location: RepoPath) throws {
+        try database.prepare("DELETE FROM held_files WHERE location = ?1").bind(.blob(location.bytes)).run()
+    }
+}
+
+/// What `settleHeldFiles` did.
+struct HeldSettlement {
+    /// Conflict copies of old files a program wrote into.
+    var copies: [RepoPath] = []
+    /// Old files still open for writing.
+    var stillOpen: [HeldFile] = []
+}
+
+extension Replica {
+    /// Where the held old files wait (names the scan leaves out).
+    func heldLocations() -> Set<RepoPath> {
+        Set(((try? store.heldFiles()) ?? []).map(\.location))
+    }
+
+    /// Looks at every held old file (under the replica's lock): one no
+    /// program has open for writing any more goes if it holds what it held
+    /// when it was swapped out, and becomes a conflict copy otherwise. The
+    /// look is made under a read lease, so no program opens it for writing
+    /// between the look and the removal.
+    func settleHeldFiles() -> HeldSettlement {
+        var result = HeldSettlement()
+        for held in (try? store.heldFiles()) ?? [] {
+            switch settle(held) {
+            case .gone:
+                try? store.forgetHeld(held.location)
+            case .copied(let copy):
+                try? store.forgetHeld(held.location)
+                result.copies.append(copy)
+            case .stillOpen:
+                result.stillOpen.append(held)
+            }
+        }
+        return result
+    }
+
+    private enum HeldOutcome { case gone, copied(RepoPath), stillOpen }
+
+    /// A folder the remote deleted stays while a held file is in it: once
+    /// that file went, the folder (and each parent) left empty goes too.
+    /// Git has no empty folders, so an empty one is no item of the tree,
+    /// and nothing of anyone's is in it.
+    private func removeEmptyFolders(from start: RepoPath) {
+        var folder = start
+        while !folder.isRoot, let parent = try? rootFolder.folder(folder.parent),
+              unlinkat(parent.fd, cPath(folder.name), AT_REMOVEDIR) == 0 {
+            folder = folder.parent
+        }
+    }
+
+    private func settle(_ held: HeldFile) -> HeldOutcome {
+        // Its folder went (a sync or the user removed it) and the file with
+        // it, or the user moved or removed the file: nothing left to settle.
+        guard let folder = try? rootFolder.folder(held.location.parent),
+              let (fd, stat) = try? folder.openRegular(RepoPath(bytes: held.location.name), flags: O_RDONLY) else { return .gone }
+        defer { close(fd) }
+        let swap = SafeReplace(folder: folder, name: held.item.name, temporary: held.location.name,
+                               shown: held.item.description, expectsDataless: held.dataless)
+        guard stat.inode == held.inode else {
+            // Something else took the name: not provably fprep's, so kept.
+            return swap.keepAside().map { .copied(held.location.parent.appending($0)) } ?? .stillOpen
+        }
+        let leased = SafeReplace.takeLease(fd, reading: true, patience: 0)
+        if !leased && errno == EAGAIN { return .stillOpen }
+        defer { if leased { _ = fprep_release_lease(fd) } }
+        let unchanged = (held.dataless && fprep_holds_no_data(fd) == 1)
+            || (try? readContent(fd, size: stat.size, shown: held.item.description).withUnsafeBytes {
+                try ObjectDatabase.blobID(of: $0)
+            }) == held.blob
+        if unchanged {
+            unlinkat(folder.fd, cPath(held.location.name), 0)
+            removeEmptyFolders(from: held.location.parent)
+            return .gone
+        }
+        return swap.keepAside().map { .copied(held.location.parent.appending($0)) } ?? .stillOpen
+    }
+}
