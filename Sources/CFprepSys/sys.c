@@ -231,10 +231,50 @@ int fprep_create_placeholder(int dirfd, const char *name, mode_t mode, off_t siz
     return close(fd);
 }
 
+int fprep_create_marked_temporary(int dirfd, const char *name, mode_t mode, const char *token) {
+    /* Unnamed first (O_TMPFILE): the file has its mark before it has a
+     * name, so no name ever holds an unmarked file of fprep's. */
+    int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+    if (fd >= 0) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (fsetxattr(fd, FPREP_TEMPORARY_MARK, token, strlen(token), 0) != 0 ||
+            linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) != 0) {
+            int saved = errno;
+            close(fd);
+            errno = saved;
+            return -1;
+        }
+        return fd;
+    }
+    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return -1;
+    /* A filesystem without O_TMPFILE: named, then marked. */
+    fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) return -1;
+    if (fsetxattr(fd, FPREP_TEMPORARY_MARK, token, strlen(token), 0) != 0) {
+        int saved = errno;
+        close(fd);
+        unlinkat(dirfd, name, 0);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int fprep_is_marked_temporary(int fd, const char *token) {
+    char value[64];
+    ssize_t length = fgetxattr(fd, FPREP_TEMPORARY_MARK, value, sizeof value);
+    return length >= 0 && (size_t)length == strlen(token) && memcmp(value, token, (size_t)length) == 0;
+}
+
 int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob_len,
                                long long mtime_sec, long mtime_nsec, struct stat *out) {
     struct stat st;
     if (fstat(fd, &st) != 0) return -1;
+    /* The mark of the operation that wrote the file goes: with the
+     * placeholder's two, ext4 would keep the three in a block of their
+     * own, and a placeholder holds no block. */
+    if (fremovexattr(fd, FPREP_TEMPORARY_MARK) != 0 && errno != ENODATA) return -1;
     if (mark_placeholder(fd, blob_id, blob_len) != 0) return -1;
     /* Punch whole blocks up to past the end: a hole ending mid-block only
      * zeroes that block and leaves it allocated. */

@@ -356,6 +356,32 @@ struct ConcurrentWriterTests {
         }
     }
 
+    @Test("sync killed right after an editor's save renamed over the file it was about to swap (the save is at the temporary name, not yet put back): the next command keeps the save, and the next sync pushes it",
+          arguments: [(false, false), (true, false), (true, true)])
+    func renameSaveDuringTheSwapThenKilled(materialized: Bool, deleted: Bool) throws {
+        try withSandbox { box in
+            let (replica, remote) = try Self.replicaBehindTheRemote(box, materialized: materialized, deleted: deleted)
+            let before = box.at("before"), after = box.at("after")
+            for gate in [before, after] { #expect(FileManager.default.createFile(atPath: gate, contents: Data())) }
+            let sync = try box.spawnFprep(["sync"], cwd: replica,
+                                          env: ["FPREP_TEST_BEFORE_EXCHANGE_GATE": before, "FPREP_TEST_AFTER_EXCHANGE_GATE": after])
+            #expect(waitUntil { exists(before + ".waiting") }, "the sync reached the swap: \(sync.stderrSoFar)")
+            try Data("EDITOR-SAVE\n".utf8).write(to: URL(fileURLWithPath: replica + "/.a.txt.swp"))
+            #expect(rename(replica + "/.a.txt.swp", replica + "/a.txt") == 0)
+            #expect(unlink(before) == 0)
+            #expect(waitUntil { exists(after + ".waiting") }, "the sync exchanged the names: \(sync.stderrSoFar)")
+            _ = sync.kill9()
+            let status = try box.fprep(["status"], cwd: replica)
+            #expect(status.status == 0, "\(status)")
+            #expect(try Self.kept(box, "EDITOR-SAVE", replica: replica, remote: remote).here, "recovery deleted the save: \(status)")
+            try box.fprepOK(["sync"], cwd: replica)
+            let kept = try Self.kept(box, "EDITOR-SAVE", replica: replica, remote: remote)
+            #expect(kept.here && kept.pushed, "\(kept)")
+            let left = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
+            #expect(!left.contains { $0.hasPrefix(".a.txt.fprep-") }, "\(left)")
+        }
+    }
+
     /// A program that opens `a.txt` for appending while sync holds its
     /// lease (the open waits, then goes into the old file), says so in
     /// `opened`, appends `text` (none: nothing) and holds the file open

@@ -200,6 +200,24 @@ extension ServiceFixture {
 }
 
 /// Waits until `condition` holds (or `patience` ran out).
+/// As `eventually`, but the deadline moves while `progress` grows: work
+/// that goes on, however slowly a loaded machine lets it, is waited for;
+/// work that stops for `patience` is not.
+func eventually(progress: () -> Int, _ condition: () async -> Bool) async -> Bool {
+    var deadline = Date().addingTimeInterval(patience)
+    var last = progress()
+    while Date() < deadline {
+        if await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+        let now = progress()
+        if now != last {
+            last = now
+            deadline = Date().addingTimeInterval(patience)
+        }
+    }
+    return await condition()
+}
+
 func eventually(_ condition: () async -> Bool) async -> Bool {
     let deadline = Date().addingTimeInterval(patience)
     while Date() < deadline {

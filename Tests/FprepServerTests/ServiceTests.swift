@@ -200,7 +200,10 @@ struct ServiceTests {
             }
             return result
         }
-        #expect(await eventually { byDevice().count == devices && byDevice().values.allSatisfy { chained($0.sorted { $0.seq < $1.seq }.map(\.payload)) } })
+        #expect(await eventually(progress: { fixture.sink.received.get().count }) {
+            let received = byDevice()
+            return received.count == devices && received.values.allSatisfy { chained($0.sorted { $0.seq < $1.seq }.map(\.payload)) }
+        })
         for (device, events) in byDevice() {
             let seqs = events.map(\.seq).sorted()
             #expect(seqs == Array(1...seqs.count), "\(device): events \(seqs): each once, none missing")

@@ -64,6 +64,18 @@ int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob
  * its content again); attributes that are not there are no error. */
 int fprep_clear_placeholder_marks(int fd);
 
+/* The mark of a file fprep writes at a temporary name (its value: the
+ * operation's token), so that recovery removes only files it can prove
+ * are its own, never a user's file a rename put at that name. */
+#define FPREP_TEMPORARY_MARK "user.fprep.temporary"
+
+/* Creates `name` in `dirfd` for writing, marked with `token` before it
+ * has its name (O_TMPFILE, then a link); returns the descriptor or -1. */
+int fprep_create_marked_temporary(int dirfd, const char *name, mode_t mode, const char *token);
+
+/* 1 when the open file carries the temporary mark of `token`. */
+int fprep_is_marked_temporary(int fd, const char *token);
+
 /* Flushes the whole filesystem that holds `fd` (syncfs(2)): one call makes a
  * batch of written files durable, instead of one fsync per file. */
 int fprep_syncfs(int fd);

@@ -346,7 +346,8 @@ struct ContentOperations {
         // its content came is the user's change of mode, not undone.
         let current = folder.stat(name: path.name).map { mode_t(truncatingIfNeeded: $0.mode) & 0o7777 }
         let mode: mode_t = current ?? (entry.mode == 0o100755 ? 0o777 : 0o666)
-        let fd = openat(folder.fd, cPath(name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+        // Marked as fprep's (`settleTemporary` removes only what it can prove it wrote).
+        let fd = fprep_create_marked_temporary(folder.fd, cPath(name), mode, ContentOperations.temporaryToken(in: name) ?? "")
         guard fd >= 0 else { throw SystemError("create", path.description) }
         defer { close(fd) }
         if current != nil { _ = fchmod(fd, mode) }  // exactly, whatever the umask

@@ -223,10 +223,12 @@ struct SafeReplace {
         return temporary
     }
 
-    /// After a crash: what is at the temporary name is either fprep's new
-    /// file (whole or half-written: it goes) or the old file, swapped out
-    /// before the kill and told apart by the inode `old` (the item's index
-    /// entry) records. The old file goes only when it provably holds no
+    /// After a crash: what is at the temporary name is fprep's new file
+    /// (whole or half-written, marked with the operation's token: it goes),
+    /// the old file, swapped out before the kill and told apart by the
+    /// inode `old` (the item's index entry) records, or a file of a
+    /// program's that a rename put at the item's name just before the
+    /// exchange (neither: it stays, as a conflict copy). The old file goes only when it provably holds no
     /// byte of anyone's: a placeholder holding no data, or a file with the
     /// entry's size and date or its blob's bytes. Anything else is what a
     /// program wrote into it while the replacement waited for it (the kill
@@ -241,6 +243,9 @@ struct SafeReplace {
             return
         }
         defer { close(fd) }
+        // Open for writing in a program: the old file (nobody else knows
+        // the temporary name), which it may still write into.
+        if case .hold(let record) = whileWritten, Self.openForWriting(fd), (try? record(stat.inode)) != nil { return }
         let marked = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
         if marked {
             // A placeholder: fprep's new one holds no data either way.
@@ -253,10 +258,13 @@ struct SafeReplace {
             return
         }
         guard let old, old.stat.inode != 0, old.stat.inode == UInt32(truncatingIfNeeded: stat.inode) else {
-            unlinkat(folder.fd, cPath(temporary), 0)
+            if let token = ContentOperations.temporaryToken(in: temporary), fprep_is_marked_temporary(fd, token) == 1 {
+                unlinkat(folder.fd, cPath(temporary), 0)
+            } else {
+                _ = try? keepAsConflictCopy()
+            }
             return
         }
-        if case .hold(let record) = whileWritten, Self.openForWriting(fd), (try? record(stat.inode)) != nil { return }
         let sameAsRecorded = old.stat.fileSize == UInt32(truncatingIfNeeded: stat.size)
             && old.stat.mtimeSeconds == Int32(truncatingIfNeeded: stat.mtime.0)
             && old.stat.mtimeNanoseconds == UInt32(truncatingIfNeeded: stat.mtime.1)

@@ -646,7 +646,8 @@ struct SyncApplier {
                 var swapped = SafeReplace(folder: folder, name: name, temporary: temporary, shown: path.description,
                                           expectsDataless: true)
                 let old = index.entry(path: path.bytes)
-                if let old { swapped.whileWritten = .hold { try hold(path, at: temporary, blob: old.id, inode: $0, dataless: false) } }
+                let dataless = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
+                if let old { swapped.whileWritten = .hold { try hold(path, at: temporary, blob: old.id, inode: $0, dataless: dataless) } }
                 swapped.settleTemporary(old: old)
             }
         }
@@ -1076,8 +1077,7 @@ struct SyncApplier {
                     guard try ObjectDatabase.blobID(of: bytes) == new.id else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(new.id); nothing was written")
                     }
-                    let fd = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                                    new.mode == .executable ? 0o777 : 0o666)
+                    let fd = fprep_create_marked_temporary(folder.fd, cPath(temporary), new.mode == .executable ? 0o777 : 0o666, token)
                     guard fd >= 0 else { throw SystemError("create", path.description) }
                     defer { close(fd) }
                     try writeAll(fd, bytes, shown: path.description)
@@ -1345,7 +1345,7 @@ struct SyncApplier {
             guard created == 0 else { throw SystemError("create placeholder", path.description) }
             replica.letAgentWatch([WatchedPlaceholder(path: path, blob: entry.id, markAt: path.parent.appending(temporary))])
         } else {
-            let out = openat(folder.fd, cPath(temporary), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            let out = fprep_create_marked_temporary(folder.fd, cPath(temporary), mode, token)
             guard out >= 0 else { throw SystemError("create", path.description) }
             defer { close(out) }
             _ = fchmod(out, mode)  // exactly, whatever the umask
