@@ -70,7 +70,7 @@ struct Status: ParsableCommand {
         }
         if !report.heldOpen.isEmpty {
             let shown = report.heldOpen.prefix(5).map { Console.escaped($0) }.joined(separator: ", ")
-            print("held open:    \(shown)\(report.heldOpen.count > 5 ? " and \(report.heldOpen.count - 5) more" : "") (a program has the old version open for writing; the next sync after it closes removes it, or keeps it as a conflict copy if written)")
+            print("held aside:   \(shown)\(report.heldOpen.count > 5 ? " and \(report.heldOpen.count - 5) more" : "") (old versions a sync replaced while a program had them open for writing: the first sync after the program closes one removes it, or keeps it as a conflict copy if the program wrote into it)")
         }
         if !report.pins.isEmpty {
             print("pinned:       \(report.pins.map { Console.escaped($0) }.joined(separator: ", ")) (kept on this device)")

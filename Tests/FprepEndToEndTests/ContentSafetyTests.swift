@@ -508,6 +508,44 @@ struct ConcurrentWriterTests {
         }
     }
 
+    @Test("the remote renames the folder of an old version a program holds open for writing (found by a hostile test: a later sync deleted it under the program, or pushed a copy of bytes nobody wrote): it stays held in the folder's new place; written, it is a conflict copy there, pushed; never written, it goes and nothing is pushed",
+          arguments: [true, false])
+    func heldFileInAFolderTheRemoteRenames(writes: Bool) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            try box.pushToRemote(remote, ["docs/readme.md": Data("changed\n".utf8)], message: "change")
+            let opened = box.at("opened"), stop = box.at("stop")
+            let writer = try box.spawn([python, "-c", Self.appendingWriter.replacingOccurrences(of: "'a.txt'", with: "'docs/readme.md'"),
+                                        opened, "", stop, writes ? "LATE-WRITE\n" : ""], cwd: replica)
+            #expect(waitUntil { exists(opened + ".wrote") }, "the program holds docs/readme.md open")
+            #expect(try syncWithin(box, replica)["heldOpen"] as? [String] == ["docs/readme.md"])
+            let work = box.at("rename-work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try box.gitOK(["mv", "docs", "papers"], cwd: work)
+            try box.gitOK(["commit", "-q", "-m", "rename the folder"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            for round in 0..<2 {
+                let report = try syncWithin(box, replica)
+                #expect(report["heldOpen"] as? [String] == ["papers/readme.md"], "round \(round): \(report)")
+            }
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
+            #expect(names.filter { $0.hasPrefix(".readme.md.fprep-") }.count == 1 && !names.contains { $0.contains("conflict") }, "\(names)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing pushed while the program holds it")
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            _ = try syncWithin(box, replica)
+            let after = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
+            #expect(!after.contains { $0.hasPrefix(".readme.md.fprep-") } && after.filter { $0.contains("conflict") }.count == (writes ? 1 : 0), "\(after)")
+            let grep = try box.git(["grep", "-q", "-F", "LATE-WRITE", "main"], cwd: remote.path)
+            #expect((grep.status == 0) == writes, "writes \(writes)")
+            if !writes { #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing nobody wrote was pushed") }
+        }
+    }
+
     @Test("a program that opened the old file while sync swapped it and still holds it open for writing when the sync ends: the old file is kept, and its later writes are pushed")
     func writerStillOpenAfterTheWait() throws {
         try withSandbox { box in

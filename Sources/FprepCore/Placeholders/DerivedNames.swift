@@ -89,6 +89,14 @@ extension Replica {
             // `.NAME.fprep-TOKEN` is NAME's temporary: its conflict copy is named after NAME.
             let suffix = ContentOperations.temporaryToken(in: path.name).map { ".fprep-\($0)".utf8.count } ?? 0
             let original = Array(path.name.dropFirst().dropLast(suffix))
+            // Open for writing in a program (an old version a sync held, moved
+            // with its folder): nothing can be told of it yet; it stays, left
+            // out of the scan, until a later one.
+            if let (fd, _) = try? folder.openRegular(RepoPath(bytes: path.name), flags: O_RDONLY) {
+                let written = SafeReplace.openForWriting(fd)
+                close(fd)
+                if written { continue }
+            }
             let placeholder = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: path.name))
                 && ContentOperations.holdsNoData(folder, RepoPath(bytes: path.name), stat)
             let fetched = !placeholder && (try? folder.readFile(RepoPath(bytes: path.name))).flatMap { bytes in

@@ -50,6 +50,18 @@ extension StateStore {
         return result
     }
 
+    /// A folder moved from `from` to `to` took the held files in it along.
+    func moveHeld(from: RepoPath, to: RepoPath) throws {
+        func moved(_ path: RepoPath) -> RepoPath {
+            path.isWithin(from) && path != from ? RepoPath(bytes: to.bytes + Array(path.bytes.dropFirst(from.bytes.count))) : path
+        }
+        for held in try heldFiles() where held.location.isWithin(from) && held.location != from {
+            try forgetHeld(held.location)
+            try recordHeld(HeldFile(location: moved(held.location), item: moved(held.item), blob: held.blob, inode: held.inode,
+                                    dataless: held.dataless, since: held.since))
+        }
+    }
+
     func forgetHeld(_ location: RepoPath) throws {
         try database.prepare("DELETE FROM held_files WHERE location = ?1").bind(.blob(location.bytes)).run()
     }

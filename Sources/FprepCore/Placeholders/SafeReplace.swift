@@ -213,7 +213,9 @@ struct SafeReplace {
         for counter in 1...100 {
             let candidate = TreeMerge.conflictFileName(name, device: DeviceName.current, date: Replica.conflictDate(), counter: counter)
             if folder.stat(name: candidate) != nil { continue }
-            guard renameat(folder.fd, cPath(temporary), folder.fd, cPath(candidate)) == 0 else {
+            // Never over a file that took the name since the look above.
+            guard fprep_rename_noreplace(folder.fd, cPath(temporary), cPath(candidate)) == 0 else {
+                if errno == EEXIST { continue }
                 throw SystemError("rename", shown)
             }
             return candidate
@@ -228,14 +230,15 @@ struct SafeReplace {
     /// the old file, swapped out before the kill and told apart by the
     /// inode `old` (the item's index entry) records, or a file of a
     /// program's that a rename put at the item's name just before the
-    /// exchange (neither: it stays, as a conflict copy). The old file goes only when it provably holds no
+    /// exchange (neither: it stays, as a conflict copy, unless its bytes
+    /// are one of `knownBlobs`, the versions git has of the item). The old file goes only when it provably holds no
     /// byte of anyone's: a placeholder holding no data, or a file with the
     /// entry's size and date or its blob's bytes. Anything else is what a
     /// program wrote into it while the replacement waited for it (the kill
     /// came then), and stays as a conflict copy. An old file a program
     /// still has open for writing is left where it is, given to
     /// `whileWritten`'s `record` when it holds.
-    func settleTemporary(old: IndexEntry?) {
+    func settleTemporary(old: IndexEntry?, knownBlobs: Set<ObjectID> = []) {
         var raw = fprep_stat()
         guard let (fd, stat) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) else {
             // Not a file: a temporary symlink of fprep's goes.
@@ -258,7 +261,15 @@ struct SafeReplace {
             return
         }
         guard let old, old.stat.inode != 0, old.stat.inode == UInt32(truncatingIfNeeded: stat.inode) else {
-            if let token = ContentOperations.temporaryToken(in: temporary), fprep_is_marked_temporary(fd, token) == 1 {
+            let ours = ContentOperations.temporaryToken(in: temporary).map { fprep_is_marked_temporary(fd, $0) == 1 } ?? false
+            let known = !knownBlobs.isEmpty && (try? readContent(fd, size: stat.size, shown: shown).withUnsafeBytes {
+                try ObjectDatabase.blobID(of: $0)
+            }).map(knownBlobs.contains) == true
+            // No data at all: a placeholder of fprep's killed before its
+            // marks were on (it is made, then marked), or an empty file,
+            // which holds no byte to lose.
+            let nothing = stat.blocks == 0 && fprep_holds_no_data(fd) == 1
+            if ours || known || nothing {
                 unlinkat(folder.fd, cPath(temporary), 0)
             } else {
                 _ = try? keepAsConflictCopy()

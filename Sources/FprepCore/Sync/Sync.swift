@@ -632,24 +632,38 @@ struct SyncApplier {
     /// placeholder a program wrote into, swapped out, stays as a conflict
     /// copy: see `SafeReplace.settleTemporary`).
     func removeStaleTemporaries() {
-        var byFolder: [RepoPath: Set<[UInt8]>] = [:]
-        for path in changes.updated.map(\.path) + changes.moved.map(\.to) + changes.deleted.map(\.0) {
-            byFolder[path.parent, default: []].insert(path.name)
-        }
-        let held = replica.heldLocations()
-        for (folderPath, names) in byFolder {
-            guard let folder = try? replica.rootFolder.folder(folderPath) else { continue }
-            for name in names {
-                let temporary = ContentOperations.temporaryName(for: name, token: token)
-                guard folder.stat(name: temporary) != nil, !held.contains(folderPath.appending(temporary)) else { continue }
-                let path = folderPath.appending(name)
-                var swapped = SafeReplace(folder: folder, name: name, temporary: temporary, shown: path.description,
-                                          expectsDataless: true)
-                let old = index.entry(path: path.bytes)
-                let dataless = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
-                if let old { swapped.whileWritten = .hold { try hold(path, at: temporary, blob: old.id, inode: $0, dataless: dataless) } }
-                swapped.settleTemporary(old: old)
+        // Per item: its entry before the sync (at its old path, for an item
+        // a move took elsewhere) and the blobs it had or gets: a file whose
+        // bytes are one of them is no one's only copy.
+        var items: [RepoPath: (old: IndexEntry?, blobs: Set<ObjectID>)] = [:]
+        let folderMoves = changes.moved.filter(\.isFolder)
+        func entryBefore(_ path: RepoPath) -> IndexEntry? {
+            if let entry = index.entry(path: path.bytes) { return entry }
+            for move in folderMoves where path.isWithin(move.to) && path != move.to {
+                let from = RepoPath(bytes: move.from.bytes + Array(path.bytes.dropFirst(move.to.bytes.count)))
+                if let entry = index.entry(path: from.bytes) { return entry }
             }
+            return nil
+        }
+        func note(_ path: RepoPath, _ blobs: [ObjectID?], before: IndexEntry? = nil) {
+            let old = before ?? entryBefore(path)
+            var known = items[path]?.blobs ?? []
+            for blob in blobs + [old?.id] { if let blob { known.insert(blob) } }
+            items[path] = (items[path]?.old ?? old, known)
+        }
+        for update in changes.updated { note(update.path, [update.new.id, update.old?.id]) }
+        for move in changes.moved { note(move.to, [move.entry.id], before: index.entry(path: move.from.bytes)) }
+        for (path, old) in changes.deleted { note(path, [old.id]) }
+        let held = replica.heldLocations()
+        for (path, item) in items {
+            guard let folder = try? replica.rootFolder.folder(path.parent) else { continue }
+            let temporary = ContentOperations.temporaryName(for: path.name, token: token)
+            guard folder.stat(name: temporary) != nil, !held.contains(path.parent.appending(temporary)) else { continue }
+            var swapped = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
+                                      expectsDataless: true)
+            let dataless = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
+            if let old = item.old { swapped.whileWritten = .hold { try hold(path, at: temporary, blob: old.id, inode: $0, dataless: dataless) } }
+            swapped.settleTemporary(old: item.old, knownBlobs: item.blobs)
         }
     }
 
@@ -947,6 +961,9 @@ struct SyncApplier {
                 throw SystemError("move", "\(move.from) → \(move.to)")
             }
         }
+        // Held old versions went with the folder: their records follow (a
+        // resumed sync comes here again, so a kill between is no gap).
+        try replica.store.moveHeld(from: move.from, to: move.to)
         // The index follows the folder: every entry below it changes path.
         let prefix = move.from.bytes + [0x2F]
         var moved: [IndexEntry] = []
@@ -1214,7 +1231,9 @@ struct SyncApplier {
                 try IgnoreRules.excludeHere(copy, in: replica,
                                             why: "'\(path)', which the ignore rules left out, set aside by a sync on \(Replica.conflictDate())")
             }
-            guard renameat(folder.fd, cPath(path.name), folder.fd, cPath(candidate)) == 0 else {
+            // Never over a file that took the name since the look above.
+            guard fprep_rename_noreplace(folder.fd, cPath(path.name), cPath(candidate)) == 0 else {
+                if errno == EEXIST { continue }
                 throw SystemError("rename", path.description)
             }
             releasePlaceholderMarks(copy)
