@@ -267,6 +267,26 @@ int fprep_is_marked_temporary(int fd, const char *token) {
     return length >= 0 && (size_t)length == strlen(token) && memcmp(value, token, (size_t)length) == 0;
 }
 
+int fprep_mark_held(int fd, const unsigned char *blob_id, size_t blob_len, int dataless) {
+    unsigned char value[21];
+    if (blob_len != 20) { errno = EINVAL; return -1; }
+    memcpy(value, blob_id, 20);
+    value[20] = dataless ? 1 : 0;
+    return fsetxattr(fd, FPREP_HELD_MARK, value, sizeof value, 0);
+}
+
+int fprep_held_mark(int fd, unsigned char *blob_id, int *dataless) {
+    unsigned char value[21];
+    if (fgetxattr(fd, FPREP_HELD_MARK, value, sizeof value) != (ssize_t)sizeof value) return 0;
+    memcpy(blob_id, value, 20);
+    *dataless = value[20] != 0;
+    return 1;
+}
+
+int fprep_clear_held_mark(int fd) {
+    return fremovexattr(fd, FPREP_HELD_MARK) != 0 && errno != ENODATA ? -1 : 0;
+}
+
 int fprep_punch_to_placeholder(int fd, const unsigned char *blob_id, size_t blob_len,
                                long long mtime_sec, long mtime_nsec, struct stat *out) {
     struct stat st;

@@ -546,6 +546,38 @@ struct ConcurrentWriterTests {
         }
     }
 
+    @Test("the user moves the folder of an old version a program holds open for writing: the old version, judged by its own mark, goes once closed if unwritten (nothing but the move is pushed), or becomes a conflict copy, pushed",
+          arguments: [true, false])
+    func heldFileInAFolderTheUserMoves(writes: Bool) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            try box.pushToRemote(remote, ["docs/readme.md": Data("changed\n".utf8)], message: "change")
+            let opened = box.at("opened"), stop = box.at("stop")
+            let writer = try box.spawn([python, "-c", Self.appendingWriter.replacingOccurrences(of: "'a.txt'", with: "'docs/readme.md'"),
+                                        opened, "", stop, writes ? "LATE-WRITE\n" : ""], cwd: replica)
+            #expect(waitUntil { exists(opened + ".wrote") }, "the program holds docs/readme.md open")
+            #expect(try syncWithin(box, replica)["heldOpen"] as? [String] == ["docs/readme.md"])
+            #expect(rename(replica + "/docs", replica + "/papers") == 0)
+            _ = try syncWithin(box, replica)
+            #expect(try box.gitOK(["show", "main:papers/readme.md"], cwd: remote.path) == "changed", "the move is pushed")
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
+            #expect(names.filter { $0.hasPrefix(".readme.md.fprep-") }.count == 1 && !names.contains { $0.contains("conflict") },
+                    "kept while the program holds it: \(names)")
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            _ = try syncWithin(box, replica)
+            let after = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
+            #expect(!after.contains { $0.hasPrefix(".readme.md.fprep-") } && after.filter { $0.contains("conflict") }.count == (writes ? 1 : 0), "\(after)")
+            let files = Set(try box.gitOK(["ls-tree", "-r", "--name-only", "main"], cwd: remote.path).split(separator: "\n").map(String.init))
+            #expect(files.filter { $0.contains("conflict") || $0.contains(".fprep-") }.count == (writes ? 1 : 0), "\(files)")
+            let grep = try box.git(["grep", "-q", "-F", "LATE-WRITE", "main"], cwd: remote.path)
+            #expect((grep.status == 0) == writes, "writes \(writes)")
+        }
+    }
+
     @Test("a program that opened the old file while sync swapped it and still holds it open for writing when the sync ends: the old file is kept, and its later writes are pushed")
     func writerStillOpenAfterTheWait() throws {
         try withSandbox { box in

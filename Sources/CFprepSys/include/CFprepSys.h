@@ -76,6 +76,16 @@ int fprep_create_marked_temporary(int dirfd, const char *name, mode_t mode, cons
 /* 1 when the open file carries the temporary mark of `token`. */
 int fprep_is_marked_temporary(int fd, const char *token);
 
+/* The mark of an old version a sync swapped out while a program had it
+ * open for writing (a held file): the blob it held and whether it was a
+ * placeholder, so it can be judged wherever it is found (a folder moved
+ * with it in it). */
+#define FPREP_HELD_MARK "user.fprep.held"
+int fprep_mark_held(int fd, const unsigned char *blob_id, size_t blob_len, int dataless);
+/* 1 and the blob (20 bytes) and flag when the file carries the held mark. */
+int fprep_held_mark(int fd, unsigned char *blob_id, int *dataless);
+int fprep_clear_held_mark(int fd);
+
 /* Flushes the whole filesystem that holds `fd` (syncfs(2)): one call makes a
  * batch of written files durable, instead of one fsync per file. */
 int fprep_syncfs(int fd);

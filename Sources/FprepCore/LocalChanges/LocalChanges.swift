@@ -434,10 +434,18 @@ struct LocalScanner {
         guard let token = ContentOperations.temporaryToken(in: name) else { return false }
         if replica.pendingTemporaryTokens().contains(token) { return true }
         // An old version a program still has open (settled by the sync).
-        if replica.heldLocations().contains(RepoPath(bytes: folder).appending(name)) { return true }
-        guard replica.recentTemporaryTokens().contains(token) else { return false }
+        let path = RepoPath(bytes: folder).appending(name)
+        if replica.heldLocations().contains(path) { return true }
+        guard replica.recentTemporaryTokens().contains(token) || Self.carriesHeldMark(replica.rootFolder, path) else { return false }
         strays.paths.append(RepoPath(bytes: folder).appending(name))
         return true
+    }
+
+    /// Whether the file at `path` is an old version a sync held (its mark
+    /// says so, however old its token).
+    static func carriesHeldMark(_ root: FolderHandle, _ path: RepoPath) -> Bool {
+        var buffer = [CChar](repeating: 0, count: 21)
+        return fprep_get_xattr_at(root.fd, cPath(path.bytes), FPREP_HELD_MARK, &buffer, buffer.count) == 21
     }
 
     /// The scan by a walk of the tree, for an index with entries not yet

@@ -93,9 +93,18 @@ extension Replica {
             // with its folder): nothing can be told of it yet; it stays, left
             // out of the scan, until a later one.
             if let (fd, _) = try? folder.openRegular(RepoPath(bytes: path.name), flags: O_RDONLY) {
-                let written = SafeReplace.openForWriting(fd)
-                close(fd)
-                if written { continue }
+                defer { close(fd) }
+                if SafeReplace.openForWriting(fd) { continue }
+                // A held old version its record lost track of: judged by its own mark.
+                if let mark = Replica.heldMark(fd) {
+                    if Replica.holdsWhatItHeld(fd, size: stat.size, blob: mark.blob, dataless: mark.dataless, shown: path.description) {
+                        unlinkat(folder.fd, cPath(path.name), 0)
+                    } else {
+                        SafeReplace(folder: folder, name: original.isEmpty ? path.name : original, temporary: path.name,
+                                    shown: path.description, expectsDataless: false).keepAside()
+                    }
+                    continue
+                }
             }
             let placeholder = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: path.name))
                 && ContentOperations.holdsNoData(folder, RepoPath(bytes: path.name), stat)

@@ -104,6 +104,21 @@ extension Replica {
 
     private enum HeldOutcome { case gone, copied(RepoPath), stillOpen }
 
+    /// Whether a held file (open as `fd`) holds what it held when it was
+    /// swapped out: its blob's bytes, or no data for a placeholder.
+    static func holdsWhatItHeld(_ fd: Int32, size: Int64, blob: ObjectID, dataless: Bool, shown: String) -> Bool {
+        (dataless && fprep_holds_no_data(fd) == 1)
+            || (try? readContent(fd, size: size, shown: shown).withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == blob
+    }
+
+    /// The held mark of an open file: the blob it held and whether it was a placeholder.
+    static func heldMark(_ fd: Int32) -> (blob: ObjectID, dataless: Bool)? {
+        var raw = [UInt8](repeating: 0, count: 20)
+        var dataless: Int32 = 0
+        guard fprep_held_mark(fd, &raw, &dataless) == 1, let blob = ObjectID(bytes: raw) else { return nil }
+        return (blob, dataless != 0)
+    }
+
     /// A folder the remote deleted stays while a held file is in it: once
     /// that file went, the folder (and each parent) left empty goes too.
     /// Git has no empty folders, so an empty one is no item of the tree,
@@ -131,11 +146,7 @@ extension Replica {
         let leased = SafeReplace.takeLease(fd, reading: true, patience: 0)
         if !leased && errno == EAGAIN { return .stillOpen }
         defer { if leased { _ = fprep_release_lease(fd) } }
-        let unchanged = (held.dataless && fprep_holds_no_data(fd) == 1)
-            || (try? readContent(fd, size: stat.size, shown: held.item.description).withUnsafeBytes {
-                try ObjectDatabase.blobID(of: $0)
-            }) == held.blob
-        if unchanged {
+        if Self.holdsWhatItHeld(fd, size: stat.size, blob: held.blob, dataless: held.dataless, shown: held.item.description) {
             unlinkat(folder.fd, cPath(held.location.name), 0)
             removeEmptyFolders(from: held.location.parent)
             return .gone

@@ -296,6 +296,7 @@ struct SafeReplace {
     func keepAside() -> [UInt8]? {
         if let (fd, _) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) {
             _ = fprep_clear_placeholder_marks(fd)
+            _ = fprep_clear_held_mark(fd)
             close(fd)
         }
         guard let copy = try? keepAsConflictCopy(), copy != temporary else { return nil }

@@ -830,6 +830,13 @@ struct SyncApplier {
     /// program has it open for writing, as a `HeldFile`: the next syncs
     /// settle it once the program has closed it.
     private func hold(_ path: RepoPath, at temporary: [UInt8], blob: ObjectID, inode: Int64, dataless: Bool) throws {
+        // The file says what it is too: a record does not follow a folder
+        // the user moves with it in it.
+        if let folder = try? replica.rootFolder.folder(path.parent),
+           let (fd, _) = try? folder.openRegular(RepoPath(bytes: temporary), flags: O_RDONLY) {
+            _ = blob.bytes.withUnsafeBufferPointer { fprep_mark_held(fd, $0.baseAddress, $0.count, dataless ? 1 : 0) }
+            close(fd)
+        }
         try replica.store.recordHeld(HeldFile(location: path.parent.appending(temporary), item: path, blob: blob, inode: inode,
                                               dataless: dataless, since: Int64(Date().timeIntervalSince1970)))
     }
