@@ -36,6 +36,17 @@ extension Sandbox {
                       cwd: cwd ?? path, env: baseEnvironment, timeout: 120, ioFolder: io)
     }
 
+    /// A closed test gate (see `TestGate`) in a folder anyone may write, for
+    /// a command that runs as another user than the test.
+    func closedGateAnyoneMayOpen(_ name: String) throws -> String {
+        let gates = at("gates")
+        try FileManager.default.createDirectory(atPath: gates, withIntermediateDirectories: true)
+        chmod(gates, 0o777)
+        let gate = gates + "/" + name
+        guard FileManager.default.createFile(atPath: gate, contents: Data()) else { throw HarnessError("cannot make the gate \(gate)") }
+        return gate
+    }
+
     /// A replica `user` cloned (and a remote it owns), whose git
     /// configuration and hooks run a program that appends the uid it runs
     /// as to `uids`: the remote's upload-pack (every fetch of content runs
@@ -227,11 +238,7 @@ struct AgentPrivilegeTests {
             let (replica, _, _) = try s.replicaOwned(by: user)
             #expect(chmod(replica + "/bin.dat", 0o444) == 0)
             // The worker runs as the owner: its gate is where the owner may write.
-            let gates = s.at("gates")
-            try FileManager.default.createDirectory(atPath: gates, withIntermediateDirectories: true)
-            chmod(gates, 0o777)
-            let gate = gates + "/fill"
-            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let gate = try s.closedGateAnyoneMayOpen("fill")
             let agent = try s.startAgent(replica, env: ["FPREP_TEST_FILL_GATE": gate])
             let reader = try s.spawnPython(readProgram, ["bin.dat"], cwd: replica)
             #expect(waitUntil { exists(gate + ".waiting") }, "the fill holds the file, open for writing: \(agent.stderrSoFar)")
@@ -257,11 +264,7 @@ struct AgentPrivilegeTests {
             #expect(try s.run(as: user, [Binaries.fprep, "materialize", "-C", replica, "bin.dat"]).status == 0)
             #expect(chmod(replica + "/bin.dat", 0o444) == 0)
             // The evict runs as the owner: its gate is where the owner may write.
-            let gates = s.at("gates")
-            try FileManager.default.createDirectory(atPath: gates, withIntermediateDirectories: true)
-            chmod(gates, 0o777)
-            let gate = gates + "/punch"
-            #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+            let gate = try s.closedGateAnyoneMayOpen("punch")
             // setpriv execs fprep: the process killed is the evict itself.
             let evict = try s.spawn(["/usr/bin/setpriv", "--reuid=\(user.uid)", "--regid=\(user.gid)", "--init-groups",
                                      Binaries.fprep, "evict", "-C", replica, "bin.dat"], env: ["FPREP_TEST_PUNCH_GATE": gate])

@@ -508,20 +508,28 @@ struct ConcurrentWriterTests {
         }
     }
 
+    /// A replica whose `docs/readme.md` (materialized) a program holds open
+    /// for writing while a sync takes in the remote's change of it: held.
+    /// Once `stop` exists the program appends "LATE-WRITE" (if `writes`) and closes.
+    static func holdingAnOldVersion(_ box: Sandbox, writes: Bool) throws -> (replica: String, remote: Remote, writer: Spawned, stop: String) {
+        let remote = try box.makeRemote()
+        let replica = box.at("replica")
+        _ = try box.clone(remote.path, replica)
+        try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+        try box.pushToRemote(remote, ["docs/readme.md": Data("changed\n".utf8)], message: "change")
+        let opened = box.at("opened"), stop = box.at("stop")
+        let writer = try box.spawn([python, "-c", Self.appendingWriter.replacingOccurrences(of: "'a.txt'", with: "'docs/readme.md'"),
+                            opened, "", stop, writes ? "LATE-WRITE\n" : ""], cwd: replica)
+        #expect(waitUntil { exists(opened + ".wrote") }, "the program holds docs/readme.md open")
+        #expect(try syncWithin(box, replica)["heldOpen"] as? [String] == ["docs/readme.md"])
+        return (replica, remote, writer, stop)
+    }
+
     @Test("the remote renames the folder of an old version a program holds open for writing (found by a hostile test: a later sync deleted it under the program, or pushed a copy of bytes nobody wrote): it stays held in the folder's new place; written, it is a conflict copy there, pushed; never written, it goes and nothing is pushed",
           arguments: [true, false])
     func heldFileInAFolderTheRemoteRenames(writes: Bool) throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
-            try box.pushToRemote(remote, ["docs/readme.md": Data("changed\n".utf8)], message: "change")
-            let opened = box.at("opened"), stop = box.at("stop")
-            let writer = try box.spawn([python, "-c", Self.appendingWriter.replacingOccurrences(of: "'a.txt'", with: "'docs/readme.md'"),
-                                        opened, "", stop, writes ? "LATE-WRITE\n" : ""], cwd: replica)
-            #expect(waitUntil { exists(opened + ".wrote") }, "the program holds docs/readme.md open")
-            #expect(try syncWithin(box, replica)["heldOpen"] as? [String] == ["docs/readme.md"])
+            let (replica, remote, writer, stop) = try Self.holdingAnOldVersion(box, writes: writes)
             let work = box.at("rename-work")
             try box.gitOK(["clone", "-q", remote.path, work])
             try box.gitOK(["mv", "docs", "papers"], cwd: work)
@@ -550,16 +558,7 @@ struct ConcurrentWriterTests {
           arguments: [true, false])
     func heldFileInAFolderTheUserMoves(writes: Bool) throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
-            try box.pushToRemote(remote, ["docs/readme.md": Data("changed\n".utf8)], message: "change")
-            let opened = box.at("opened"), stop = box.at("stop")
-            let writer = try box.spawn([python, "-c", Self.appendingWriter.replacingOccurrences(of: "'a.txt'", with: "'docs/readme.md'"),
-                                        opened, "", stop, writes ? "LATE-WRITE\n" : ""], cwd: replica)
-            #expect(waitUntil { exists(opened + ".wrote") }, "the program holds docs/readme.md open")
-            #expect(try syncWithin(box, replica)["heldOpen"] as? [String] == ["docs/readme.md"])
+            let (replica, remote, writer, stop) = try Self.holdingAnOldVersion(box, writes: writes)
             #expect(rename(replica + "/docs", replica + "/papers") == 0)
             _ = try syncWithin(box, replica)
             #expect(try box.gitOK(["show", "main:papers/readme.md"], cwd: remote.path) == "changed", "the move is pushed")
