@@ -231,8 +231,8 @@ struct SafeReplace {
     /// inode `old` (the item's index entry) records, or a file of a
     /// program's that a rename put at the item's name just before the
     /// exchange (neither: it stays, as a conflict copy, unless its bytes
-    /// are one of `knownBlobs`, the versions git has of the item). The old file goes only when it provably holds no
-    /// byte of anyone's: a placeholder holding no data, or a file with the
+    /// are one of `knownBlobs`, the versions git has of the item). The old
+    /// file goes only when it provably holds no byte of anyone's: a placeholder holding no data, or a file with the
     /// entry's size and date or its blob's bytes. Anything else is what a
     /// program wrote into it while the replacement waited for it (the kill
     /// came then), and stays as a conflict copy. An old file a program
