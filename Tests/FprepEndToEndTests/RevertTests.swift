@@ -78,6 +78,8 @@ struct RevertTests {
             #expect(contents(replica + "/bin.dat") == remote.files["bin.dat"])
             let nothing = try box.fprepOK(["revert", "a.txt"], cwd: replica)
             #expect(nothing.stdout.contains("nothing to revert"))
+            // The whole replica with nothing to revert (found by a hostile test: "'' is not in the replica").
+            #expect(try box.fprepOK(["revert", "-C", replica, "."]).stdout.contains("nothing to revert"))
             expectOneLineError(try box.fprep(["revert", "no-such"], cwd: replica), status: 64, mentioning: ["no-such"])
         }
     }

@@ -99,6 +99,7 @@ extension Replica {
                 if let mark = Replica.heldMark(fd) {
                     if Replica.holdsWhatItHeld(fd, size: stat.size, blob: mark.blob, dataless: mark.dataless, shown: path.description) {
                         unlinkat(folder.fd, cPath(path.name), 0)
+                        removeEmptyFolders(from: path.parent)
                     } else {
                         SafeReplace(folder: folder, name: original.isEmpty ? path.name : original, temporary: path.name,
                                     shown: path.description, expectsDataless: false).keepAside()

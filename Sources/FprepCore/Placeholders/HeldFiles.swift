@@ -122,8 +122,9 @@ extension Replica {
     /// A folder the remote deleted stays while a held file is in it: once
     /// that file went, the folder (and each parent) left empty goes too.
     /// Git has no empty folders, so an empty one is no item of the tree,
-    /// and nothing of anyone's is in it.
-    private func removeEmptyFolders(from start: RepoPath) {
+    /// and nothing of anyone's is in it (nor is a folder a sync set aside
+    /// because a held file kept it from going).
+    func removeEmptyFolders(from start: RepoPath) {
         var folder = start
         while !folder.isRoot, let parent = try? rootFolder.folder(folder.parent),
               unlinkat(parent.fd, cPath(folder.name), AT_REMOVEDIR) == 0 {

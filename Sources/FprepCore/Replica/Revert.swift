@@ -56,7 +56,8 @@ extension Replica {
             if let from { touched.append(from) }
         }
         guard !touched.isEmpty else {
-            for path in asked where try atAnchor?.entry(at: path) == nil && rootFolder.stat(path) == nil {
+            // The whole replica ('.') is always there, with nothing to put back.
+            for path in asked where try !path.isRoot && atAnchor?.entry(at: path) == nil && rootFolder.stat(path) == nil {
                 throw FprepError(.usage, "'\(path)' is not in the replica")
             }
             return RevertReport()
