@@ -49,6 +49,12 @@ struct ContentJournal: Codable {
     struct ReadOnlyFile: Codable {
         var path: Data
         var mode: UInt32
+
+        /// The record of `path` when its permissions (`mode`) deny its
+        /// owner writing; nil otherwise.
+        static func ifReadOnly(_ path: RepoPath, mode: UInt32) -> ReadOnlyFile? {
+            mode & 0o200 == 0 ? ReadOnlyFile(path: Data(path.bytes), mode: mode & 0o7777) : nil
+        }
     }
 
     struct UntrackedFill: Codable {
@@ -371,15 +377,23 @@ struct ContentOperations {
         // one after another (1,000 files at 10^5: the classification took
         // longer than the punching).
         replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
+        let classifier = StateClassifier(root: replica.rootFolder, index: index)
+        // A file its owner made read-only gets the owner's write permission
+        // for its punch (`WritableFile`): the journal keeps its mode for recovery.
+        var readOnly: [ContentJournal.ReadOnlyFile] = []
         for entry in entries {
             let path = RepoPath(bytes: entry.path)
-            switch StateClassifier(root: replica.rootFolder, index: index).state(of: entry) {
+            let stat = replica.rootFolder.stat(path)
+            switch stat.map({ classifier.state(of: entry, stat: $0) }) ?? .deleted {
             case .dataless: result.alreadyDataless += 1
             case .materialized:
                 if let pin = pins.covering(path) {
                     result.refused.append(Skipped(path: path.description, reason: PinSet.refusal(pin)))
                 } else {
                     candidates.append(entry)
+                    if let stat, let file = ContentJournal.ReadOnlyFile.ifReadOnly(path, mode: UInt32(truncatingIfNeeded: stat.mode)) {
+                        readOnly.append(file)
+                    }
                 }
             case .modified:
                 result.refused.append(Skipped(path: path.description, reason: specialReason(path) ?? "it has local changes (run 'fprep sync' first)"))
@@ -412,13 +426,6 @@ struct ContentOperations {
                 return result
             }
             watched = true
-        }
-        // A file its owner made read-only gets the owner's write permission
-        // for its punch (`WritableFile`): recovery gives the mode back.
-        let readOnly = candidates.compactMap { entry -> ContentJournal.ReadOnlyFile? in
-            guard let stat = replica.rootFolder.stat(RepoPath(bytes: entry.path)) else { return nil }
-            let mode = UInt32(truncatingIfNeeded: stat.mode) & 0o7777
-            return mode & 0o200 == 0 ? ContentJournal.ReadOnlyFile(path: Data(entry.path), mode: mode) : nil
         }
         let journal = ContentJournal(token: Self.newToken(), paths: candidates.map { Data($0.path) },
                                      readOnly: readOnly.isEmpty ? nil : readOnly)

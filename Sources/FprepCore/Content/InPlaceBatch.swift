@@ -65,9 +65,7 @@ extension Replica {
                 continue
             }
             fillable.append((position, entry, opened.size, tracked))
-            if mode_t(truncatingIfNeeded: opened.mode) & S_IWUSR == 0 {
-                readOnly.append(ContentJournal.ReadOnlyFile(path: Data(path.bytes), mode: UInt32(truncatingIfNeeded: opened.mode) & 0o7777))
-            }
+            if let record = ContentJournal.ReadOnlyFile.ifReadOnly(path, mode: UInt32(truncatingIfNeeded: opened.mode)) { readOnly.append(record) }
         }
         Trace.mark("fill: \(files.count) looked at")
         guard !fillable.isEmpty || !detached.isEmpty else { return results.map { $0 ?? .success(.notAPlaceholder("nothing to fill")) } }

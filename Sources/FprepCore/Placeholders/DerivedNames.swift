@@ -89,23 +89,18 @@ extension Replica {
             // `.NAME.fprep-TOKEN` is NAME's temporary: its conflict copy is named after NAME.
             let suffix = ContentOperations.temporaryToken(in: path.name).map { ".fprep-\($0)".utf8.count } ?? 0
             let original = Array(path.name.dropFirst().dropLast(suffix))
-            // Open for writing in a program (an old version a sync held, moved
-            // with its folder): nothing can be told of it yet; it stays, left
-            // out of the scan, until a later one.
             if let (fd, _) = try? folder.openRegular(RepoPath(bytes: path.name), flags: O_RDONLY) {
                 defer { close(fd) }
-                if SafeReplace.openForWriting(fd) { continue }
-                // A held old version its record lost track of: judged by its own mark.
+                // A held old version its record lost track of (the user moved
+                // its folder): settled as any held file, by its own mark.
                 if let mark = Replica.heldMark(fd) {
-                    if Replica.holdsWhatItHeld(fd, size: stat.size, blob: mark.blob, dataless: mark.dataless, shown: path.description) {
-                        unlinkat(folder.fd, cPath(path.name), 0)
-                        removeEmptyFolders(from: path.parent)
-                    } else {
-                        SafeReplace(folder: folder, name: original.isEmpty ? path.name : original, temporary: path.name,
-                                    shown: path.description, expectsDataless: false).keepAside()
-                    }
+                    _ = settleHeld(fd, size: stat.size, at: path, in: folder, itemName: original.isEmpty ? path.name : original,
+                                   blob: mark.blob, dataless: mark.dataless)
                     continue
                 }
+                // Open for writing in a program: nothing can be told of it
+                // yet; it stays, left out of the scan, until a later one.
+                if SafeReplace.openForWriting(fd) { continue }
             }
             let placeholder = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: path.name))
                 && ContentOperations.holdsNoData(folder, RepoPath(bytes: path.name), stat)

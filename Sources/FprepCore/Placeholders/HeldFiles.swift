@@ -67,48 +67,62 @@ extension StateStore {
     }
 }
 
-/// What `settleHeldFiles` did.
-struct HeldSettlement {
-    /// Conflict copies of old files a program wrote into.
-    var copies: [RepoPath] = []
-    /// Old files still open for writing.
-    var stillOpen: [HeldFile] = []
-}
-
 extension Replica {
     /// Where the held old files wait (names the scan leaves out).
     func heldLocations() -> Set<RepoPath> {
         Set(((try? store.heldFiles()) ?? []).map(\.location))
     }
 
-    /// Looks at every held old file (under the replica's lock): one no
-    /// program has open for writing any more goes if it holds what it held
-    /// when it was swapped out, and becomes a conflict copy otherwise. The
-    /// look is made under a read lease, so no program opens it for writing
-    /// between the look and the removal.
-    func settleHeldFiles() -> HeldSettlement {
-        var result = HeldSettlement()
+    /// Looks at every held old file (under the replica's lock) as
+    /// `settleHeld` does; returns the conflict copies made of those a
+    /// program wrote into.
+    func settleHeldFiles() -> [RepoPath] {
+        var copies: [RepoPath] = []
         for held in (try? store.heldFiles()) ?? [] {
             switch settle(held) {
             case .gone:
                 try? store.forgetHeld(held.location)
             case .copied(let copy):
                 try? store.forgetHeld(held.location)
-                result.copies.append(copy)
-            case .stillOpen:
-                result.stillOpen.append(held)
+                copies.append(copy)
+            case .stays:
+                break
             }
         }
-        return result
+        return copies
     }
 
-    private enum HeldOutcome { case gone, copied(RepoPath), stillOpen }
+    enum HeldOutcome { case gone, copied(RepoPath), stays }
+
+    /// Settles the held file open as `fd` at `location` (the old version of
+    /// the item named `itemName` beside it, which held `blob`) once no
+    /// program has it open for writing: it goes if it holds what it held
+    /// when it was swapped out, and becomes a conflict copy otherwise. The
+    /// look is made under a read lease, so no program opens it for writing
+    /// between the look and the removal.
+    func settleHeld(_ fd: Int32, size: Int64, at location: RepoPath, in folder: FolderHandle, itemName: [UInt8],
+                    blob: ObjectID, dataless: Bool) -> HeldOutcome {
+        let leased = SafeReplace.takeLease(fd, reading: true, patience: 0)
+        if !leased && errno == EAGAIN { return .stays }
+        defer { if leased { _ = fprep_release_lease(fd) } }
+        if Self.holdsWhatItHeld(fd, size: size, blob: blob, dataless: dataless, shown: location.description) {
+            unlinkat(folder.fd, cPath(location.name), 0)
+            removeEmptyFolders(from: location.parent)
+            return .gone
+        }
+        return Self.keepAside(location, in: folder, itemName: itemName)
+    }
+
+    /// The file at `location` as a conflict copy of the item `itemName` beside it.
+    private static func keepAside(_ location: RepoPath, in folder: FolderHandle, itemName: [UInt8]) -> HeldOutcome {
+        SafeReplace(folder: folder, name: itemName, temporary: location.name, shown: location.description, expectsDataless: false)
+            .keepAside().map { .copied(location.parent.appending($0)) } ?? .stays
+    }
 
     /// Whether a held file (open as `fd`) holds what it held when it was
     /// swapped out: its blob's bytes, or no data for a placeholder.
-    static func holdsWhatItHeld(_ fd: Int32, size: Int64, blob: ObjectID, dataless: Bool, shown: String) -> Bool {
-        (dataless && fprep_holds_no_data(fd) == 1)
-            || (try? readContent(fd, size: size, shown: shown).withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == blob
+    private static func holdsWhatItHeld(_ fd: Int32, size: Int64, blob: ObjectID, dataless: Bool, shown: String) -> Bool {
+        (dataless && fprep_holds_no_data(fd) == 1) || contentBlobID(fd, size: size, shown: shown) == blob
     }
 
     /// The held mark of an open file: the blob it held and whether it was a placeholder.
@@ -124,7 +138,7 @@ extension Replica {
     /// Git has no empty folders, so an empty one is no item of the tree,
     /// and nothing of anyone's is in it (nor is a folder a sync set aside
     /// because a held file kept it from going).
-    func removeEmptyFolders(from start: RepoPath) {
+    private func removeEmptyFolders(from start: RepoPath) {
         var folder = start
         while !folder.isRoot, let parent = try? rootFolder.folder(folder.parent),
               unlinkat(parent.fd, cPath(folder.name), AT_REMOVEDIR) == 0 {
@@ -138,20 +152,9 @@ extension Replica {
         guard let folder = try? rootFolder.folder(held.location.parent),
               let (fd, stat) = try? folder.openRegular(RepoPath(bytes: held.location.name), flags: O_RDONLY) else { return .gone }
         defer { close(fd) }
-        let swap = SafeReplace(folder: folder, name: held.item.name, temporary: held.location.name,
-                               shown: held.item.description, expectsDataless: held.dataless)
-        guard stat.inode == held.inode else {
-            // Something else took the name: not provably fprep's, so kept.
-            return swap.keepAside().map { .copied(held.location.parent.appending($0)) } ?? .stillOpen
-        }
-        let leased = SafeReplace.takeLease(fd, reading: true, patience: 0)
-        if !leased && errno == EAGAIN { return .stillOpen }
-        defer { if leased { _ = fprep_release_lease(fd) } }
-        if Self.holdsWhatItHeld(fd, size: stat.size, blob: held.blob, dataless: held.dataless, shown: held.item.description) {
-            unlinkat(folder.fd, cPath(held.location.name), 0)
-            removeEmptyFolders(from: held.location.parent)
-            return .gone
-        }
-        return swap.keepAside().map { .copied(held.location.parent.appending($0)) } ?? .stillOpen
+        // Something else took the name: not provably fprep's, so kept.
+        guard stat.inode == held.inode else { return Self.keepAside(held.location, in: folder, itemName: held.item.name) }
+        return settleHeld(fd, size: stat.size, at: held.location, in: folder, itemName: held.item.name, blob: held.blob,
+                          dataless: held.dataless)
     }
 }

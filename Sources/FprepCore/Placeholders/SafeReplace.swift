@@ -139,13 +139,12 @@ struct SafeReplace {
             try record(checked.inode)
             return .replaced(keptAs: nil)
         }
-        let stillWritten = written
         guard fprep_fstat(fd, &raw) == 0 else { throw SystemError("stat", shown) }
         let last = FileStat(raw)
         // The rename itself changes the ctime only; the block count moves by
         // itself when delayed allocation is written back, so a write shows in
         // the size, the date, or (for a placeholder) data where none was.
-        let untouched = !stillWritten && last.size == checked.size && last.mtime == checked.mtime
+        let untouched = !written && last.size == checked.size && last.mtime == checked.mtime
             && (!expectsDataless || fprep_holds_no_data(fd) == 1)
         if untouched {
             unlinkat(folder.fd, cPath(temporary), 0)
@@ -232,10 +231,11 @@ struct SafeReplace {
     /// program's that a rename put at the item's name just before the
     /// exchange (neither: it stays, as a conflict copy, unless its bytes
     /// are one of `knownBlobs`, the versions git has of the item). The old
-    /// file goes only when it provably holds no byte of anyone's: a placeholder holding no data, or a file with the
-    /// entry's size and date or its blob's bytes. Anything else is what a
-    /// program wrote into it while the replacement waited for it (the kill
-    /// came then), and stays as a conflict copy. An old file a program
+    /// file goes only when it provably holds no byte of anyone's: a
+    /// placeholder holding no data, or a file with the entry's size and
+    /// date or its blob's bytes. Anything else is what a program wrote into
+    /// it while the replacement waited for it (the kill came then), and
+    /// stays as a conflict copy. An old file a program
     /// still has open for writing is left where it is, given to
     /// `whileWritten`'s `record` when it holds.
     func settleTemporary(old: IndexEntry?, knownBlobs: Set<ObjectID> = []) {
@@ -262,9 +262,7 @@ struct SafeReplace {
         }
         guard let old, old.stat.inode != 0, old.stat.inode == UInt32(truncatingIfNeeded: stat.inode) else {
             let ours = ContentOperations.temporaryToken(in: temporary).map { fprep_is_marked_temporary(fd, $0) == 1 } ?? false
-            let known = !knownBlobs.isEmpty && (try? readContent(fd, size: stat.size, shown: shown).withUnsafeBytes {
-                try ObjectDatabase.blobID(of: $0)
-            }).map(knownBlobs.contains) == true
+            let known = !knownBlobs.isEmpty && contentBlobID(fd, size: stat.size, shown: shown).map(knownBlobs.contains) == true
             // No data at all: a placeholder of fprep's killed before its
             // marks were on (it is made, then marked), or an empty file,
             // which holds no byte to lose.
@@ -279,9 +277,7 @@ struct SafeReplace {
         let sameAsRecorded = old.stat.fileSize == UInt32(truncatingIfNeeded: stat.size)
             && old.stat.mtimeSeconds == Int32(truncatingIfNeeded: stat.mtime.0)
             && old.stat.mtimeNanoseconds == UInt32(truncatingIfNeeded: stat.mtime.1)
-        let sameBytes = sameAsRecorded || (try? readContent(fd, size: stat.size, shown: shown).withUnsafeBytes {
-            try ObjectDatabase.blobID(of: $0)
-        }) == old.id
+        let sameBytes = sameAsRecorded || contentBlobID(fd, size: stat.size, shown: shown) == old.id
         if sameBytes {
             unlinkat(folder.fd, cPath(temporary), 0)
         } else {

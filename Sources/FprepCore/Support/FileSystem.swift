@@ -228,6 +228,12 @@ struct ContentRefusal: Error, CustomStringConvertible, Equatable {
 /// Reads the open regular file `fd` of `size` bytes (its size when opened),
 /// never more: a file that grew or shrank meanwhile is a writer's race,
 /// refused as changed rather than read without end.
+/// The blob id of the `size` bytes of the file open as `fd`; nil when
+/// they cannot be read.
+func contentBlobID(_ fd: Int32, size: Int64, shown: String) -> ObjectID? {
+    try? readContent(fd, size: size, shown: shown).withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }
+}
+
 func readContent(_ fd: Int32, size: Int64, shown: String) throws -> [UInt8] {
     var result = [UInt8](repeating: 0, count: Int(max(size, 0)))
     var offset = 0

@@ -145,7 +145,7 @@ extension Replica {
         // Old versions programs held open at earlier syncs: what they
         // became (conflict copies of bytes a program wrote) is committed by
         // this sync.
-        let settled = settleHeldFiles()
+        let heldCopies = settleHeldFiles()
         var index: Index?
         // The scan's journal point, for the record this sync leaves (see
         // `JournalRecord`); an incoming sync carries the last record over.
@@ -156,7 +156,7 @@ extension Replica {
             try realignIndexGitWrote(scanned)
             var scanner = LocalScanner(replica: self, index: scanned)
             // A copy made just now may not be in the agent's journal yet.
-            var scan = try scanner.scan(usingJournal: settled.copies.isEmpty)
+            var scan = try scanner.scan(usingJournal: heldCopies.isEmpty)
             journalScanner = scanner
             if !scanner.ignoreRules.unread.isEmpty, materializeRuleFiles(scanner.ignoreRules.unread) {
                 // Rules fprep could not read (a `.gitignore` still a
