@@ -268,6 +268,66 @@ struct StatusTests {
         }
     }
 
+    @Test("changes from the anchor a sync left reads the change set that sync recorded; a record removed, torn or damaged is diffed again, with the same answer")
+    func changesFromTheSyncsRecord() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let work = box.at("work")
+            try box.gitOK(["clone", "-q", remote.path, work])
+            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/new.txt"))
+            try box.gitOK(["rm", "-q", "empty.txt"], cwd: work)
+            try box.gitOK(["mv", "docs/deep", "moved"], cwd: work)
+            try box.gitOK(["mv", "bin.dat", "docs/bin.dat"], cwd: work)
+            try box.gitOK(["add", "-A"], cwd: work)
+            try box.gitOK(["commit", "-q", "-m", "every kind of change"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.fprepOK(["sync"], cwd: replica)
+
+            let folder = replica + "/.fprep/changes"
+            let names = try FileManager.default.contentsOfDirectory(atPath: folder)
+            #expect(names.count == 1, "the sync recorded its change set: \(names)")
+            let record = folder + "/" + (names.first ?? "?")
+            let recordBytes = try Data(contentsOf: URL(fileURLWithPath: record))
+            let trace = box.at("trace")
+            /// The batch, and whether the trees were diffed for it.
+            func answer() throws -> (stdout: String, diffed: Bool) {
+                unlink(trace)
+                let result = try box.fprepOK(["changes", "--from", remote.commit, "--json"], cwd: replica, env: ["FPREP_TRACE": trace])
+                let phases = (try? String(contentsOfFile: trace, encoding: .utf8)) ?? ""
+                return (result.stdout, phases.contains("tree diff"))
+            }
+            let recorded = try answer()
+            #expect(!recorded.diffed, "read from the record")
+            for kind in ["\"a.txt\"", "\"docs/new.txt\"", "\"empty.txt\"", "\"moved\"", "\"docs/bin.dat\""] {
+                #expect(recorded.stdout.contains(kind), "\(kind) in \(recorded.stdout)")
+            }
+
+            unlink(record)
+            let diffed = try answer()
+            #expect(diffed.diffed && diffed.stdout == recorded.stdout, "without the record: \(diffed.stdout)")
+
+            var damaged = recordBytes
+            damaged[damaged.count / 2] ^= 0x20
+            for (bytes, path) in [(recordBytes.prefix(recordBytes.count - 7), record), (damaged, record),
+                                  (recordBytes + Data([0]), record), (Data(), record)] {
+                try bytes.write(to: URL(fileURLWithPath: path))
+                let again = try answer()
+                #expect(again.diffed && again.stdout == recorded.stdout, "a record of \(bytes.count) bytes: \(again.stdout)")
+            }
+            // Two syncs later the first anchor's changes are no sync's: diffed.
+            try recordBytes.write(to: URL(fileURLWithPath: record))
+            try Data("again\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+            try box.gitOK(["commit", "-q", "-am", "one more"], cwd: work)
+            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: folder).count == 2)
+            #expect(try answer().diffed)
+        }
+    }
+
     @Test("an enumerator's request, read without ArgumentParser, answers exactly as ArgumentParser's reading does")
     func changesReadEitherWayAnswerAlike() throws {
         try withSandbox { box in

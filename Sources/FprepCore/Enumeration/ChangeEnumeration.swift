@@ -61,8 +61,11 @@ extension Replica {
         guard (try? repository.commit(start.from)) != nil, (try? repository.commit(target)) != nil else { throw expired }
         guard try repository.isAncestor(start.from, of: target) else { throw expired }
         Trace.mark("anchors")
-        let changes = try ChangeSet.between(repository, from: repository.commit(start.from).treeID,
-                                            to: repository.commit(target).treeID)
+        let oldTree = try repository.commit(start.from).treeID
+        let newTree = try repository.commit(target).treeID
+        // The sync that moved the anchor from there recorded its changes.
+        let changes = try RecordedChanges.read(stateFolder, from: oldTree, to: newTree)
+            ?? ChangeSet.between(repository, from: oldTree, to: newTree)
         Trace.mark("diff")
         let filter = try ContainerFilter(container, replica: self)
         var events: [ChangeEvent] = []

@@ -458,6 +458,8 @@ extension Replica {
             try store.endOperation(operation)
             throw refusedSync(error)
         }
+        // For `fprep changes` from the anchor this sync leaves behind.
+        RecordedChanges.write(changes, stateFolder, from: fromTree, to: toCommit.treeID)
         Trace.mark("diff")
         // The content of changed materialized files is asked for now, so
         // its round trip overlaps everything up to the writing of it.
