@@ -193,6 +193,34 @@ struct DamagedStateTests {
         }
     }
 
+    @Test("a command that wrote the state database leaves it as checked (the next command scans no page); a page overwritten after is still found")
+    func ownWritesNeedNoScan() throws {
+        try withSandbox { box in
+            let (_, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n"), "d/b.txt": .text("b\n")])
+            let database = replica + "/.fprep/state.db"
+            func stampNow() -> String {
+                var info = stat()
+                guard stat(database, &info) == 0 else { return "missing" }
+                return "\(info.st_ino) \(info.st_size) \(info.st_ctim.tv_sec) \(info.st_ctim.tv_nsec)\n"
+            }
+            func recorded() -> String { (try? String(contentsOfFile: database + "-checked", encoding: .utf8)) ?? "none" }
+            try box.fprepOK(["anchor"], cwd: replica)
+            for command in [["evict", "d/a.txt"], ["materialize", "d/a.txt"], ["pin", "d"], ["unpin", "d"]] {
+                let before = stampNow()
+                try box.fprepOK(command, cwd: replica)
+                #expect(stampNow() != before, "\(command) wrote the database")
+                #expect(recorded() == stampNow(), "\(command): \(recorded()) against \(stampNow())")
+            }
+            let size = (try FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
+            let page = Self.pageSize(database)
+            guard let handle = FileHandle(forWritingAtPath: database) else { throw HarnessError("open \(database)") }
+            try handle.seek(toOffset: UInt64(size - page))
+            try handle.write(contentsOf: Data(repeating: 0xA5, count: page))
+            try handle.close()
+            expectOneLineError(try box.fprep(["anchor"], cwd: replica), mentioning: [database, "damaged", "fprep repair"])
+        }
+    }
+
     @Test("a state folder that cannot be written: one line naming it, no SQLite message")
     func readOnlyState() throws {
         try withSandbox { box in

@@ -47,7 +47,17 @@ package final class Database {
         sqlite3_exec(db, "PRAGMA journal_size_limit=0", nil, nil, nil)
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    private var closed = false
+
+    deinit { close() }
+
+    /// Closes the connection (the last one checkpoints the log into the
+    /// file and empties it); nothing may use it after.
+    package func close() {
+        guard !closed else { return }
+        closed = true
+        sqlite3_close_v2(handle)
+    }
 
     func check(_ rc: Int32, _ sql: String? = nil) throws {
         guard rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE else {

@@ -17,6 +17,49 @@ import Glibc
 enum StateFileCheck {
     /// Why the database at `path` cannot be trusted, or nil when it looks sound.
     static func problem(at path: String) -> String? {
+        if case .damaged(let problem) = verdict(at: path) { return problem }
+        return nil
+    }
+
+    enum Verdict: Equatable {
+        case damaged(String)
+        /// Sound; `stamp`: the file as its pages were found sound (nil when
+        /// they were not looked at: a log with pages, auto-vacuum).
+        case sound(stamp: String?)
+    }
+
+    static func verdict(at path: String) -> Verdict {
+        guard let problem = check(at: path) else { return .sound(stamp: nil) }
+        if problem.hasPrefix(stampPrefix) { return .sound(stamp: String(problem.dropFirst(stampPrefix.count))) }
+        return .damaged(problem)
+    }
+
+    /// `check`'s answer for pages found sound (a problem's text never starts so).
+    private static let stampPrefix = "\u{0}stamp "
+
+    /// The stamp of the file as it is now: inode, size and ctime.
+    static func stamp(of path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return stamp(info)
+    }
+
+    private static func stamp(_ info: stat) -> String {
+        "\(info.st_ino) \(info.st_size) \(info.st_ctim.tv_sec) \(info.st_ctim.tv_nsec)\n"
+    }
+
+    /// After a connection that found the pages sound wrote the file through
+    /// SQLite (its checkpoint at close): what it wrote is SQLite's, so the
+    /// file as it is now needs no scan by the next command. Only when the
+    /// file was as found right up to the close (`closing`), so nothing else
+    /// wrote it meanwhile; otherwise the next command scans it.
+    static func restamp(_ path: String, foundSound stamp: String, closing: () -> Void) {
+        guard Self.stamp(of: path) == stamp else { return closing() }
+        closing()
+        if let now = Self.stamp(of: path), now != stamp { writeSmallFile(path + "-checked", now) }
+    }
+
+    private static func check(at path: String) -> String? {
         if let found = readSmallFile(path + "-damaged") { return found.trimmed }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return errno == ENOENT ? "it is missing" : nil }  // other errors: SQLite says
@@ -58,9 +101,9 @@ enum StateFileCheck {
         // Pointer-map pages (auto-vacuum, which fprep does not use) have a
         // shape of their own: such a file is left to SQLite.
         guard bigEndian32(header, 52) == 0 else { return nil }
-        let stamp = "\(info.st_ino) \(size) \(info.st_ctim.tv_sec) \(info.st_ctim.tv_nsec)\n"
+        let stamp = stamp(info)
         let stampPath = path + "-checked"
-        if readSmallFile(stampPath) == stamp { return nil }
+        if readSmallFile(stampPath) == stamp { return stampPrefix + stamp }
         guard let map = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), map != MAP_FAILED else { return nil }
         defer { munmap(map, size) }
         let bytes = UnsafeRawBufferPointer(start: map, count: size).bindMemory(to: UInt8.self)
@@ -69,7 +112,7 @@ enum StateFileCheck {
             return problem
         }
         writeSmallFile(stampPath, stamp)
-        return nil
+        return stampPrefix + stamp
     }
 
     private static func readSmallFile(_ path: String) -> String? {

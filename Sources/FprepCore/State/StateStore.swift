@@ -31,6 +31,8 @@ final class StateStore {
     /// was opened: harmless after another SQLite program closed it, data
     /// lost if they were deleted after a crash (see `Replica.init`).
     let logWasRemoved: Bool
+    /// The file as `StateFileCheck` found its pages sound at open (nil: not looked at).
+    private var foundSound: String?
 
     /// Opens (or, unless `existing`, creates) the store at `path`. An
     /// existing replica's store is checked first (`StateFileCheck`): damage
@@ -38,7 +40,10 @@ final class StateStore {
     init(path: String, existing: Bool = false) throws {
         logWasRemoved = existing && StateFileCheck.logRemoved(at: path)
         if existing {
-            if let problem = StateFileCheck.problem(at: path) { throw FprepError.damagedState(path, reason: problem) }
+            switch StateFileCheck.verdict(at: path) {
+            case .damaged(let problem): throw FprepError.damagedState(path, reason: problem)
+            case .sound(let stamp): foundSound = stamp
+            }
             let folder = parentFolder(of: path)
             for target in [folder, path] where access(target, W_OK) != 0 && errno != ENOENT {
                 throw FprepError.readOnlyState(folder, reason: String(cString: strerror(errno)).lowercased())
@@ -56,6 +61,13 @@ final class StateStore {
         } catch let error as DatabaseError {
             throw FprepError.storage(error, root: nil)
                 ?? FprepError("cannot open the state database '\(path)': \(error.message)")
+        }
+    }
+
+    deinit {
+        let database = database
+        if let foundSound {
+            StateFileCheck.restamp(database.path, foundSound: foundSound) { database.close() }
         }
     }
 
