@@ -367,6 +367,11 @@ struct ContentOperations {
     /// With an agent serving the replica, it is asked to watch the files
     /// first (see `AgentLink`), and they go without a write lease (see `punch`).
     func evict(_ items: [(RepoPath, String)], dryRun: Bool = false) throws -> EvictResult {
+        // The files named are looked up on the disk while the index is
+        // read (on a cold disk each waits for reads of its own).
+        let named = items.map(\.0).filter { !$0.isRoot }
+        let root = replica.rootFolder
+        let early = named.count > 1 ? BackgroundWork { root.prefetch(named) } : nil
         let index = try replica.repository.index()
         Trace.mark("read index")
         var result = EvictResult()
@@ -376,6 +381,7 @@ struct ContentOperations {
         // Scattered files on a cold disk: their lookups wait together, not
         // one after another (1,000 files at 10^5: the classification took
         // longer than the punching).
+        try early?.wait()
         replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
         // A file its owner made read-only gets the owner's write permission
