@@ -470,6 +470,14 @@ struct ConcurrentWriterTests {
             #expect((status["changes"] as? [Any])?.isEmpty != false, "the old version is no change of the user's: \(status)")
             FileManager.default.createFile(atPath: stop, contents: nil)
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
+            // An incoming sync settles it too; a written one waits for the
+            // next full sync as a conflict copy, and it says so.
+            let incoming = try box.fprep(["sync", "--incoming", "--json"], cwd: replica)
+            let waiting = ((try? incoming.json()) ?? [:]).objects("keptLocal").filter {
+                $0.string("reason")?.contains("the next 'fprep sync' pushes") == true && $0.string("path")?.contains("conflict") == true
+            }
+            #expect(incoming.status == 0 && waiting.count == (writes ? 1 : 0), "\(incoming)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "an incoming sync pushes nothing")
             let report = try syncWithin(box, replica)
             #expect((report["heldOpen"] as? [String] ?? []).isEmpty, "\(report)")
             let after = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []

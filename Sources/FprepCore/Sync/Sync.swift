@@ -146,6 +146,12 @@ extension Replica {
         // became (conflict copies of bytes a program wrote) is committed by
         // this sync.
         let heldCopies = settleHeldFiles()
+        if incoming {
+            // An incoming sync commits nothing of this device's: say where they wait.
+            report.keptLocal += heldCopies.map {
+                Skipped(path: $0.description, reason: "a program wrote into the old version it held open after the remote changed it: kept as this conflict copy, which the next 'fprep sync' pushes")
+            }
+        }
         var index: Index?
         // The scan's journal point, for the record this sync leaves (see
         // `JournalRecord`); an incoming sync carries the last record over.
