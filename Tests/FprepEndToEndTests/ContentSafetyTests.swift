@@ -474,7 +474,7 @@ struct ConcurrentWriterTests {
             // next full sync as a conflict copy, and it says so.
             let incoming = try box.fprep(["sync", "--incoming", "--json"], cwd: replica)
             let waiting = ((try? incoming.json()) ?? [:]).objects("keptLocal").filter {
-                $0.string("reason")?.contains("the next 'fprep sync' pushes") == true && $0.string("path")?.contains("conflict") == true
+                $0.string("reason")?.contains("for the next full 'fprep sync'") == true && $0.string("path")?.contains("conflict") == true
             }
             #expect(incoming.status == 0 && waiting.count == (writes ? 1 : 0), "\(incoming)")
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "an incoming sync pushes nothing")

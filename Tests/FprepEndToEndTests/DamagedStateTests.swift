@@ -211,6 +211,18 @@ struct DamagedStateTests {
                 #expect(stampNow() != before, "\(command) wrote the database")
                 #expect(recorded() == stampNow(), "\(command): \(recorded()) against \(stampNow())")
             }
+            // Another program touches the file while a writing command
+            // closes it: that command's close leaves it to be scanned.
+            let gate = box.at("close-gate")
+            FileManager.default.createFile(atPath: gate, contents: nil)
+            let pin = try box.spawnFprep(["pin", "d"], cwd: replica, env: ["FPREP_TEST_BEFORE_CLOSE_GATE": gate])
+            #expect(waitUntil { exists(gate + ".waiting") }, "the pin waits before its close: \(pin.stderrSoFar)")
+            #expect(chmod(database, 0o640) == 0 && chmod(database, 0o644) == 0)
+            let touched = stampNow()
+            unlink(gate)
+            #expect(pin.wait(timeout: patienceSeconds).status == 0)
+            #expect(recorded() != touched && recorded() != stampNow(), "not recorded as checked: \(recorded())")
+
             let size = (try FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
             let page = Self.pageSize(database)
             guard let handle = FileHandle(forWritingAtPath: database) else { throw HarnessError("open \(database)") }

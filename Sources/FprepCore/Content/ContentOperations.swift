@@ -372,6 +372,8 @@ struct ContentOperations {
         let named = items.map(\.0).filter { !$0.isRoot }
         let root = replica.rootFolder
         let early = named.count > 1 ? BackgroundWork { root.prefetch(named) } : nil
+        // Also when a step below throws: no lookup outlives the command.
+        defer { try? early?.wait() }
         let index = try replica.repository.index()
         Trace.mark("read index")
         var result = EvictResult()

@@ -48,19 +48,25 @@ package final class Database {
     }
 
     private var closed = false
+    /// SQLite reported a damaged or unreadable file on this connection.
+    private(set) var sawDamage = false
 
-    deinit { close() }
+    deinit { if !closed { sqlite3_close_v2(handle) } }
 
-    /// Closes the connection (the last one checkpoints the log into the
-    /// file and empties it); nothing may use it after.
-    package func close() {
-        guard !closed else { return }
+    /// Closes the connection now (the last one checkpoints the log into the
+    /// file and empties it), unless a statement of it is still alive: then
+    /// it stays open for that statement, and false is returned. Nothing
+    /// may use the connection after it closed.
+    package func closeUnlessInUse() -> Bool {
+        guard !closed else { return true }
+        guard sqlite3_next_stmt(handle, nil) == nil else { return false }
         closed = true
-        sqlite3_close_v2(handle)
+        return sqlite3_close_v2(handle) == SQLITE_OK
     }
 
     func check(_ rc: Int32, _ sql: String? = nil) throws {
         guard rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE else {
+            noteDamage(rc)
             throw DatabaseError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql, path: path,
                                 systemErrno: sqlite3_system_errno(handle))
         }
@@ -71,10 +77,16 @@ package final class Database {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         if rc != SQLITE_OK {
+            noteDamage(rc)
             let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
             sqlite3_free(errorMessage)
             throw DatabaseError(code: rc, message: message, sql: sql, path: path, systemErrno: sqlite3_system_errno(handle))
         }
+    }
+
+    private func noteDamage(_ rc: Int32) {
+        let primary = rc & 0xFF
+        if primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB || primary == SQLITE_IOERR { sawDamage = true }
     }
 
     package func prepare(_ sql: String) throws -> Statement {

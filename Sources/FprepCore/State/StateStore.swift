@@ -65,10 +65,10 @@ final class StateStore {
     }
 
     deinit {
+        // A connection SQLite found damage on leaves the file to be scanned.
+        guard let foundSound, !database.sawDamage else { return }
         let database = database
-        if let foundSound {
-            StateFileCheck.restamp(database.path, foundSound: foundSound) { database.close() }
-        }
+        StateFileCheck.restamp(database.path, foundSound: foundSound) { database.closeUnlessInUse() }
     }
 
     private func migrate() throws {

@@ -23,6 +23,9 @@ public enum TestGate {
     /// An evict's punch of a file, opened for writing (a read-only one with
     /// the owner's write permission given for it) (`FPREP_TEST_PUNCH_GATE`).
     public static let punch = Gate("FPREP_TEST_PUNCH_GATE")
+    /// A command's close of the state database it found sound, before its
+    /// last look at the file (`FPREP_TEST_BEFORE_CLOSE_GATE`).
+    public static let beforeClose = Gate("FPREP_TEST_BEFORE_CLOSE_GATE")
 
     public struct Gate: Sendable {
         let path: String?

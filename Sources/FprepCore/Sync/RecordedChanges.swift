@@ -21,6 +21,9 @@ enum RecordedChanges {
     /// A larger change is not recorded (its diff costs what the sync's did;
     /// a record of it would weigh megabytes).
     static let largest = 50_000
+    /// Nor one whose record would be larger than this (long paths); a file
+    /// larger is no record and is not read.
+    static let largestBytes = 16 << 20
     /// Bumped whenever the rename pass of `ChangeSet.between` changes what it gives.
     private static let magic = Array("fprep-changes 1\n".utf8)
 
@@ -37,7 +40,7 @@ enum RecordedChanges {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_size > magic.count + 20, info.st_size < 256 << 20 else { return nil }
+        guard fstat(fd, &info) == 0, info.st_size > magic.count + 20, info.st_size <= largestBytes else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
         let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
         guard count == bytes.count else { return nil }
@@ -51,9 +54,15 @@ enum RecordedChanges {
         let directory = folder(stateFolder)
         if mkdir(directory, 0o755) != 0 && errno != EEXIST { return }
         let target = directory + "/" + name(from: old, to: new)
-        if access(target, F_OK) == 0 { return }
+        // The same two trees again (a change undone, then redone): kept
+        // as the newest.
+        if access(target, F_OK) == 0 {
+            utimensat(AT_FDCWD, target, nil, 0)
+            return
+        }
         let temporary = target + ".tmp-\(getpid())"
         let bytes = encode(changes)
+        guard bytes.count <= largestBytes else { return }
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return }
         let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }

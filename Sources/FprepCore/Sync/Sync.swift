@@ -64,6 +64,7 @@ extension SyncReport {
         for change in localChanges { paths.append(change.path); if let from = change.from { paths.append(from) } }
         for conflict in conflicts { paths += [conflict.path, conflict.copy] }
         paths += waitingForWriters + pinnedMaterialized
+        paths += keptLocal.map(\.path).filter { !$0.isEmpty }
         return paths.map { Array($0.utf8) }
     }
 }
@@ -149,7 +150,7 @@ extension Replica {
         if incoming {
             // An incoming sync commits nothing of this device's: say where they wait.
             report.keptLocal += heldCopies.map {
-                Skipped(path: $0.description, reason: "a program wrote into the old version it held open after the remote changed it: kept as this conflict copy, which the next 'fprep sync' pushes")
+                Skipped(path: $0.description, reason: "a program wrote into the old version it held open after the remote changed it: kept here as this conflict copy for the next full 'fprep sync' (an incoming one pushes nothing)")
             }
         }
         var index: Index?
