@@ -65,4 +65,27 @@ import FprepGit
         let last = try #require(pairs.last)
         #expect(RecordedChanges.read(state, from: last.0, to: last.1).map(described) == described(set))
     }
+
+    @Test("a record is never written through a symlink put in place of its folder, and a FIFO in place of a record is no record (no wait)")
+    func plantedNames() throws {
+        let state = NSTemporaryDirectory() + "recorded-\(UUID().uuidString)"
+        let elsewhere = state + "-elsewhere"
+        for folder in [state, elsewhere] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+        defer { for folder in [state, elsewhere] { try? FileManager.default.removeItem(atPath: folder) } }
+        var set = ChangeSet()
+        set.addedFolders = [(RepoPath("f"), id(9))]
+        try FileManager.default.createSymbolicLink(atPath: RecordedChanges.folder(state), withDestinationPath: elsewhere)
+        RecordedChanges.write(set, state, from: id(1), to: id(2))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere).isEmpty, "nothing written through the link")
+        #expect(RecordedChanges.read(state, from: id(1), to: id(2)) == nil)
+
+        try FileManager.default.removeItem(atPath: RecordedChanges.folder(state))
+        try FileManager.default.createDirectory(atPath: RecordedChanges.folder(state), withIntermediateDirectories: true)
+        let fifo = RecordedChanges.folder(state) + "/" + id(3).hex + "-" + id(4).hex
+        #expect(mkfifo(fifo, 0o644) == 0)
+        #expect(RecordedChanges.read(state, from: id(3), to: id(4)) == nil)
+        RecordedChanges.write(set, state, from: id(3), to: id(4))
+        #expect(RecordedChanges.read(state, from: id(3), to: id(4)) == nil, "a name taken by something else is left alone")
+    }
 }
+

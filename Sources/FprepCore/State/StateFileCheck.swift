@@ -134,7 +134,7 @@ enum StateFileCheck {
 
     /// Best effort: a stamp that is not written only costs the next command a scan.
     private static func writeSmallFile(_ path: String, _ text: String) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return }
         _ = text.withCString { write(fd, $0, strlen($0)) }
         close(fd)

@@ -36,11 +36,11 @@ enum RecordedChanges {
     /// The change set recorded for this pair of trees, or nil.
     static func read(_ stateFolder: String, from old: ObjectID?, to new: ObjectID?) -> ChangeSet? {
         let path = folder(stateFolder) + "/" + name(from: old, to: new)
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_size > magic.count + 20, info.st_size <= largestBytes else { return nil }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size > magic.count + 20, info.st_size <= largestBytes else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
         let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
         guard count == bytes.count else { return nil }
@@ -53,42 +53,48 @@ enum RecordedChanges {
         guard changes.count <= largest else { return }
         let directory = folder(stateFolder)
         if mkdir(directory, 0o755) != 0 && errno != EEXIST { return }
-        let target = directory + "/" + name(from: old, to: new)
+        // Everything below is done in the folder as opened, never through
+        // a symlink put in its place (a root sync in another's replica).
+        let folder = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folder >= 0 else { return }
+        defer { close(folder) }
+        let target = name(from: old, to: new)
         // The same two trees again (a change undone, then redone): kept
         // as the newest.
-        if access(target, F_OK) == 0 {
-            utimensat(AT_FDCWD, target, nil, 0)
+        if faccessat(folder, target, F_OK, AT_SYMLINK_NOFOLLOW) == 0 {
+            utimensat(folder, target, nil, AT_SYMLINK_NOFOLLOW)
             return
         }
-        let temporary = target + ".tmp-\(getpid())"
         let bytes = encode(changes)
         guard bytes.count <= largestBytes else { return }
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let temporary = target + ".tmp-\(getpid())"
+        unlinkat(folder, temporary, 0)
+        let fd = openat(folder, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return }
         let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
         close(fd)
-        guard written == bytes.count, rename(temporary, target) == 0 else {
-            unlink(temporary)
+        guard written == bytes.count, renameat(folder, temporary, folder, target) == 0 else {
+            unlinkat(folder, temporary, 0)
             return
         }
-        prune(directory)
+        prune(folder, directory)
     }
 
     /// Keeps the newest `kept` records (and removes temporaries a killed sync left).
-    private static func prune(_ directory: String) {
+    private static func prune(_ folder: Int32, _ directory: String) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory), names.count > kept else { return }
         var records: [(name: String, time: Int)] = []
         for name in names {
             var info = stat()
-            guard stat(directory + "/" + name, &info) == 0 else { continue }
+            guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
             if name.contains(".tmp-") {
-                unlink(directory + "/" + name)
+                unlinkat(folder, name, 0)
                 continue
             }
             records.append((name, info.st_mtim.tv_sec * 1_000_000_000 + info.st_mtim.tv_nsec))
         }
         records.sort { $0.time > $1.time }
-        for record in records.dropFirst(kept) { unlink(directory + "/" + record.name) }
+        for record in records.dropFirst(kept) { unlinkat(folder, record.name, 0) }
     }
 
     // MARK: format
