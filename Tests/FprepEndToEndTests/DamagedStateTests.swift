@@ -23,6 +23,17 @@ struct DamagedStateTests {
         try box.gitOK(["show", "main:" + path], cwd: remote.path)
     }
 
+    /// Overwrites the database's last page with garbage: the root of the
+    /// newest table, which `anchor` never reads.
+    static func overwriteLastPage(_ database: String) throws {
+        let size = (try FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
+        let page = pageSize(database)
+        guard let handle = FileHandle(forWritingAtPath: database) else { throw HarnessError("open \(database)") }
+        try handle.seek(toOffset: UInt64(size - page))
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: page))
+        try handle.close()
+    }
+
     /// The state database's page size, from its header.
     static func pageSize(_ database: String) -> Int {
         guard let header = contents(database), header.count >= 100 else { return 4096 }
@@ -178,13 +189,7 @@ struct DamagedStateTests {
             let (_, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n")])
             let database = replica + "/.fprep/state.db"
             try box.fprepOK(["anchor"], cwd: replica)  // the file as it is now was checked once
-            let size = (try FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
-            let page = Self.pageSize(database)
-            // The last page: the root of the newest table, which `anchor` never reads.
-            guard let handle = FileHandle(forWritingAtPath: database) else { throw HarnessError("open \(database)") }
-            try handle.seek(toOffset: UInt64(size - page))
-            try handle.write(contentsOf: Data(repeating: 0xA5, count: page))
-            try handle.close()
+            try Self.overwriteLastPage(database)
             expectOneLineError(try box.fprep(["anchor"], cwd: replica), mentioning: [database, "damaged", "fprep repair"])
             expectOneLineError(try box.fprep(["changes", "--from", "0000000000000000000000000000000000000000"], cwd: replica),
                                mentioning: [database, "fprep repair"])
@@ -223,12 +228,7 @@ struct DamagedStateTests {
             #expect(pin.wait(timeout: patienceSeconds).status == 0)
             #expect(recorded() != touched && recorded() != stampNow(), "not recorded as checked: \(recorded())")
 
-            let size = (try FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
-            let page = Self.pageSize(database)
-            guard let handle = FileHandle(forWritingAtPath: database) else { throw HarnessError("open \(database)") }
-            try handle.seek(toOffset: UInt64(size - page))
-            try handle.write(contentsOf: Data(repeating: 0xA5, count: page))
-            try handle.close()
+            try Self.overwriteLastPage(database)
             expectOneLineError(try box.fprep(["anchor"], cwd: replica), mentioning: [database, "damaged", "fprep repair"])
         }
     }

@@ -759,9 +759,11 @@ extension Dictionary where Key == String, Value == Any {
 extension Sandbox {
     /// Commits `files` to the remote's main from a plain git clone, as
     /// another device would; a nil content deletes the file.
-    func pushToRemote(_ remote: Remote, _ files: [String: Data?], message: String) throws {
+    /// Pushes one commit to `remote`: `moves` (`git mv`), then `files` written (nil: removed).
+    func pushToRemote(_ remote: Remote, _ files: [String: Data?], moves: [(String, String)] = [], message: String) throws {
         let work = at("work-\(UUID().uuidString.prefix(8))")
         try gitOK(["clone", "-q", remote.path, work])
+        for (from, to) in moves { try gitOK(["mv", from, to], cwd: work) }
         for (path, data) in files {
             guard let data else {
                 try gitOK(["rm", "-q", path], cwd: work)

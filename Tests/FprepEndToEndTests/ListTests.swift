@@ -274,16 +274,8 @@ struct StatusTests {
             let remote = try box.makeRemote()
             let replica = box.at("replica")
             _ = try box.clone(remote.path, replica)
-            let work = box.at("work")
-            try box.gitOK(["clone", "-q", remote.path, work])
-            try Data("changed\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
-            try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/docs/new.txt"))
-            try box.gitOK(["rm", "-q", "empty.txt"], cwd: work)
-            try box.gitOK(["mv", "docs/deep", "moved"], cwd: work)
-            try box.gitOK(["mv", "bin.dat", "docs/bin.dat"], cwd: work)
-            try box.gitOK(["add", "-A"], cwd: work)
-            try box.gitOK(["commit", "-q", "-m", "every kind of change"], cwd: work)
-            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.pushToRemote(remote, ["a.txt": Data("changed\n".utf8), "docs/new.txt": Data("new\n".utf8), "empty.txt": nil],
+                                 moves: [("docs/deep", "moved"), ("bin.dat", "docs/bin.dat")], message: "every kind of change")
             try box.fprepOK(["sync"], cwd: replica)
 
             let folder = replica + "/.fprep/changes"
@@ -319,9 +311,7 @@ struct StatusTests {
             }
             // Two syncs later the first anchor's changes are no sync's: diffed.
             try recordBytes.write(to: URL(fileURLWithPath: record))
-            try Data("again\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
-            try box.gitOK(["commit", "-q", "-am", "one more"], cwd: work)
-            try box.gitOK(["push", "-q", "origin", "HEAD:main"], cwd: work)
+            try box.pushToRemote(remote, ["a.txt": Data("again\n".utf8)], message: "one more")
             try box.fprepOK(["sync"], cwd: replica)
             #expect(try FileManager.default.contentsOfDirectory(atPath: folder).count == 2)
             #expect(try answer().diffed)
