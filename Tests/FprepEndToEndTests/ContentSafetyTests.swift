@@ -468,6 +468,9 @@ struct ConcurrentWriterTests {
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing was pushed while the program held it")
             let status = try box.fprepJSON(["status"], cwd: replica)
             #expect((status["changes"] as? [Any])?.isEmpty != false, "the old version is no change of the user's: \(status)")
+            // Nor one git shows, or a user's `git add -A` would commit.
+            let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
+            #expect(!gitStatus.contains(".a.txt.fprep-"), "git status: \(gitStatus)")
             FileManager.default.createFile(atPath: stop, contents: nil)
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             // An incoming sync settles it too; a written one waits for the
@@ -558,6 +561,8 @@ struct ConcurrentWriterTests {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
             #expect(names.filter { $0.hasPrefix(".readme.md.fprep-") }.count == 1 && !names.contains { $0.contains("conflict") }, "\(names)")
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing pushed while the program holds it")
+            let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
+            #expect(!gitStatus.contains(".readme.md.fprep-"), "git status, the folder renamed: \(gitStatus)")
             FileManager.default.createFile(atPath: stop, contents: nil)
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             _ = try syncWithin(box, replica)

@@ -50,16 +50,21 @@ extension StateStore {
         return result
     }
 
-    /// A folder moved from `from` to `to` took the held files in it along.
-    func moveHeld(from: RepoPath, to: RepoPath) throws {
+    /// A folder moved from `from` to `to` took the held files in it along;
+    /// returns where they are now.
+    @discardableResult
+    func moveHeld(from: RepoPath, to: RepoPath) throws -> [RepoPath] {
         func moved(_ path: RepoPath) -> RepoPath {
             path.isWithin(from) && path != from ? RepoPath(bytes: to.bytes + Array(path.bytes.dropFirst(from.bytes.count))) : path
         }
+        var locations: [RepoPath] = []
         for held in try heldFiles() where held.location.isWithin(from) && held.location != from {
             try forgetHeld(held.location)
             try recordHeld(HeldFile(location: moved(held.location), item: moved(held.item), blob: held.blob, inode: held.inode,
                                     dataless: held.dataless, since: held.since))
+            locations.append(moved(held.location))
         }
+        return locations
     }
 
     func forgetHeld(_ location: RepoPath) throws {
@@ -68,6 +73,15 @@ extension StateStore {
 }
 
 extension Replica {
+    /// Keeps a held file out of `git status` and `git add -A` in the
+    /// replica: its exact path goes into `.git/info/exclude` (appended, so
+    /// a user's edit of the file is never lost to a rewrite; the line
+    /// names a path no later file has, and stays when the file goes).
+    /// fprep itself knows its held files by their records and marks.
+    func excludeHeld(_ location: RepoPath) {
+        try? IgnoreRules.excludeHere(location, in: self, why: "an old version a program held open when a sync replaced it (never synced; it goes once the program closes it)")
+    }
+
     /// Where the held old files wait (names the scan leaves out).
     func heldLocations() -> Set<RepoPath> {
         Set(((try? store.heldFiles()) ?? []).map(\.location))

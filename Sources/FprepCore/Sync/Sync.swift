@@ -848,6 +848,7 @@ struct SyncApplier {
         }
         try replica.store.recordHeld(HeldFile(location: path.parent.appending(temporary), item: path, blob: blob, inode: inode,
                                               dataless: dataless, since: Int64(Date().timeIntervalSince1970)))
+        replica.excludeHeld(path.parent.appending(temporary))
     }
 
     /// Removes a file or symlink of the replica.
@@ -979,7 +980,7 @@ struct SyncApplier {
         }
         // Held old versions went with the folder: their records follow (a
         // resumed sync comes here again, so a kill between is no gap).
-        try replica.store.moveHeld(from: move.from, to: move.to)
+        for location in try replica.store.moveHeld(from: move.from, to: move.to) { replica.excludeHeld(location) }
         // The index follows the folder: every entry below it changes path.
         let prefix = move.from.bytes + [0x2F]
         var moved: [IndexEntry] = []
