@@ -145,11 +145,11 @@ public final class IgnoredChanges {
         let rules = IgnoreRules(repository: repository, root: root)
         for bytes in paths {
             let path = RepoPath(bytes: bytes)
+            let isFolder = root.stat(path)?.isDirectory == true
+            guard rules.isIgnored(path, isFolder: isFolder), let index = currentIndex() else { return false }
             // An old version a sync held (kept out of git's view by an
             // exclude line): a program's write into it is for a sync to settle.
             if LocalScanner.carriesHeldMark(root, path) { return false }
-            let isFolder = root.stat(path)?.isDirectory == true
-            guard rules.isIgnored(path, isFolder: isFolder), let index = currentIndex() else { return false }
             if index.contains(bytes) || index.firstPosition(withPrefix: bytes + [0x2F]) != nil { return false }
         }
         return true

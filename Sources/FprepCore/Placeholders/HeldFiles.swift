@@ -52,7 +52,6 @@ extension StateStore {
 
     /// A folder moved from `from` to `to` took the held files in it along;
     /// returns where they are now.
-    @discardableResult
     func moveHeld(from: RepoPath, to: RepoPath) throws -> [RepoPath] {
         func moved(_ path: RepoPath) -> RepoPath {
             path.isWithin(from) && path != from ? RepoPath(bytes: to.bytes + Array(path.bytes.dropFirst(from.bytes.count))) : path

@@ -15,27 +15,12 @@ import Glibc
 ///
 /// Format: https://www.sqlite.org/fileformat2.html
 enum StateFileCheck {
-    /// Why the database at `path` cannot be trusted, or nil when it looks sound.
-    static func problem(at path: String) -> String? {
-        if case .damaged(let problem) = verdict(at: path) { return problem }
-        return nil
-    }
-
     enum Verdict: Equatable {
         case damaged(String)
         /// Sound; `stamp`: the file as its pages were found sound (nil when
         /// they were not looked at: a log with pages, auto-vacuum).
         case sound(stamp: String?)
     }
-
-    static func verdict(at path: String) -> Verdict {
-        guard let problem = check(at: path) else { return .sound(stamp: nil) }
-        if problem.hasPrefix(stampPrefix) { return .sound(stamp: String(problem.dropFirst(stampPrefix.count))) }
-        return .damaged(problem)
-    }
-
-    /// `check`'s answer for pages found sound (a problem's text never starts so).
-    private static let stampPrefix = "\u{0}stamp "
 
     /// The stamp of the file as it is now: inode, size and ctime.
     static func stamp(of path: String) -> String? {
@@ -67,22 +52,23 @@ enum StateFileCheck {
         if let now = Self.stamp(of: path), now != stamp { writeSmallFile(path + "-checked", now) }
     }
 
-    private static func check(at path: String) -> String? {
-        if let found = readSmallFile(path + "-damaged") { return found.trimmed }
+    /// Whether the database at `path` can be trusted.
+    static func verdict(at path: String) -> Verdict {
+        if let found = readSmallFile(path + "-damaged") { return .damaged(found.trimmed) }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return errno == ENOENT ? "it is missing" : nil }  // other errors: SQLite says
+        guard fd >= 0 else { return errno == ENOENT ? .damaged("it is missing") : .sound(stamp: nil) }  // other errors: SQLite says
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return nil }
+        guard fstat(fd, &info) == 0 else { return .sound(stamp: nil) }
         let size = Int(info.st_size)
-        guard size >= 100 else { return "it is truncated to \(size) bytes" }
+        guard size >= 100 else { return .damaged("it is truncated to \(size) bytes") }
         var header = [UInt8](repeating: 0, count: 100)
-        guard pread(fd, &header, 100, 0) == 100 else { return "its header cannot be read" }
-        guard header.starts(with: Array("SQLite format 3\0".utf8)) else { return "it is not an SQLite database" }
+        guard pread(fd, &header, 100, 0) == 100 else { return .damaged("its header cannot be read") }
+        guard header.starts(with: Array("SQLite format 3\0".utf8)) else { return .damaged("it is not an SQLite database") }
         let rawPageSize = Int(header[16]) << 8 | Int(header[17])
         let pageSize = rawPageSize == 1 ? 65536 : rawPageSize
         guard pageSize >= 512, pageSize & (pageSize - 1) == 0, Int(header[20]) < pageSize - 480 else {
-            return "its header is damaged"
+            return .damaged("its header is damaged")
         }
         // fprep keeps the log and its index between commands (the log
         // emptied, not deleted); another SQLite program that closes the
@@ -91,15 +77,15 @@ enum StateFileCheck {
         // the other case against git).
         var walInfo = stat()
         let hasWAL = stat(path + "-wal", &walInfo) == 0
-        if header[18] == 2, !hasWAL, access(path + "-shm", F_OK) == 0 { return "its write-ahead log '\(path)-wal' is missing" }
+        if header[18] == 2, !hasWAL, access(path + "-shm", F_OK) == 0 { return .damaged("its write-ahead log '\(path)-wal' is missing") }
         // Pages in a non-empty log supersede the file's (a killed command
         // left it; SQLite replays it): the file alone is not the database.
-        guard !hasWAL || walInfo.st_size == 0 else { return nil }
-        guard size % pageSize == 0 else { return "it is truncated (\(size) bytes, not a whole number of pages)" }
+        guard !hasWAL || walInfo.st_size == 0 else { return .sound(stamp: nil) }
+        guard size % pageSize == 0 else { return .damaged("it is truncated (\(size) bytes, not a whole number of pages)") }
         var pageCount = size / pageSize
         if bigEndian32(header, 24) == bigEndian32(header, 92) {
             let recorded = Int(bigEndian32(header, 28))
-            guard recorded <= pageCount else { return "it is truncated (\(pageCount) of \(recorded) pages)" }
+            guard recorded <= pageCount else { return .damaged("it is truncated (\(pageCount) of \(recorded) pages)") }
             pageCount = recorded
         }
         // The pages were found sound and nothing wrote the file since (any
@@ -108,19 +94,19 @@ enum StateFileCheck {
         // each), 0.35 ms for a database of 10^5 sizes, on every command.
         // Pointer-map pages (auto-vacuum, which fprep does not use) have a
         // shape of their own: such a file is left to SQLite.
-        guard bigEndian32(header, 52) == 0 else { return nil }
+        guard bigEndian32(header, 52) == 0 else { return .sound(stamp: nil) }
         let stamp = stamp(info)
         let stampPath = path + "-checked"
-        if readSmallFile(stampPath) == stamp { return stampPrefix + stamp }
-        guard let map = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), map != MAP_FAILED else { return nil }
+        if readSmallFile(stampPath) == stamp { return .sound(stamp: stamp) }
+        guard let map = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), map != MAP_FAILED else { return .sound(stamp: nil) }
         defer { munmap(map, size) }
         let bytes = UnsafeRawBufferPointer(start: map, count: size).bindMemory(to: UInt8.self)
         if let problem = Pages(bytes: bytes, pageSize: pageSize, usable: pageSize - Int(header[20]), count: pageCount).problem() {
             unlink(stampPath)
-            return problem
+            return .damaged(problem)
         }
         writeSmallFile(stampPath, stamp)
-        return stampPrefix + stamp
+        return .sound(stamp: stamp)
     }
 
     private static func readSmallFile(_ path: String) -> String? {

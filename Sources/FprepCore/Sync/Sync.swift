@@ -465,8 +465,6 @@ extension Replica {
             try store.endOperation(operation)
             throw refusedSync(error)
         }
-        // For `fprep changes` from the anchor this sync leaves behind.
-        RecordedChanges.write(changes, stateFolder, from: fromTree, to: toCommit.treeID)
         Trace.mark("diff")
         // The content of changed materialized files is asked for now, so
         // its round trip overlaps everything up to the writing of it.
@@ -542,6 +540,9 @@ extension Replica {
             return recorded
         }
         anchor = target
+        // For `fprep changes` from the anchor this sync left behind; once
+        // the sync is done, so it takes no space the sync needed.
+        RecordedChanges.write(changes, stateFolder, from: fromTree, to: toCommit.treeID)
         Trace.mark("record")
         return report
     }
