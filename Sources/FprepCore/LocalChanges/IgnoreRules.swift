@@ -63,9 +63,17 @@ final class IgnoreRules {
         defer { close(fd) }
         var last: UInt8 = 0x0A
         var info = stat()
-        if fstat(fd, &info) == 0, info.st_size > 0, pread(fd, &last, 1, info.st_size - 1) != 1 { last = 0x0A }
+        let measured = fstat(fd, &info) == 0
+        if measured, info.st_size > 0, pread(fd, &last, 1, info.st_size - 1) != 1 { last = 0x0A }
         let text = (last == 0x0A ? "" : "\n") + "# fprep: " + why + "\n" + pattern + "\n"
-        try Array(text.utf8).withUnsafeBytes { try writeAll(fd, $0, shown: file) }
+        do {
+            try Array(text.utf8).withUnsafeBytes { try writeAll(fd, $0, shown: file) }
+        } catch {
+            // A rule cut short (a full disk) would name another path: the
+            // file goes back to its length before.
+            if measured { _ = ftruncate(fd, info.st_size) }
+            throw error
+        }
     }
 
     /// A rule that matches exactly `path` from the root: git's special
