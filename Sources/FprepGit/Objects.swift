@@ -155,8 +155,13 @@ public final class Commit {
 /// Builds one tree level; owns a `git_treebuilder` (freed with `git_treebuilder_free`).
 public final class TreeBuilder {
     let pointer: OpaquePointer
+    /// Told of each tree written (the repository's record of written objects).
+    private let onWrite: (ObjectID) -> Void
 
-    init(taking pointer: OpaquePointer) { self.pointer = pointer }
+    init(taking pointer: OpaquePointer, onWrite: @escaping (ObjectID) -> Void) {
+        self.pointer = pointer
+        self.onWrite = onWrite
+    }
     deinit { git_treebuilder_free(pointer) }
 
     /// Adds or replaces an entry; wraps `git_treebuilder_insert`.
@@ -172,6 +177,7 @@ public final class TreeBuilder {
     public func write() throws -> ObjectID {
         var oid = git_oid()
         try check(git_treebuilder_write(&oid, pointer), "git_treebuilder_write")
+        onWrite(ObjectID(oid))
         return ObjectID(oid)
     }
 }

@@ -5,6 +5,33 @@ import CLibGit2
 /// `Repository` and what it returns on one thread.
 public final class Repository {
     let pointer: OpaquePointer
+    /// Objects this handle wrote that no `takeWrittenObjects` took yet.
+    /// libgit2 writes them loose and, like git by default, does not flush
+    /// them: fprep makes them durable before a record names them.
+    /// Past `writtenKept` (an import of a whole tree), only that there were more.
+    private var written: [ObjectID] = []
+    private var writtenOverflow = false
+    private static let writtenKept = 1024
+
+    /// The objects written since the last call, for their caller to flush;
+    /// nil when there were too many to list (flush the whole filesystem).
+    public func takeWrittenObjects() -> [ObjectID]? {
+        defer {
+            written = []
+            writtenOverflow = false
+        }
+        return writtenOverflow ? nil : written
+    }
+
+    private func noteWritten(_ id: ObjectID) {
+        guard !writtenOverflow else { return }
+        guard written.count < Self.writtenKept else {
+            writtenOverflow = true
+            written = []
+            return
+        }
+        written.append(id)
+    }
 
     /// Opens the repository at `path` (a work tree or a git directory);
     /// wraps `git_repository_open_ext` without searching parent folders.
@@ -104,6 +131,7 @@ public final class Repository {
         var oid = git_oid()
         try check(git_blob_create_from_buffer(&oid, pointer, bytes.baseAddress, bytes.count),
                   "git_blob_create_from_buffer")
+        noteWritten(ObjectID(oid))
         return ObjectID(oid)
     }
 
@@ -113,6 +141,7 @@ public final class Repository {
         cPath.append(0)
         var oid = git_oid()
         try check(git_blob_create_from_disk(&oid, pointer, cPath), "git_blob_create_from_disk")
+        noteWritten(ObjectID(oid))
         return ObjectID(oid)
     }
 
@@ -133,6 +162,7 @@ public final class Repository {
                       "git_commit_create")
         }
         withExtendedLifetime(parentObjects) {}
+        noteWritten(ObjectID(oid))
         return ObjectID(oid)
     }
 
@@ -141,7 +171,7 @@ public final class Repository {
         var builder: OpaquePointer?
         try check(git_treebuilder_new(&builder, pointer, nil), "git_treebuilder_new")
         guard let builder else { throw GitError(code: .other(-1), message: "no tree builder", function: "git_treebuilder_new") }
-        return TreeBuilder(taking: builder)
+        return TreeBuilder(taking: builder) { [weak self] in self?.noteWritten($0) }
     }
 
     /// Whether `commit` is `ancestor` or descends from it; wraps `git_graph_descendant_of`.

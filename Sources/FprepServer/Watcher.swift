@@ -199,7 +199,9 @@ public struct Watcher: Sendable {
         let output = options.output
         do {
             return try await NIOThreadPool.singleton.runIfActive {
-                try withReplica(root) { replica in
+                // Each sync's phases from its own start (FPREP_TRACE).
+                Trace.start()
+                return try withReplica(root) { replica in
                     let report = try replica.sync()
                     if let eventID {
                         var settings = shared.get()

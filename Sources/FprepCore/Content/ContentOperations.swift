@@ -206,7 +206,7 @@ struct ContentOperations {
         result.fetchedBlobs = early.count + missing.count
 
         // Write every file beside its placeholder, then make them durable
-        // at once (one syncfs, not an fsync per file), then rename.
+        // (one syncfs, or an fsync each for a few: `DurableChanges`), then rename.
         var written: [(IndexEntry, FolderHandle, [UInt8])] = []
         var folders: [RepoPath: FolderHandle] = [:]
         do {
@@ -245,7 +245,9 @@ struct ContentOperations {
             }
             try writeChunk()
             Trace.mark("write files")
-            guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+            var durable = DurableChanges(changes: written.count, limit: DurableChanges.contentLimit)
+            for (entry, _, temporary) in written { durable.put(RepoPath(bytes: entry.path).parent.appending(temporary)) }
+            try durable.flush(root: replica.rootFolder, shown: replica.root)
         } catch {
             // Nothing was renamed yet: the placeholders are as they were,
             // and what was written (a full disk, most likely) goes at once.
@@ -254,7 +256,7 @@ struct ContentOperations {
             try? replica.store.endOperation(operation)
             throw FprepError.storage(error, root: replica.root) ?? error
         }
-        Trace.mark("syncfs")
+        Trace.mark("written files durable")
 
         var materialized: [(RepoPath, ObjectID)] = []
         for (entry, folder, temporary) in written {
@@ -278,8 +280,11 @@ struct ContentOperations {
             materialized.append((path, entry.id))
         }
         Trace.mark("rename")
-        guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
-        Trace.mark("syncfs")
+        // The renames (and any bytes of a program's set aside beside a name) durable before the index says content.
+        var renamed = DurableChanges(changes: written.count, limit: DurableChanges.contentLimit)
+        for (entry, _, _) in written { renamed.put(RepoPath(bytes: entry.path)) }
+        try renamed.flush(root: replica.rootFolder, shown: replica.root)
+        Trace.mark(renamed.wholeFilesystem ? "syncfs" : "fsync \(renamed.fsyncCount)")
         try replica.writeIndexKeepingJournal(index, lookAgainAt: materialized.map(\.0.bytes))
         Trace.mark("index write")
         try replica.store.transaction {

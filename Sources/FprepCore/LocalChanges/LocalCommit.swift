@@ -81,6 +81,8 @@ struct LocalCommitter {
             + (summary + more).joined(separator: "\n") + "\n"
         let commit = try repository.writeCommit(tree: tree, parents: anchor.map { [$0] } ?? [], message: message,
                                                 author: signature, committer: signature)
+        // Its objects (and the blobs of the changes) durable before the store names it.
+        try replica.flushWrittenObjects()
         // The commit is the anchor from here on, recorded before the index
         // says the files are clean: a crash in between finds the changes
         // again and commits nothing new (same tree), never loses them. The
@@ -147,7 +149,13 @@ struct LocalCommitter {
             conflicts.append(Conflict(path: copy.path.description, copy: copy.copy.description,
                                       reason: "written while dataless (its content was not on disk)"))
         }
-        guard fprep_syncfs(replica.rootFolder.fd) == 0 else { throw SystemError("syncfs", replica.root) }
+        // The copies and the placeholders put back, durable before the index says so.
+        var durable = DurableChanges(changes: copies.count * 2)
+        for copy in copies {
+            durable.put(copy.path)
+            durable.put(copy.copy)
+        }
+        try durable.flush(root: replica.rootFolder, shown: replica.root)
         try replica.store.transaction {
             try replica.store.recordMaterialized(materialized, at: Int64(Date().timeIntervalSince1970))
             try replica.store.endOperation(operation)

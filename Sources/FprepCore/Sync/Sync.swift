@@ -236,7 +236,8 @@ extension Replica {
             guard let ours = anchor else {
                 // An empty replica: take the remote as it is.
                 let journal = SyncJournal(from: nil, to: theirs.hex)
-                merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index))
+                merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index,
+                                             unflushedObjects: report.gitCommitsTaken > 0))
                 try store.setMeta(Self.remoteTipKey, theirs.hex)
                 break
             }
@@ -250,7 +251,7 @@ extension Replica {
             if target != ours {
                 let journal = SyncJournal(from: ours.hex, to: target.hex, conflicts: report.conflicts)
                 let operation = try store.beginOperation("sync", payload: journal.encoded())
-                merge(&report, try applySync(journal, operation: operation, index: index))
+                merge(&report, try applySync(journal, operation: operation, index: index, unflushedObjects: report.gitCommitsTaken > 0))
             }
             try store.setMeta(Self.remoteTipKey, theirs.hex)
             // Push what the remote does not have yet.
@@ -385,8 +386,11 @@ extension Replica {
         let identity = Identity.current()
         let signature = Signature(name: identity.name, email: identity.email, time: Int64(Date().timeIntervalSince1970))
         report.conflicts += merged.conflicts
-        return try repository.writeCommit(tree: merged.tree, parents: parents, message: message,
-                                          author: signature, committer: signature)
+        let commit = try repository.writeCommit(tree: merged.tree, parents: parents, message: message,
+                                                author: signature, committer: signature)
+        // Durable before the sync's journal names it.
+        try flushWrittenObjects()
+        return commit
     }
 
     /// Keeps `commit` reachable under `refs/fprep/backup/DATE-ID` of the
@@ -445,7 +449,13 @@ extension Replica {
     /// Applies the change from `journal.from` to `journal.to`. Every step
     /// checks what is already on disk, so running it again after a crash
     /// finishes the same sync.
-    func applySync(_ journal: SyncJournal, operation: Int64, resuming: Bool = false, index: Index? = nil) throws -> SyncReport {
+    /// `unflushedObjects`: `journal.to` may name objects nobody flushed
+    /// (commits made with git here, taken in by this sync; a resumed sync
+    /// cannot tell), so the barrier before the index flushes the whole
+    /// filesystem. A fetch's packs git flushes itself, and fprep its own
+    /// objects as it writes them (see `DurableChanges`).
+    func applySync(_ journal: SyncJournal, operation: Int64, resuming: Bool = false, index: Index? = nil,
+                   unflushedObjects: Bool = true) throws -> SyncReport {
         guard let target = ObjectID(hex: journal.to) else {
             try store.endOperation(operation)
             throw FprepError("the journal of an interrupted sync is unreadable; run 'fprep sync' again")
@@ -487,6 +497,7 @@ extension Replica {
         Trace.mark("working set")
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex,
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
+        applier.flushWholeFilesystem = unflushedObjects
         if resuming, journal.token != nil { applier.removeStaleTemporaries() }
         Trace.mark("read index")
         var report: SyncReport
@@ -568,6 +579,11 @@ struct SyncApplier {
     var sizeDelta: Int64 = 0
     /// Items of the user's that stood where the remote put a folder.
     var steppedAside: [Skipped] = []
+    /// The barrier before the index write flushes the whole filesystem, not
+    /// the changed items alone: the anchor will name objects nobody flushed
+    /// (commits made with git in the replica, which git writes loose and
+    /// does not flush by default; fprep flushes its own as it writes them).
+    var flushWholeFilesystem = true
 
     init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index,
          token: String, contentFetch: SyncContentFetch) throws {
@@ -803,8 +819,20 @@ struct SyncApplier {
         }
         Trace.mark("new content")
         report.keptLocal += steppedAside
-        guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", replica.root) }
-        Trace.mark("syncfs")
+        // Durable before the index names it. Every step above writes at a
+        // name of the change set or beside one, in its folder (conflict
+        // copies, held old versions, temporaries, folders made on the way).
+        var durable = DurableChanges(changes: changes.count, wholeFilesystem: flushWholeFilesystem)
+        for (path, _) in changes.deleted { durable.removed(path) }
+        for move in changes.moved {
+            durable.removed(move.from)
+            durable.put(move.to)
+        }
+        for folder in changes.deletedFolders { durable.removed(folder.path) }
+        for folder in changes.addedFolders { durable.put(folder.path) }
+        for update in changes.updated { durable.put(update.path) }
+        try durable.flush(root: root, shown: replica.root)
+        Trace.mark(durable.wholeFilesystem ? "syncfs" : "fsync \(durable.fsyncCount)")
         try index.write()
         Trace.mark("index write")
         replica.removeFetchQuarantines()

@@ -1,0 +1,179 @@
+import Foundation
+import Testing
+
+/// What a sync makes durable before its index names it, read from the
+/// system calls of a real `fprep sync` (strace): a few changes are flushed
+/// item by item, so other programs' writes on the same disk do not hold the
+/// sync (a syncfs waits for all of them); many changes, or objects fprep
+/// wrote itself, are flushed with one syncfs.
+@Suite("durability barriers", .enabled(if: ConcurrentWriterTests.straceWorks, "needs strace"))
+struct DurabilityTests {
+    /// One traced run: its result, and the fsync'd paths, whether it
+    /// called syncfs, and whether an index write followed, all counted up
+    /// to the sync's barrier (its trace mark).
+    struct Barrier {
+        var result: RunResult
+        var flushed: Set<String> = []
+        var syncfsCalls = 0
+        var indexWrittenAfter = false
+        var markFound = false
+    }
+
+    /// `marks`: the trace marks of which the first ends what is counted.
+    static func traced(_ box: Sandbox, _ args: [String] = ["sync"], replica: String,
+                       marks markNames: [String] = ["trace: fsync ", "trace: syncfs"]) throws -> Barrier {
+        let log = box.at("strace-\(UUID().uuidString.prefix(6)).log")
+        let marks = box.at("marks-\(UUID().uuidString.prefix(6)).txt")
+        let result = try Shell.run(["/usr/bin/strace", "-f", "-qq", "-y", "-s", "64", "-o", log,
+                                    "-e", "trace=fsync,fdatasync,syncfs,openat,write", Binaries.fprep] + args,
+                                   cwd: replica, env: ["FPREP_TRACE": marks])
+        var barrier = Barrier(result: result)
+        let lines = String(decoding: contents(log) ?? Data(), as: UTF8.self).split(separator: "\n")
+        // The mark the sync writes once its barrier is done ("fsync N" or "syncfs").
+        let isMark: (Substring) -> Bool = { line in line.contains("write(") && line.contains(marks) && markNames.contains { line.contains($0) } }
+        guard let mark = lines.firstIndex(where: isMark) else { return barrier }
+        barrier.markFound = true
+        for line in lines[..<mark] {
+            if line.contains("syncfs(") { barrier.syncfsCalls += 1 }
+            guard line.contains(" fsync("), let open = line.range(of: "fsync("), let start = line[open.upperBound...].firstIndex(of: "<"),
+                  let end = line[start...].firstIndex(of: ">") else { continue }
+            // "fsync(5</path>) = 0", or "fsync(5</path> <unfinished ...>" when another thread's call comes between.
+            barrier.flushed.insert(String(line[line.index(after: start)..<end]))
+        }
+        barrier.indexWrittenAfter = lines[mark...].contains { $0.contains("openat(") && $0.contains("/.git/index.lock") }
+        return barrier
+    }
+
+    static func resolved(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().path }
+
+    @Test("a few remote changes: each changed item and every folder they touched fsync'd before the index write, no syncfs")
+    func fewChangesItemByItem() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            try box.pushToRemote(remote, ["a.txt": Data("changed\n".utf8), "new/deep/n.txt": Data("new\n".utf8),
+                                          "docs/deep/tool": Data("retooled\n".utf8), "bin.dat": nil],
+                                 moves: [("docs/readme.md", "readme.md")], message: "a few changes")
+            let barrier = try Self.traced(box, replica: replica)
+            #expect(barrier.result.status == 0, "\(barrier.result)")
+            #expect(barrier.markFound, "no barrier mark in the trace: \(barrier.result)")
+            #expect(barrier.syncfsCalls == 0, "a sync of five changes flushed the whole filesystem")
+            #expect(barrier.indexWrittenAfter, "no index write after the barrier")
+            let root = Self.resolved(replica)
+            // Items (content, placeholders, moved), then every folder whose entries changed.
+            for path in ["a.txt", "new/deep/n.txt", "docs/deep/tool", "readme.md", "new/deep", "new", "docs", "docs/deep", ""] {
+                let full = path.isEmpty ? root : root + "/" + path
+                #expect(barrier.flushed.contains(full), "'\(path.isEmpty ? "." : path)' not flushed before the index; flushed: \(barrier.flushed.sorted())")
+            }
+            #expect(contents(replica + "/a.txt") == Data("changed\n".utf8))
+            #expect(lstatInfo(replica + "/bin.dat") == nil)
+            let status = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
+            #expect(status.isEmpty, "\(status)")
+        }
+    }
+
+    @Test("many remote changes: one syncfs before the index write, no fsync of each")
+    func manyChangesOneSyncfs() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            var files: [String: Data?] = [:]
+            for n in 0..<80 { files["many/f\(n).txt"] = Data("file \(n)\n".utf8) }
+            try box.pushToRemote(remote, files, message: "many changes")
+            let barrier = try Self.traced(box, replica: replica)
+            #expect(barrier.result.status == 0, "\(barrier.result)")
+            #expect(barrier.markFound, "no barrier mark in the trace: \(barrier.result)")
+            #expect(barrier.syncfsCalls == 1)
+            #expect(barrier.indexWrittenAfter, "no index write after the barrier")
+            let root = Self.resolved(replica)
+            #expect(!barrier.flushed.contains { $0.hasPrefix(root + "/many") }, "\(barrier.flushed.sorted())")
+        }
+    }
+
+    @Test("a sync that merges (a local and a remote change): fprep's own objects fsync'd as written, no syncfs; commits made with git: one syncfs")
+    func objectsOfTheSync() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/mine.txt"))
+            try box.pushToRemote(remote, ["theirs.txt": Data("theirs\n".utf8)], message: "theirs")
+            let merged = try Self.traced(box, replica: replica)
+            #expect(merged.result.status == 0, "\(merged.result)")
+            #expect(merged.markFound, "no barrier mark in the trace: \(merged.result)")
+            #expect(merged.syncfsCalls == 0)
+            #expect(lstatInfo(replica + "/theirs.txt") != nil)
+            #expect(try box.gitOK(["show", "main:mine.txt"], cwd: remote.path) == "mine")
+            // The merge commit, the local commit under it and the blob of mine.txt, each flushed before the barrier.
+            let objects = Self.resolved(replica + "/.git/objects")
+            for name in ["HEAD", "HEAD^1", "HEAD:mine.txt"] {
+                let id = try box.gitOK(["rev-parse", name], cwd: replica)
+                let path = objects + "/" + id.prefix(2) + "/" + id.dropFirst(2)
+                #expect(merged.flushed.contains(path), "\(name) (\(id)) not flushed: \(merged.flushed.sorted())")
+            }
+            // A commit made with git in the replica (loose, not flushed by git), with a remote change beside it.
+            try Data("by git\n".utf8).write(to: URL(fileURLWithPath: replica + "/git.txt"))
+            try box.gitOK(["add", "git.txt"], cwd: replica)
+            try box.gitOK(["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "with git"], cwd: replica)
+            try box.pushToRemote(remote, ["theirs2.txt": Data("theirs again\n".utf8)], message: "theirs again")
+            let adopted = try Self.traced(box, replica: replica)
+            #expect(adopted.result.status == 0, "\(adopted.result)")
+            #expect(adopted.markFound, "no barrier mark in the trace: \(adopted.result)")
+            #expect(adopted.syncfsCalls == 1, "commits made with git: the whole filesystem")
+            #expect(try box.gitOK(["show", "main:git.txt"], cwd: remote.path) == "by git")
+        }
+    }
+
+    @Test("a local change alone: the new commit's objects and their folders fsync'd within its commit step (the code flushes them before the store names the commit), no syncfs")
+    func localCommitObjectsFlushed() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try FileManager.default.createDirectory(atPath: replica + "/docs/deep/deeper", withIntermediateDirectories: true)
+            try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/docs/deep/deeper/mine.txt"))
+            let committed = try Self.traced(box, replica: replica, marks: ["trace: local commit"])
+            #expect(committed.result.status == 0, "\(committed.result)")
+            #expect(committed.markFound, "no local commit mark in the trace: \(committed.result)")
+            #expect(committed.syncfsCalls == 0)
+            let objects = Self.resolved(replica + "/.git/objects")
+            for name in ["HEAD", "HEAD^{tree}", "HEAD:docs", "HEAD:docs/deep", "HEAD:docs/deep/deeper", "HEAD:docs/deep/deeper/mine.txt"] {
+                let id = try box.gitOK(["rev-parse", name], cwd: replica)
+                #expect(committed.flushed.contains(objects + "/" + id.prefix(2) + "/" + id.dropFirst(2)),
+                        "\(name) (\(id)) not flushed: \(committed.flushed.sorted())")
+                #expect(committed.flushed.contains(objects + "/" + id.prefix(2)), "the folder of \(name) not flushed")
+            }
+            #expect(try box.gitOK(["show", "main:docs/deep/deeper/mine.txt"], cwd: remote.path) == "mine")
+        }
+    }
+
+    @Test("materialize of one file: the file and its folder fsync'd before the index write, no syncfs; of many: one syncfs each step")
+    func materializeFlushesWhatItWrote() throws {
+        try withSandbox { box in
+            var nodes = standardTree
+            for n in 0..<12 { nodes["many/f\(n).txt"] = .text("file \(n)\n") }
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let one = try Self.traced(box, ["materialize", "docs/readme.md"], replica: replica)
+            #expect(one.result.status == 0, "\(one.result)")
+            #expect(one.markFound, "no barrier mark in the trace: \(one.result)")
+            #expect(one.syncfsCalls == 0)
+            #expect(one.indexWrittenAfter, "no index write after the barrier")
+            let root = Self.resolved(replica)
+            for path in [root + "/docs/readme.md", root + "/docs", root] {
+                #expect(one.flushed.contains(path), "'\(path)' not flushed; flushed: \(one.flushed.sorted())")
+            }
+            // The content was flushed under its temporary name, before the rename.
+            #expect(one.flushed.contains { $0.hasPrefix(root + "/docs/.") && $0.contains("readme.md") }, "\(one.flushed.sorted())")
+            #expect(contents(replica + "/docs/readme.md") == Data("# Readme\n\nSome words.\n".utf8))
+            let many = try Self.traced(box, ["materialize", "many"], replica: replica)
+            #expect(many.result.status == 0, "\(many.result)")
+            #expect(many.syncfsCalls == 2, "content before the renames, renames before the index")
+            #expect(!many.flushed.contains { $0.hasPrefix(root + "/many") }, "\(many.flushed.sorted())")
+        }
+    }
+}
