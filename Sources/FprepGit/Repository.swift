@@ -23,6 +23,10 @@ public final class Repository {
         return writtenOverflow ? nil : written
     }
 
+    /// An object the caller names that another program may have written
+    /// loose (git): flushed with those this handle wrote.
+    public func noteForFlush(_ id: ObjectID) { noteWritten(id) }
+
     private func noteWritten(_ id: ObjectID) {
         guard !writtenOverflow else { return }
         guard written.count < Self.writtenKept else {

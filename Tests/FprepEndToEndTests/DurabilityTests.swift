@@ -17,6 +17,8 @@ struct DurabilityTests {
         var syncfsCalls = 0
         var indexWrittenAfter = false
         var markFound = false
+        /// The trace's lines after the mark.
+        var after: [Substring] = []
     }
 
     /// `marks`: the trace marks of which the first ends what is counted.
@@ -41,6 +43,7 @@ struct DurabilityTests {
             barrier.flushed.insert(String(line[line.index(after: start)..<end]))
         }
         barrier.indexWrittenAfter = lines[mark...].contains { $0.contains("openat(") && $0.contains("/.git/index.lock") }
+        barrier.after = Array(lines[(mark + 1)...])
         return barrier
     }
 
@@ -93,7 +96,7 @@ struct DurabilityTests {
         }
     }
 
-    @Test("a sync that merges (a local and a remote change): fprep's own objects fsync'd as written, no syncfs; commits made with git: one syncfs")
+    @Test("a sync that merges (a local and a remote change): fprep's own objects fsync'd as written, no syncfs; commits made with git: one syncfs as they are taken in")
     func objectsOfTheSync() throws {
         try withSandbox { box in
             let remote = try box.makeRemote()
@@ -122,7 +125,7 @@ struct DurabilityTests {
             let adopted = try Self.traced(box, replica: replica)
             #expect(adopted.result.status == 0, "\(adopted.result)")
             #expect(adopted.markFound, "no barrier mark in the trace: \(adopted.result)")
-            #expect(adopted.syncfsCalls == 1, "commits made with git: the whole filesystem")
+            #expect(adopted.syncfsCalls == 1, "commits made with git: the whole filesystem, once, as they are taken in")
             #expect(try box.gitOK(["show", "main:git.txt"], cwd: remote.path) == "by git")
         }
     }
@@ -135,7 +138,7 @@ struct DurabilityTests {
             _ = try box.clone(remote.path, replica)
             try FileManager.default.createDirectory(atPath: replica + "/docs/deep/deeper", withIntermediateDirectories: true)
             try Data("mine\n".utf8).write(to: URL(fileURLWithPath: replica + "/docs/deep/deeper/mine.txt"))
-            let committed = try Self.traced(box, replica: replica, marks: ["trace: local commit"])
+            let committed = try Self.traced(box, replica: replica, marks: ["trace: commit objects durable"])
             #expect(committed.result.status == 0, "\(committed.result)")
             #expect(committed.markFound, "no local commit mark in the trace: \(committed.result)")
             #expect(committed.syncfsCalls == 0)
@@ -146,7 +149,33 @@ struct DurabilityTests {
                         "\(name) (\(id)) not flushed: \(committed.flushed.sorted())")
                 #expect(committed.flushed.contains(objects + "/" + id.prefix(2)), "the folder of \(name) not flushed")
             }
+            // Then the store names the commit (its log flushed), before the step ends.
+            let end = committed.after.firstIndex { $0.contains("trace: local commit") } ?? committed.after.endIndex
+            #expect(committed.after[..<end].contains { ($0.contains("fsync(") || $0.contains("fdatasync(")) && $0.contains("state.db") },
+                    "the store did not record the commit after its objects were flushed")
             #expect(try box.gitOK(["show", "main:docs/deep/deeper/mine.txt"], cwd: remote.path) == "mine")
+        }
+    }
+
+    @Test("a sync that sets a user's file aside (changed here and on the remote): the whole filesystem, so the bytes a program wrote are durable too")
+    func setAsideFlushesEverything() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.pushToRemote(remote, ["a.txt": Data("theirs\n".utf8)], message: "theirs")
+            // Written into the placeholder by a program (not through fprep): a conflict copy.
+            let handle = try #require(FileHandle(forWritingAtPath: replica + "/a.txt"))
+            try handle.seek(toOffset: 0)
+            try handle.write(contentsOf: Data("mine!\n".utf8))
+            try handle.close()
+            let barrier = try Self.traced(box, ["sync", "--incoming"], replica: replica)
+            #expect(barrier.result.status == 0, "\(barrier.result)")
+            #expect(barrier.markFound, "no barrier mark in the trace: \(barrier.result)")
+            #expect(barrier.syncfsCalls == 1, "\(barrier.result)")
+            #expect(contents(replica + "/a.txt") == Data("theirs\n".utf8) || lstatInfo(replica + "/a.txt")?.blocks == 0)
+            let everything = ((try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []).compactMap { contents(replica + "/" + $0) }
+            #expect(everything.contains { $0.starts(with: Data("mine!\n".utf8)) }, "the program's bytes are not in any file")
         }
     }
 

@@ -259,6 +259,7 @@ struct ContentOperations {
         Trace.mark("written files durable")
 
         var materialized: [(RepoPath, ObjectID)] = []
+        var keptCopies = false
         for (entry, folder, temporary) in written {
             let path = RepoPath(bytes: entry.path)
             let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description, expectsDataless: true)
@@ -269,6 +270,7 @@ struct ContentOperations {
                 continue
             case .replaced(keptAs: let copy):
                 if let copy {
+                    keptCopies = true
                     result.skipped.append(Skipped(path: path.description, reason: "a program wrote into the placeholder while it was materialized; the content is in place and the bytes written are kept as '\(path.parent.appending(copy))'"))
                 }
             }
@@ -280,8 +282,9 @@ struct ContentOperations {
             materialized.append((path, entry.id))
         }
         Trace.mark("rename")
-        // The renames (and any bytes of a program's set aside beside a name) durable before the index says content.
-        var renamed = DurableChanges(changes: written.count, limit: DurableChanges.contentLimit)
+        // The renames durable before the index says content; bytes a
+        // program wrote, kept as a copy, only a whole flush makes durable.
+        var renamed = DurableChanges(changes: written.count, limit: DurableChanges.contentLimit, wholeFilesystem: keptCopies)
         for (entry, _, _) in written { renamed.put(RepoPath(bytes: entry.path)) }
         try renamed.flush(root: replica.rootFolder, shown: replica.root)
         Trace.mark(renamed.wholeFilesystem ? "syncfs" : "fsync \(renamed.fsyncCount)")

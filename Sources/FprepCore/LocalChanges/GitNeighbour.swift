@@ -1,3 +1,4 @@
+import CFprepSys
 import FprepGit
 
 /// What git did in the replica since fprep last looked: commits made with
@@ -61,6 +62,9 @@ extension Replica {
         // Their trees obey the rules every tree fprep lays out obeys.
         try TreeEntryRules.check(ChangeSet.between(repository, from: repository.commit(anchor).treeID,
                                                    to: repository.commit(tip).treeID))
+        // git wrote them loose and did not flush them (its default): durable
+        // before the store names the tip.
+        guard fprep_syncfs(rootFolder.fd) == 0 else { throw SystemError("syncfs", root) }
         try store.transaction {
             try store.setMeta("anchor", tip.hex)
             try store.setMeta(Replica.unpushedKey, tip.hex)

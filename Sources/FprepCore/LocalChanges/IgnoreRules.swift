@@ -74,6 +74,9 @@ final class IgnoreRules {
             if measured { _ = ftruncate(fd, info.st_size) }
             throw error
         }
+        // Durable before the item it names is renamed into place: the
+        // sync's barrier flushes the replica's items, not this file.
+        _ = fsync(fd)
     }
 
     /// A rule that matches exactly `path` from the root: git's special

@@ -40,6 +40,8 @@ struct LocalCommitter {
             let id: ObjectID
             if let known = write.id, write.placeholder || (try? repository.objectDatabase().contains(known)) == true {
                 id = known
+                // Maybe written loose by git (`git add`), unflushed.
+                if !write.placeholder { repository.noteForFlush(known) }
             } else if stat.isSymlink {
                 id = try replica.rootFolder.readLink(write.path).withUnsafeBytes { try repository.writeBlob($0) }
             } else {
@@ -83,6 +85,7 @@ struct LocalCommitter {
                                                 author: signature, committer: signature)
         // Its objects (and the blobs of the changes) durable before the store names it.
         try replica.flushWrittenObjects()
+        Trace.mark("commit objects durable")
         // The commit is the anchor from here on, recorded before the index
         // says the files are clean: a crash in between finds the changes
         // again and commits nothing new (same tree), never loses them. The

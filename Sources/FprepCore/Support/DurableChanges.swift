@@ -57,32 +57,57 @@ struct DurableChanges {
             return
         }
         // Items before the folders that name them; deeper folders first.
-        for item in items.sorted() { try flush(item, in: root, folder: false) }
-        for folder in folders.sorted(by: { $0.bytes.count > $1.bytes.count }) { try flush(folder, in: root, folder: true) }
+        // An item that cannot be opened (no permission to read it, a lease,
+        // a refusal) is flushed with everything else, by one syncfs.
+        for item in items.sorted() where try !flush(item, in: root, folder: false) {
+            return try Self.flushAll(root, shown: shown)
+        }
+        for folder in folders.sorted(by: { $0.bytes.count > $1.bytes.count }) where try !flush(folder, in: root, folder: true) {
+            return try Self.flushAll(root, shown: shown)
+        }
     }
 
-    /// fsync of what is at `path` now. Nothing there, a symlink on the way
-    /// or in its place, or a special file: nothing of the step's to flush
-    /// (a symlink is made durable by its folder's flush; a user moved
-    /// something away meanwhile). A failing fsync is a failing disk.
-    private func flush(_ path: RepoPath, in root: FolderHandle, folder: Bool) throws {
+    private static func flushAll(_ root: FolderHandle, shown: String) throws {
+        guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", shown) }
+    }
+
+    /// fsync of what is at `path` now; false when it could not be opened.
+    /// Nothing there, a symlink on the way or in its place, or a special
+    /// file (looked at first: a device is never opened): nothing of the
+    /// step's to flush (a symlink is made durable by its folder's flush; a
+    /// user moved something away meanwhile). A failing fsync is a failing disk.
+    private func flush(_ path: RepoPath, in root: FolderHandle, folder: Bool) throws -> Bool {
+        if !path.isRoot {
+            guard let found = root.stat(path) else { return true }
+            guard found.isRegular || found.isDirectory else { return true }
+        }
         let flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | (folder ? O_DIRECTORY : 0)
         let fd = path.isRoot ? dup(root.fd) : fprep_open_beneath(root.fd, cPath(path.bytes), flags, 0)
         guard fd >= 0 else {
             switch errno {
-            case ENOENT, ENOTDIR, ELOOP, ENXIO, EXDEV: return
-            default: throw SystemError("open to flush", path.isRoot ? shownRoot(root) : path.description)
+            case ENOENT, ENOTDIR, ELOOP, ENXIO: return true
+            default: return false
             }
         }
         defer { close(fd) }
         var status = stat()
-        guard fstat(fd, &status) == 0 else { throw SystemError("stat", path.description) }
+        guard fstat(fd, &status) == 0 else { return false }
         let kind = status.st_mode & S_IFMT
-        guard kind == S_IFREG || kind == S_IFDIR else { return }
-        guard fsync(fd) == 0 else { throw SystemError("fsync", path.isRoot ? shownRoot(root) : path.description) }
+        guard kind == S_IFREG || kind == S_IFDIR else { return true }
+        guard fsync(fd) == 0 else { throw SystemError("fsync", path.isRoot ? root.shownPath : path.description) }
+        return true
     }
 
-    private func shownRoot(_ root: FolderHandle) -> String { root.shownPath }
+    /// fsync of the folder at `path` (absent: nothing to flush).
+    static func flushFolder(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return }
+            throw SystemError("open to flush", path)
+        }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw SystemError("fsync", path) }
+    }
 
     /// How many fsyncs a flush makes (0: one syncfs); for tests and traces.
     var fsyncCount: Int { wholeFilesystem ? 0 : items.count + folders.count }

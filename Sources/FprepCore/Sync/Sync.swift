@@ -237,7 +237,7 @@ extension Replica {
                 // An empty replica: take the remote as it is.
                 let journal = SyncJournal(from: nil, to: theirs.hex)
                 merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index,
-                                             unflushedObjects: report.gitCommitsTaken > 0))
+                                             unflushedObjects: false))
                 try store.setMeta(Self.remoteTipKey, theirs.hex)
                 break
             }
@@ -251,7 +251,7 @@ extension Replica {
             if target != ours {
                 let journal = SyncJournal(from: ours.hex, to: target.hex, conflicts: report.conflicts)
                 let operation = try store.beginOperation("sync", payload: journal.encoded())
-                merge(&report, try applySync(journal, operation: operation, index: index, unflushedObjects: report.gitCommitsTaken > 0))
+                merge(&report, try applySync(journal, operation: operation, index: index, unflushedObjects: false))
             }
             try store.setMeta(Self.remoteTipKey, theirs.hex)
             // Push what the remote does not have yet.
@@ -449,11 +449,11 @@ extension Replica {
     /// Applies the change from `journal.from` to `journal.to`. Every step
     /// checks what is already on disk, so running it again after a crash
     /// finishes the same sync.
-    /// `unflushedObjects`: `journal.to` may name objects nobody flushed
-    /// (commits made with git here, taken in by this sync; a resumed sync
-    /// cannot tell), so the barrier before the index flushes the whole
-    /// filesystem. A fetch's packs git flushes itself, and fprep its own
-    /// objects as it writes them (see `DurableChanges`).
+    /// `unflushedObjects`: `journal.to` may name objects nobody flushed (a
+    /// resumed sync cannot tell), so the barrier before the index flushes
+    /// the whole filesystem. A fetch's packs git flushes itself, fprep its
+    /// own objects as it writes them, and commits made with git here are
+    /// flushed as they are taken in (see `DurableChanges`).
     func applySync(_ journal: SyncJournal, operation: Int64, resuming: Bool = false, index: Index? = nil,
                    unflushedObjects: Bool = true) throws -> SyncReport {
         guard let target = ObjectID(hex: journal.to) else {
@@ -579,10 +579,11 @@ struct SyncApplier {
     var sizeDelta: Int64 = 0
     /// Items of the user's that stood where the remote put a folder.
     var steppedAside: [Skipped] = []
+    /// Raised when an item of the user's was set aside or held (see the
+    /// barrier in `apply`); a reference, as those steps do not mutate.
+    let userItemsMoved = Flag()
     /// The barrier before the index write flushes the whole filesystem, not
-    /// the changed items alone: the anchor will name objects nobody flushed
-    /// (commits made with git in the replica, which git writes loose and
-    /// does not flush by default; fprep flushes its own as it writes them).
+    /// the changed items alone (see `applySync`'s `unflushedObjects`).
     var flushWholeFilesystem = true
 
     init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index,
@@ -820,9 +821,13 @@ struct SyncApplier {
         Trace.mark("new content")
         report.keptLocal += steppedAside
         // Durable before the index names it. Every step above writes at a
-        // name of the change set or beside one, in its folder (conflict
-        // copies, held old versions, temporaries, folders made on the way).
-        var durable = DurableChanges(changes: changes.count, wholeFilesystem: flushWholeFilesystem)
+        // name of the change set, or beside one in its folder: temporaries
+        // and folders made on the way, which the folders' flush covers, and
+        // items of the user's set aside (conflict copies, held old versions,
+        // marks cleared), whose bytes a program wrote and which only a
+        // whole flush makes durable; each of those is in `keptLocal`.
+        var durable = DurableChanges(changes: changes.count,
+                                     wholeFilesystem: flushWholeFilesystem || !report.keptLocal.isEmpty || userItemsMoved.raised)
         for (path, _) in changes.deleted { durable.removed(path) }
         for move in changes.moved {
             durable.removed(move.from)
@@ -832,6 +837,9 @@ struct SyncApplier {
         for folder in changes.addedFolders { durable.put(folder.path) }
         for update in changes.updated { durable.put(update.path) }
         try durable.flush(root: root, shown: replica.root)
+        // The packs the fetch brought: git flushes their bytes, not the
+        // folder it renamed them into.
+        if !durable.wholeFilesystem { try DurableChanges.flushFolder(replica.gitDirectory + "/objects/pack") }
         Trace.mark(durable.wholeFilesystem ? "syncfs" : "fsync \(durable.fsyncCount)")
         try index.write()
         Trace.mark("index write")
@@ -868,6 +876,7 @@ struct SyncApplier {
     /// program has it open for writing, as a `HeldFile`: the next syncs
     /// settle it once the program has closed it.
     private func hold(_ path: RepoPath, at temporary: [UInt8], blob: ObjectID, inode: Int64, dataless: Bool) throws {
+        userItemsMoved.raise()
         // The file says what it is too: a record does not follow a folder
         // the user moves with it in it.
         if let folder = try? replica.rootFolder.folder(path.parent),
@@ -1263,6 +1272,7 @@ struct SyncApplier {
     /// Renames the user's file at `path` to `NAME (conflict DEVICE DATE).EXT`
     /// in the same folder; returns the new identifier (nil when no free name).
     func setAside(_ path: RepoPath) throws -> String? {
+        userItemsMoved.raise()
         let folder = try replica.rootFolder.folder(path.parent)
         let leftOut = replica.rulesLeaveOut(path)
         for counter in 1...100 {
@@ -1460,4 +1470,10 @@ private final class OldSizes: @unchecked Sendable {
     private final class SumBox: @unchecked Sendable {
         var total: Int64 = 0
     }
+}
+
+/// A one-way switch a non-mutating step can raise.
+final class Flag {
+    private(set) var raised = false
+    func raise() { raised = true }
 }
