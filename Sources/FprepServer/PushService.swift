@@ -140,6 +140,7 @@ public actor PushService {
                             onRejected: { [weak self] device, reason, since in await self?.rejected(device, reason, since: since) },
                             log: configuration.log)
         if let shared {
+            shared.renewLease(every: .seconds(max(1, configuration.senderLease / 3)), for: configuration.senderLease)
             let notifications = shared.notifications
             listener = Task { [weak self] in
                 for await notification in notifications { await self?.received(notification) }

@@ -111,4 +111,10 @@ package protocol SharedServiceStorage: ServiceStorage {
     /// APNs devices whose sender's lease ran out, with events they have not
     /// acknowledged, and returns them.
     func heartbeat(until: Int64, now: Int64) throws -> [Device]
+    /// Renews this instance's lease for `lease` seconds every `interval`,
+    /// apart from the service actor, until the store closes: the actor's
+    /// own renewal (`heartbeat`) waits behind whatever it is doing, and a
+    /// dispatch to 10^5 devices held it past the lease, so the instances
+    /// took each other's devices over while both were alive.
+    func renewLease(every interval: Duration, for lease: Int64)
 }

@@ -44,6 +44,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
     private var connection: PostgresConnection
     private let listening = Locked<PostgresConnection?>(nil)
     private let closed = Locked(false)
+    private let leaseRenewal = Locked<RepeatedTask?>(nil)
     private var logger: Logger
 
     /// Connects to the database `url` names (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`),
@@ -84,6 +85,7 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
             return value
         }
         guard !wasClosed else { return }
+        leaseRenewal.get()?.cancel()
         continuation.finish()
         // Gone at once rather than when the lease runs out: another instance takes its devices now.
         if !connection.isClosed {
@@ -173,6 +175,28 @@ package final class PostgresServiceStore: SharedServiceStorage, @unchecked Senda
         }
         listening.set(listener)
         listener.closeFuture.whenComplete { [weak self] _ in self?.listenAgain() }
+    }
+
+    /// See `SharedServiceStorage.renewLease`. On the listening connection,
+    /// which no query of the actor's waits behind, from the store's event
+    /// loop, never blocking it: a renewal that fails (the server away) is
+    /// tried again at the next tick. It only extends a lease the actor
+    /// made (`heartbeat`), and a closed store's lease is gone at once.
+    package func renewLease(every interval: Duration, for lease: Int64) {
+        let (seconds, attoseconds) = interval.components
+        let tick = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let loop = group.next()
+        let task = loop.scheduleRepeatedAsyncTask(initialDelay: tick, delay: tick) { [weak self] _ in
+            guard let self, !self.closed.get(), let listener = self.listening.get(), !listener.isClosed else {
+                return loop.makeSucceededVoidFuture()
+            }
+            let until = Int64(Date().timeIntervalSince1970) + lease
+            return listener.query("UPDATE fprep_instances SET alive_until = GREATEST(alive_until, \(until)) WHERE id = \(self.instance)",
+                                  logger: self.logger)
+                .map { _ in }
+                .recover { _ in }
+        }
+        leaseRenewal.set(task)
     }
 
     /// The server went away: listen again once it is back, trying every second.

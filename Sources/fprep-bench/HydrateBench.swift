@@ -75,7 +75,9 @@ struct HydrateBench: ParsableCommand {
         if !FileManager.default.fileExists(atPath: marker) {
             note("generating \(remote)")
             try generate(remote, bigBytes: bigBytes, fprep: fprep, subprocess: subprocess)
-            FileManager.default.createFile(atPath: marker, contents: Data())
+            guard FileManager.default.createFile(atPath: marker, contents: Data()) else {
+                throw BenchError.message("cannot write \(marker)")
+            }
         }
         let daemon = try GitDaemon(work: work, subprocess: subprocess, acceptPushes: true)
         defer { daemon.stop() }
