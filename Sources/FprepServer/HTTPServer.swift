@@ -52,14 +52,14 @@ public final class HTTPServer: Sendable {
                 }.flatMap {
                     channel.configureAsyncHTTPServerPipeline { connection in
                         connection.eventLoop.makeCompletedFuture {
-                            try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: connection)
+                            try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: connection))
                         }
                     } http2ConnectionInitializer: { connection in
                         connection.eventLoop.makeSucceededVoidFuture()
                     } http2StreamInitializer: { stream in
                         stream.eventLoop.makeCompletedFuture {
                             try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
-                            return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: stream)
+                            return try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: stream))
                         }
                     }
                 }
@@ -97,7 +97,7 @@ public final class HTTPServer: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     try addIdleHandlers(channel)
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
+                    return try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel))
                 }
             }
             serverChannel = listener.channel
@@ -158,6 +158,8 @@ public final class HTTPServer: Sendable {
         // An HTTP/2 stream's peer is its connection's.
         let client = (connection.channel.remoteAddress ?? connection.channel.parent?.remoteAddress)?.ipAddress ?? "unknown"
         let closed = connection.channel.closeFuture
+        // Finished by `executeThenClose` (whatever the body does): it may go.
+        defer { Unserved.release(connection) }
         try? await connection.executeThenClose { inbound, outbound in
             var parts = inbound.makeAsyncIterator()
             while let first = try await parts.next() {
@@ -259,5 +261,25 @@ final class OpenChannels: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return Array(channels.values)
+    }
+}
+
+/// Every connection's async wrapper from its making until it was served.
+/// NIO stops the process when a wrapper whose writer was never finished
+/// is freed ("Deinited NIOAsyncWriter without calling finish()"), and one
+/// accepted while the service stops may never reach `serve` (still seen in
+/// CI after the accept loop stopped being cancelled): held here, process
+/// wide, such a wrapper is never freed; the process ends with it.
+enum Unserved {
+    typealias Wrapper = NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
+    private static let held = Locked<[ObjectIdentifier: Wrapper]>([:])
+
+    static func keep(_ wrapper: Wrapper) -> Wrapper {
+        held.update { $0[ObjectIdentifier(wrapper.channel)] = wrapper }
+        return wrapper
+    }
+
+    static func release(_ wrapper: Wrapper) {
+        held.update { $0[ObjectIdentifier(wrapper.channel)] = nil }
     }
 }
