@@ -26,8 +26,8 @@ struct DurableChanges {
     private var items: Set<RepoPath> = []
     /// Folders whose entries the step changed.
     private var folders: Set<RepoPath> = []
-    /// The whole filesystem is flushed: too many changes, or writes the
-    /// step cannot name (objects in `.git`).
+    /// The whole filesystem is flushed: too many changes, or bytes the step
+    /// did not write itself (a program's, set aside; commits made with git).
     let wholeFilesystem: Bool
 
     init(changes: Int, limit: Int = Self.itemLimit, wholeFilesystem: Bool = false) {
@@ -52,10 +52,7 @@ struct DurableChanges {
 
     /// Makes everything noted durable; `shown` names the replica in an error.
     func flush(root: FolderHandle, shown: String) throws {
-        if wholeFilesystem {
-            guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", shown) }
-            return
-        }
+        if wholeFilesystem { return try Self.flushAll(root, shown: shown) }
         // Items before the folders that name them; deeper folders first.
         // An item that cannot be opened (no permission to read it, a lease,
         // a refusal) is flushed with everything else, by one syncfs.
@@ -109,7 +106,7 @@ struct DurableChanges {
         guard fsync(fd) == 0 else { throw SystemError("fsync", path) }
     }
 
-    /// How many fsyncs a flush makes (0: one syncfs); for tests and traces.
+    /// How many fsyncs a flush makes (0: one syncfs), for the trace.
     var fsyncCount: Int { wholeFilesystem ? 0 : items.count + folders.count }
 }
 
