@@ -10,6 +10,8 @@ import Glibc
 /// the command is timed on.
 /// The change journal is kept either way: these benches time status and
 /// sync reading it.
+/// The agent's log goes to `agentLogPath(replica)`, so a step that fails
+/// while it serves (an access it failed with EIO, say) can be explained.
 func startAgent(fprep: String, replica: String, syncs: Bool) throws -> Process {
     for (name, value) in [("fprep.agent.sync", syncs), ("fprep.agent.journal", true)] {
         let setting = Process()
@@ -25,8 +27,13 @@ func startAgent(fprep: String, replica: String, syncs: Bool) throws -> Process {
     process.executableURL = URL(fileURLWithPath: fprep)
     process.arguments = ["agent", "-C", replica]
     process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
+    let log = agentLogPath(replica)
+    guard FileManager.default.createFile(atPath: log, contents: nil), let logFile = FileHandle(forWritingAtPath: log) else {
+        throw BenchError.message("cannot create the agent's log '\(log)'")
+    }
+    process.standardError = logFile
     try process.run()
+    try? logFile.close()
     let pidFile = replica + "/.fprep/agent.pid"
     let deadline = Date().addingTimeInterval(600)
     while (try? String(contentsOfFile: pidFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) != "\(process.processIdentifier)" {
@@ -38,6 +45,10 @@ func startAgent(fprep: String, replica: String, syncs: Bool) throws -> Process {
     }
     return process
 }
+
+/// Where `startAgent` keeps the log of the agent serving `replica`: beside
+/// the replica, so a run's clean-up of its replicas takes it too.
+func agentLogPath(_ replica: String) -> String { replica + ".agent.log" }
 
 /// The processes whose parent is `pid` (from /proc).
 func childProcesses(of pid: Int32) -> [Int32] {

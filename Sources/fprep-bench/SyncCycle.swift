@@ -178,7 +178,7 @@ struct SyncCycle {
                 result.failures.append("fprep sync -C \(bothWaysReplica(run)) --json: moved \(outcome.from ?? "nil") → \(outcome.to ?? "nil"), expected \(base) → \(new)")
             }
         } catch let error as BenchError {
-            result.failures.append(error.description)
+            result.failures.append(error.description + (agent ? " (the agent's log: \(agentLogPath(bothWaysReplica(run))))" : ""))
         }
         log("run \(run): fprep changes")
         do {
