@@ -225,6 +225,53 @@ struct AgentTests {
         }
     }
 
+    @Test("the lock's holder is told by its note only when that process holds the lock alone: a noted holder and its child read a placeholder as the holder (EIO at once); a note naming a process that holds nothing makes no holder of it (its read waits for the fill and gets the content)")
+    func lockHolderNoteIsCheckedNotTrusted() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            let agent = try s.startAgent(replica, extra: ["--timeout", "3600"])
+            // As fprep's commands do: the exclusive lock, then the note.
+            let holder = try s.python("""
+                import fcntl, os, subprocess
+                lock = os.open('.fprep/lock', os.O_RDWR)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                os.ftruncate(lock, 0)
+                os.pwrite(lock, b'pid %d (fprep test)\\n' % os.getpid(), 0)
+                try:
+                    open('bin.dat', 'rb').read()
+                    print('read')
+                except OSError as error:
+                    print(error.strerror)
+                child = subprocess.run(['/bin/cat', 'bin.dat'], capture_output=True)
+                print(child.returncode != 0 and b'Input/output error' in child.stderr)
+                """, [], cwd: replica)
+            #expect(!holder.timedOut && holder.stdout == "Input/output error\nTrue\n", "\(holder)")
+            // A holder that wrote no note (flock(1)), and a note naming the
+            // reader, which holds nothing: the reader is no holder.
+            let realHolder = try s.holdLock(replica, note: nil)
+            let reader = try s.spawnPython("""
+                import os, sys
+                lock = os.open('.fprep/lock', os.O_RDWR)
+                os.pwrite(lock, b'pid %d (fprep stale)\\n' % os.getpid(), 0)
+                sys.stdout.buffer.write(open('bin.dat', 'rb').read())
+                """, [], cwd: replica)
+            // The reader waits in the kernel for the agent's answer (the
+            // fill waits for the lock); a reader taken for the holder would
+            // have had EIO at once.
+            let waiting = waitUntil {
+                !reader.isRunning || (try? String(contentsOfFile: "/proc/\(reader.pid)/wchan", encoding: .utf8)) == "fanotify_handle_event"
+            }
+            #expect(waiting && reader.isRunning, "the reader did not wait for the fill: \(reader.stdoutSoFar) \(agent.stderrSoFar)")
+            _ = realHolder.kill9()
+            let read = reader.wait(timeout: patienceSeconds)
+            #expect(read.status == 0 && read.stdoutData == pseudoRandomBytes(10_000, seed: 1), "\(read.stderr) \(agent.stderrSoFar)")
+            #expect(!agent.stderrSoFar.contains("for process \(reader.pid)"), "\(agent.stderrSoFar)")
+            _ = stopAgent(agent)
+        }
+    }
+
     @Test("offline, a program overwrites a placeholder (echo x > file) or copies it: its open fails with EIO and nothing changes (no zeros copied); online, the same save is the file's new version")
     func offlineOverwriteOfAPlaceholder() throws {
         try withSandbox { s in

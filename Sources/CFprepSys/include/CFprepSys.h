@@ -179,6 +179,9 @@ void fprep_scan_result_free(struct fprep_scan_result *result);
  * blocks are extended attributes), or only zeros. 1 yes, 0 no, -1 error. */
 int fprep_holds_no_data_at(int dirfd, const char *path);
 
+/* An extended attribute of the item at `path` beneath dirfd (never through
+ * a symlink; a symlink itself fails with ELOOP), read without opening the
+ * file for its content: the agent is asked nothing (see `probe_one`). */
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len);
 /* Reads xattr `attr` of the open file `fd` (fgetxattr). */
 ssize_t fprep_get_xattr(int fd, const char *attr, void *buf, size_t len);
@@ -372,7 +375,9 @@ int fprep_peer_pid(int fd);
  * the file. 0 where the file system gives no handles. */
 long long fprep_file_generation(int dirfd, const char *name);
 /* Whether process `pid`, or one of its forebears (a program run by the
- * holder, as flock(1) runs one), holds a flock on the file open as `fd` (/proc/locks). */
+ * holder, as flock(1) runs one), holds a flock on the file open as `fd`:
+ * through the exclusive holder's note in the file and that process's
+ * /proc/PID/fdinfo, else /proc/locks. */
 int fprep_holds_flock(int pid, int fd);
 
 #endif
