@@ -67,6 +67,25 @@ func waitsOnFanotify(_ pid: pid_t) -> Bool {
 
 let readProgram = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
 
+/// Python lines, at the top level of a program: read bin.dat, and print
+/// 'read' or why the read failed.
+let readBinaryOrSayWhy = """
+try:
+    open('bin.dat', 'rb').read()
+    print('read')
+except OSError as error:
+    print(error.strerror)
+"""
+
+/// A clone of the sandbox's test remote served by an agent whose bound no
+/// test waits out: an answer at all is the answer at once.
+func servedWithoutBound(_ s: Sandbox) throws -> (replica: String, agent: Spawned) {
+    let remote = try s.makeRemote()
+    let replica = s.at("replica")
+    _ = try s.clone(remote.path, replica)
+    return (replica, try s.startAgent(replica, extra: ["--timeout", "3600"]))
+}
+
 @Suite("hydration on access (fprep agent)", .serialized)
 struct AgentTests {
     @Test("cat, exec and mmap of placeholders under the agent get the real bytes; the files are then materialized as materialize leaves them")
@@ -195,22 +214,14 @@ struct AgentTests {
     @Test("a process holding the replica's lock (or a program it runs) reads a placeholder: EIO at once, not at the bound (the fill needs that lock); a file it emptied reads as empty")
     func lockHolderReadsAPlaceholder() throws {
         try withSandbox { s in
-            let remote = try s.makeRemote()
-            let replica = s.at("replica")
-            _ = try s.clone(remote.path, replica)
-            // A bound no test waits out: an answer at all is the answer at once.
-            let agent = try s.startAgent(replica, extra: ["--timeout", "3600"])
+            let (replica, agent) = try servedWithoutBound(s)
             let holder = try s.python("""
                 import fcntl, os
                 lock = os.open('.fprep/lock', os.O_RDWR)
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 with open('a.txt', 'w') as f: pass
                 print(repr(open('a.txt', 'rb').read()))
-                try:
-                    open('bin.dat', 'rb').read()
-                    print('read')
-                except OSError as error:
-                    print(error.strerror)
+                \(readBinaryOrSayWhy)
                 """, [], cwd: replica)
             #expect(!holder.timedOut && holder.stdout == "b''\nInput/output error\n", "\(holder)")
             #expect(agent.stderrSoFar.contains("cannot hydrate bin.dat for process"), "\(agent.stderrSoFar)")
@@ -228,10 +239,7 @@ struct AgentTests {
     @Test("the lock's holder is told by its note only when that process holds the lock alone: a noted holder and its child read a placeholder as the holder (EIO at once); a note naming a process that holds nothing makes no holder of it (its read waits for the fill and gets the content)")
     func lockHolderNoteIsCheckedNotTrusted() throws {
         try withSandbox { s in
-            let remote = try s.makeRemote()
-            let replica = s.at("replica")
-            _ = try s.clone(remote.path, replica)
-            let agent = try s.startAgent(replica, extra: ["--timeout", "3600"])
+            let (replica, agent) = try servedWithoutBound(s)
             // As fprep's commands do: the exclusive lock, then the note.
             let holder = try s.python("""
                 import fcntl, os, subprocess
@@ -239,11 +247,7 @@ struct AgentTests {
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 os.ftruncate(lock, 0)
                 os.pwrite(lock, b'pid %d (fprep test)\\n' % os.getpid(), 0)
-                try:
-                    open('bin.dat', 'rb').read()
-                    print('read')
-                except OSError as error:
-                    print(error.strerror)
+                \(readBinaryOrSayWhy)
                 child = subprocess.run(['/bin/cat', 'bin.dat'], capture_output=True)
                 print(child.returncode != 0 and b'Input/output error' in child.stderr)
                 """, [], cwd: replica)
