@@ -41,6 +41,36 @@ import FprepGit
         }
     }
 
+    @Test("the record's format version names what ChangeSet.between gives: a fixed change of every kind diffs to the digest pinned for that version")
+    func formatVersionPinsTheDiff() throws {
+        let h = try SyncHarness(files: [
+            "a/keep.txt": "kept\n", "a/edit.txt": "before\n", "a/gone.txt": "gone\n", "a/move.txt": "moved across folders\n",
+            "b/run.sh": "echo run\n", "b/link": "target\n", "c/one.txt": "one\n", "c/two.txt": "two\n",
+        ])
+        let old = try h.git(["rev-parse", "HEAD^{tree}"], in: h.work)
+        try h.push { work in
+            try Data("after\n".utf8).write(to: URL(fileURLWithPath: work + "/a/edit.txt"))
+            try FileManager.default.removeItem(atPath: work + "/a/gone.txt")
+            try FileManager.default.createDirectory(atPath: work + "/d", withIntermediateDirectories: true)
+            try FileManager.default.moveItem(atPath: work + "/a/move.txt", toPath: work + "/d/moved.txt")
+            try FileManager.default.moveItem(atPath: work + "/c", toPath: work + "/e")
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: work + "/b/run.sh")
+            try FileManager.default.removeItem(atPath: work + "/b/link")
+            try FileManager.default.createSymbolicLink(atPath: work + "/b/link", withDestinationPath: "../a/keep.txt")
+            try h.write(["f/new.txt": "new\n"], under: work)
+        }
+        let new = try h.git(["rev-parse", "HEAD^{tree}"], in: h.work)
+        let set = try ChangeSet.between(try Repository(openingAt: h.remote), from: ObjectID(hex: old), to: ObjectID(hex: new))
+        let text = Array(described(set).joined(separator: "\n").utf8)
+        let digest = try text.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }.hex
+        // A record holds an answer of `ChangeSet.between`: when that answer
+        // changes, records written before must not be read as the new one.
+        // Raise `RecordedChanges.formatVersion` and pin the new digest here.
+        let pinned = [1: "8771763ded897f01ae30dbaeb73d51af39ed386b"]
+        #expect(pinned[RecordedChanges.formatVersion] == digest,
+                "ChangeSet.between gives another answer than format \(RecordedChanges.formatVersion) was written for (digest \(digest)): raise RecordedChanges.formatVersion and pin the digest. \(described(set))")
+    }
+
     @Test("records are named by their two trees, and only the newest are kept")
     func newestKept() throws {
         let state = NSTemporaryDirectory() + "recorded-\(UUID().uuidString)"

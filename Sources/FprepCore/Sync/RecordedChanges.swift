@@ -24,8 +24,11 @@ enum RecordedChanges {
     /// Nor one whose record would be larger than this (long paths); a file
     /// larger is no record and is not read.
     static let largestBytes = 16 << 20
-    /// Bumped whenever the rename pass of `ChangeSet.between` changes what it gives.
-    private static let magic = Array("fprep-changes 1\n".utf8)
+    /// Raised whenever `ChangeSet.between` changes what it gives for a pair
+    /// of trees (a record of the old answer would be read as the new one);
+    /// `RecordedChangesTests.formatVersionPinsTheDiff` fails until it is.
+    static let formatVersion = 1
+    private static let magic = Array("fprep-changes \(formatVersion)\n".utf8)
 
     static func folder(_ stateFolder: String) -> String { stateFolder + "/" + folderName }
 
