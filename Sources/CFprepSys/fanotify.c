@@ -272,9 +272,25 @@ static int parent_of(int pid) {
     return parent;
 }
 
+/* What a lock line says of the file (dev, ino), from its ordinal on
+ * ("1: FLOCK  ADVISORY  WRITE 4380 fe:00:16222211 0 EOF", as /proc/locks
+ * and /proc/PID/fdinfo write them): 2 a flock held exclusively, 1 shared,
+ * 0 anything else (a waiter's line, with "->", holds nothing). `holder`:
+ * the process that took it. */
+static int flock_line(const char *line, unsigned long long dev, unsigned long long ino, int *holder) {
+    char kind[16], advice[16], access_[16];
+    unsigned int major, minor;
+    unsigned long long inode;
+    const char *rest = strchr(line, ':');
+    if (rest == NULL || strstr(line, "->") != NULL) return 0;
+    if (sscanf(rest + 1, "%15s %15s %15s %d %x:%x:%llu", kind, advice, access_, holder, &major, &minor, &inode) != 7) return 0;
+    if (strcmp(kind, "FLOCK") != 0 || inode != ino || makedev(major, minor) != (dev_t)dev) return 0;
+    return strcmp(access_, "WRITE") == 0 ? 2 : 1;
+}
+
 /* How process `pid` holds a flock on the file (dev, ino) through its
- * descriptor number `number`, from /proc/PID/fdinfo/NUMBER: 2 exclusive,
- * 1 shared, 0 not (a waiter's line, with "->", holds nothing). */
+ * descriptor number `number` (see `flock_line`), from /proc/PID/fdinfo/NUMBER,
+ * which lists the locks held through that very descriptor. */
 static int fdinfo_flock(int pid, int number, unsigned long long dev, unsigned long long ino) {
     char path[64], text[2048];
     snprintf(path, sizeof path, "/proc/%d/fdinfo/%d", pid, number);
@@ -284,21 +300,13 @@ static int fdinfo_flock(int pid, int number, unsigned long long dev, unsigned lo
     close(info);
     if (length <= 0) return 0;
     text[length] = 0;
-    /* "lock:\t1: FLOCK  ADVISORY  WRITE 4380 fe:00:16222211 0 EOF" */
+    int holder;
     for (char *line = strstr(text, "lock:"); line != NULL; line = strstr(line + 5, "lock:")) {
         char *end = strchr(line, '\n');
         if (end != NULL) *end = 0;
-        char kind[16], advice[16], access_[16];
-        int holder;
-        unsigned int major, minor;
-        unsigned long long inode;
-        char *rest = strchr(line + 5, ':');
-        int matched = rest != NULL && strstr(line, "->") == NULL
-            && sscanf(rest + 1, "%15s %15s %15s %d %x:%x:%llu", kind, advice, access_, &holder, &major, &minor, &inode) == 7
-            && strcmp(kind, "FLOCK") == 0 && inode == ino && makedev(major, minor) == (dev_t)dev;
-        if (end != NULL) *end = '\n';
-        if (matched) return strcmp(access_, "WRITE") == 0 ? 2 : 1;
-        if (end == NULL) break;
+        int held = flock_line(line + 5, dev, ino, &holder);
+        if (held || end == NULL) return held;
+        *end = '\n';
     }
     return 0;
 }
@@ -346,45 +354,40 @@ static int noted_holder(int fd) {
     return sscanf(note, "pid %d", &pid) == 1 && pid > 1 ? pid : 0;
 }
 
+/* The processes holding a flock on the file (dev, ino), from /proc/locks:
+ * up to `room` of them. */
+static int locks_holders(unsigned long long dev, unsigned long long ino, int *holders, int room) {
+    FILE *locks = fopen("/proc/locks", "re");
+    if (locks == NULL) return 0;
+    int count = 0;
+    char line[256];
+    while (count < room && fgets(line, sizeof line, locks) != NULL) {
+        if (flock_line(line, dev, ino, &holders[count])) count++;
+    }
+    fclose(locks);
+    return count;
+}
+
 int fprep_holds_flock(int pid, int fd) {
     struct fprep_stat st;
     if (fprep_fstat(fd, &st) != 0) return 0;
+    unsigned long long dev = (unsigned long long)st.dev, ino = (unsigned long long)st.ino;
+    int holders[16];
+    int count;
     /* The common case, an fprep command holding the lock alone, checked
      * exactly in that process's own descriptor table: /proc/locks takes a
      * lock every flock and fcntl lock of the system waits for, and costs
      * each access a millisecond or more while a sync runs. */
     int noted = noted_holder(fd);
-    if (noted > 0 && process_flock(noted, (unsigned long long)st.dev, (unsigned long long)st.ino) == 2) {
-        /* Held exclusively: nobody else holds it. */
-        for (int generation = 0; generation < 8 && pid > 1; generation++) {
-            if (pid == noted) return 1;
-            pid = parent_of(pid);
-        }
-        return 0;
+    if (noted > 0 && process_flock(noted, dev, ino) == 2) {
+        holders[0] = noted;  /* held exclusively: nobody else holds it */
+        count = 1;
+    } else {
+        count = locks_holders(dev, ino, holders, 16);
     }
-    FILE *locks = fopen("/proc/locks", "re");
-    if (locks == NULL) return 0;
-    int holders[16];
-    int count = 0;
-    char line[256];
-    while (count < 16 && fgets(line, sizeof line, locks) != NULL) {
-        /* "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; a waiter's
-         * line has "->" after the number and holds nothing. */
-        char kind[16], advice[16], access[16];
-        int holder;
-        unsigned int major, minor;
-        unsigned long long inode;
-        char *rest = strchr(line, ':');
-        if (rest == NULL || strstr(line, "->") != NULL) continue;
-        if (sscanf(rest + 1, "%15s %15s %15s %d %x:%x:%llu", kind, advice, access, &holder, &major, &minor, &inode) != 7) continue;
-        if (strcmp(kind, "FLOCK") != 0 || inode != (unsigned long long)st.ino) continue;
-        if (makedev(major, minor) == (dev_t)st.dev) holders[count++] = holder;
-    }
-    fclose(locks);
-    if (count == 0) return 0;
     /* The holder, or a program it runs (flock(1) holds the lock and runs
      * its command as a child): a few generations up. */
-    for (int generation = 0; generation < 8 && pid > 1; generation++) {
+    for (int generation = 0; count > 0 && generation < 8 && pid > 1; generation++) {
         for (int i = 0; i < count; i++) if (holders[i] == pid) return 1;
         pid = parent_of(pid);
     }

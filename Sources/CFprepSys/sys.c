@@ -317,37 +317,48 @@ int fprep_syncfs(int fd) { return syncfs(fd); }
 
 ssize_t fprep_get_xattr(int fd, const char *attr, void *buf, size_t len) { return fgetxattr(fd, attr, buf, len); }
 
-/* The extended attribute `name` of the file an O_PATH descriptor names,
- * read through /proc/self/fd: the file is looked up, never opened. An open
- * of a placeholder is an event the agent has to answer (a round trip per
- * file while a sync probes a hundred of them); a lookup raises none. -1
- * with ENOENT where /proc is not mounted. */
-static ssize_t xattr_through_path_fd(int fd, const char *name, void *buf, size_t len) {
+/* Whether the marks of an item are read through /proc/self/fd and an
+ * O_PATH descriptor: the file is looked up, never opened. An open of a
+ * placeholder is an event the agent has to answer (a round trip per file
+ * while a sync probes a hundred of them); a lookup raises none. Without
+ * /proc, the file is opened for reading. */
+static int marks_through_proc(void) {
+    static int known = -1;  /* the same answer for every thread: a race is harmless */
+    if (known < 0) known = access("/proc/self/fd", F_OK) == 0;
+    return known;
+}
+
+/* A descriptor to read the marks of the item at `path` beneath dirfd (see
+ * `marks_through_proc`), with its stat; never through a symlink, and a
+ * symlink itself fails with ELOOP. */
+static int open_for_marks(int dirfd, const char *path, struct stat *st) {
+    int flags = marks_through_proc() ? O_PATH : O_RDONLY | O_NONBLOCK | O_NOCTTY;
+    int fd = fprep_open_beneath(dirfd, path, flags | O_NOFOLLOW, 0);
+    if (fd < 0) return -1;
+    int code = fstat(fd, st) != 0 ? errno : S_ISLNK(st->st_mode) ? ELOOP : 0;
+    if (code != 0) {
+        close(fd);
+        errno = code;
+        return -1;
+    }
+    return fd;
+}
+
+/* The mark `name` of the item open as `fd` (from `open_for_marks`). */
+static ssize_t read_mark(int fd, const char *name, void *buf, size_t len) {
+    if (!marks_through_proc()) return fgetxattr(fd, name, buf, len);
     char link[48];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     return getxattr(link, name, buf, len);
 }
 
 ssize_t fprep_get_xattr_at(int dirfd, const char *path, const char *attr, char *buf, size_t len) {
-    int looked = fprep_open_beneath(dirfd, path, O_PATH | O_NOFOLLOW, 0);
-    if (looked < 0) return -1;
     struct stat st;
-    ssize_t n = -1;
-    if (fstat(looked, &st) != 0) {
-        n = -1;
-    } else if (S_ISLNK(st.st_mode)) {
-        errno = ELOOP;  /* as the open of a symlink with O_NOFOLLOW says */
-    } else {
-        n = xattr_through_path_fd(looked, attr, buf, len);
-        if (n < 0 && errno == ENOENT) {
-            /* No /proc: the file itself is opened. */
-            int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
-            n = fd < 0 ? -1 : fgetxattr(fd, attr, buf, len);
-            if (fd >= 0) { int saved = errno; close(fd); errno = saved; }
-        }
-    }
+    int fd = open_for_marks(dirfd, path, &st);
+    if (fd < 0) return -1;
+    ssize_t n = read_mark(fd, attr, buf, len);
     int saved = errno;
-    close(looked);
+    close(fd);
     errno = saved;
     return n;
 }
@@ -386,26 +397,15 @@ static void probe_one(int dirfd, const char *path, struct fprep_probe *out) {
     out->found = 1;
     fprep_stat_flatten(&st, &out->stat);
     if (!S_ISREG(st.st_mode)) return;
-    char state[16];
-    int looked = fprep_open_beneath(dirfd, path, O_PATH | O_NOFOLLOW, 0);
-    if (looked >= 0) {
-        struct stat opened;
-        /* Swapped for a symlink or another kind since the look: no marks. */
-        if (fstat(looked, &opened) != 0 || !S_ISREG(opened.st_mode)) { close(looked); return; }
-        ssize_t blob = xattr_through_path_fd(looked, "user.fprep.blob", out->blob, sizeof out->blob);
-        if (!(blob < 0 && errno == ENOENT)) {
-            out->has_blob = blob == (ssize_t)sizeof out->blob;
-            out->marked_dataless = xattr_through_path_fd(looked, "user.fprep.state", state, sizeof state) == 8
-                && memcmp(state, "dataless", 8) == 0;
-            close(looked);
-            return;
-        }
-        close(looked);
-    }
-    int fd = fprep_open_beneath(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+    struct stat opened;
+    int fd = open_for_marks(dirfd, path, &opened);
     if (fd < 0) return;
-    out->has_blob = fgetxattr(fd, "user.fprep.blob", out->blob, sizeof out->blob) == (ssize_t)sizeof out->blob;
-    out->marked_dataless = fgetxattr(fd, "user.fprep.state", state, sizeof state) == 8 && memcmp(state, "dataless", 8) == 0;
+    /* Swapped for another kind since the look: no marks. */
+    if (S_ISREG(opened.st_mode)) {
+        out->has_blob = read_mark(fd, "user.fprep.blob", out->blob, sizeof out->blob) == (ssize_t)sizeof out->blob;
+        char state[16];
+        out->marked_dataless = read_mark(fd, "user.fprep.state", state, sizeof state) == 8 && memcmp(state, "dataless", 8) == 0;
+    }
     close(fd);
 }
 

@@ -47,7 +47,7 @@ func startAgent(fprep: String, replica: String, syncs: Bool) throws -> Process {
 }
 
 /// Where `startAgent` keeps the log of the agent serving `replica`: beside
-/// the replica, so a run's clean-up of its replicas takes it too.
+/// the replica (the next agent started there writes it anew).
 func agentLogPath(_ replica: String) -> String { replica + ".agent.log" }
 
 /// The processes whose parent is `pid` (from /proc).
