@@ -14,6 +14,18 @@ import Testing
         #expect(EntryNameCheck.problem(with: Array(name.utf8)) == nil)
     }
 
+    /// What a user's path may skip the general resolution with: only a path
+    /// that means itself (each part a name), so "." and ".." still walk and
+    /// an absolute path is still checked against the replica's root.
+    @Test func plainRelativePaths() {
+        for plain in ["a", "a/b", "docs/sub/a.txt", "...", ".hidden/x", "a/..b", "a/b.", "..a/b", "caf\u{E9}"] {
+            #expect(Replica.plainRelativePath(plain) == RepoPath(plain), "\(plain)")
+        }
+        for walked in ["", ".", "..", "./a", "a/.", "a/./b", "a/../b", "../a", "a/..", "a//b", "a/", "/a", "/"] {
+            #expect(Replica.plainRelativePath(walked) == nil, "\(walked)")
+        }
+    }
+
     @Test func pathsAreBytesNotStrings() {
         let composed = RepoPath("caf\u{E9}")
         let decomposed = RepoPath("cafe\u{301}")

@@ -30,6 +30,30 @@ import Testing
         #expect(ObjectID.zero.isZero)
     }
 
+    /// The quick check of bytes from the object database agrees with git's
+    /// own hashing on sizes around SHA-1's 64-byte blocks and the empty
+    /// blob, and a changed byte, a byte more or a byte less fails it.
+    @Test func blobCheckAgreesWithGitsHash() throws {
+        let scratch = try Scratch()
+        let repository = try Repository(creatingBareAt: scratch.path + "/r.git", initialBranch: "main")
+        for size in [0, 1, 55, 56, 63, 64, 65, 119, 4096, 100_003] {
+            let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ size) }
+            let id = try bytes.withUnsafeBytes { try repository.writeBlob($0) }
+            #expect(try bytes.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) } == id)
+            let read = try repository.blob(id).withContent { Array($0) }
+            #expect(read.withUnsafeBytes { ObjectDatabase.isBlob($0, id: id) }, "size \(size)")
+            if size > 0 {
+                var changed = bytes
+                changed[size / 2] ^= 1
+                #expect(!changed.withUnsafeBytes { ObjectDatabase.isBlob($0, id: id) }, "size \(size), a byte changed")
+                #expect(!bytes.dropLast().withUnsafeBytes { ObjectDatabase.isBlob($0, id: id) }, "size \(size), a byte less")
+            }
+            #expect(!(bytes + [0]).withUnsafeBytes { ObjectDatabase.isBlob($0, id: id) }, "size \(size), a byte more")
+        }
+        let emptyBlob = try #require(ObjectID(hex: "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"))
+        #expect([UInt8]().withUnsafeBytes { ObjectDatabase.isBlob($0, id: emptyBlob) })
+    }
+
     @Test func treeBuilderWritesWhatGitReads() throws {
         let scratch = try Scratch()
         let repository = try Repository(creatingBareAt: scratch.path + "/r.git", initialBranch: "main")

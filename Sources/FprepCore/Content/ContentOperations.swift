@@ -179,7 +179,8 @@ struct ContentOperations {
         Trace.mark("classify")
         // A large fetch shows its bytes arriving, not "0/1".
         let sizes = try replica.store.blobInfoLookup()
-        let expected = try (early + missing).reduce(Int64(0)) { $0 + max(try sizes($1)?.size ?? 0, 0) }
+        // One read of the store for them all, not one each.
+        let expected = try replica.store.reading { try (early + missing).reduce(Int64(0)) { $0 + max(try sizes($1)?.size ?? 0, 0) } }
         let watch = expected >= 4 << 20 ? TransferWatch(folder: quarantine + "/pack", phase: "fetching \(counted(early.count + missing.count, "file"))",
                                                         total: expected, progress: replica.progress) : nil
         defer { watch?.stop() }
@@ -327,7 +328,7 @@ struct ContentOperations {
             throw FprepError("the remote did not send the content of '\(path)' (\(entry.id)); the placeholder is unchanged")
         }
         return try blob.withContent { bytes -> T in
-            guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
+            guard ObjectDatabase.isBlob(bytes, id: entry.id) else {
                 throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id); nothing was written")
             }
             return try body(bytes)

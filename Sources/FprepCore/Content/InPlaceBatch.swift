@@ -100,7 +100,7 @@ extension Replica {
                 let fd = file.fd
                 let blob = try fetchedBlob(entry.id, shown: path.description)
                 let written = try blob.withContent { bytes -> Int64 in
-                    guard try ObjectDatabase.blobID(of: bytes) == entry.id else {
+                    guard ObjectDatabase.isBlob(bytes, id: entry.id) else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(entry.id)")
                     }
                     let after: fprep_stat
@@ -179,7 +179,7 @@ extension Replica {
     /// recorded, and a crash leaves nothing behind.
     func fillDetached(_ fd: Int32, blob id: ObjectID, size: Int64, shown: String) throws -> InPlaceOutcome {
         return try fetchedBlob(id, shown: shown).withContent { bytes -> InPlaceOutcome in
-            guard try ObjectDatabase.blobID(of: bytes) == id, Int64(bytes.count) == size else {
+            guard ObjectDatabase.isBlob(bytes, id: id), Int64(bytes.count) == size else {
                 throw FprepError("the content fetched for '\(shown)' does not match the replaced placeholder")
             }
             let file = try WritableFile(reopening: fd, shown: shown)

@@ -1146,7 +1146,7 @@ struct SyncApplier {
         case .blob, .executable:
             if writesContent(state, new.id, at: path), let blob = try? replica.repository.blob(new.id) {
                 try blob.withContent { bytes in
-                    guard try ObjectDatabase.blobID(of: bytes) == new.id else {
+                    guard ObjectDatabase.isBlob(bytes, id: new.id) else {
                         throw FprepError("the content fetched for '\(path)' does not match its id \(new.id); nothing was written")
                     }
                     let fd = fprep_create_marked_temporary(folder.fd, cPath(temporary), new.mode == .executable ? 0o777 : 0o666, token)
