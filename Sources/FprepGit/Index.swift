@@ -389,6 +389,13 @@ public final class Index {
         if storage.u32(4) == 2, !pwriteAll(fd, [0, 0, 0, 3], at: 4) { throw failure("write") }
         guard let newChecksum = checksumOfFile(fd, length: storage.count - 20) else { throw failure("read") }
         guard pwriteAll(fd, newChecksum, at: storage.count - 20) else { throw failure("write") }
+        // On the disk before the caller records what the entries say (fprep's
+        // store, made durable next): bytes written over a file's own blocks
+        // are not ordered by the filesystem's journal, so a power cut could
+        // otherwise keep an evict's punched placeholders and lose the entries
+        // that say so. (A whole new index replaces the old by a rename, which
+        // ext4 writes out with the rename.)
+        guard fdatasync(fd) == 0 else { throw failure("flush") }
         EntryOffsets.replaceChecksum(beside: filePath, old: checksum, new: newChecksum)
         self.stamp = FileStamp(path: filePath)
         checksum = newChecksum

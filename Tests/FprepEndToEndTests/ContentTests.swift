@@ -241,6 +241,41 @@ struct SymlinkSafetyTests {
 
 @Suite("evict")
 struct EvictTests {
+    /// An index that lags the disk: the evict's placeholders are there, the
+    /// entries still say content (its index write lost to a power cut, or an
+    /// older index put back). Every command takes each file for the
+    /// placeholder it is: never a change of the user's, never content.
+    @Test("placeholders behind entries that say content: status, evict, materialize and sync take them for placeholders")
+    func placeholdersBehindContentEntries() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "bin.dat", "docs/deep/tool", "a.txt"], cwd: replica)
+            let materializedIndex = try #require(contents(replica + "/.git/index"))
+            try box.fprepOK(["evict", "bin.dat", "docs/deep/tool"], cwd: replica)
+            try materializedIndex.write(to: URL(fileURLWithPath: replica + "/.git/index"))
+            unlink(replica + "/.git/fprep-index-offsets")
+            let head = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status["modified"] as? Int == 0, "\(status)")
+            #expect((status["changes"] as? [Any])?.isEmpty == true, "\(status)")
+            let evicted = try box.fprepJSON(["evict", "bin.dat"], cwd: replica)
+            #expect(evicted["alreadyDataless"] as? Int == 1, "\(evicted)")
+            try expectDataless(box, replica, remote, "bin.dat")
+
+            let materialized = try box.fprepJSON(["materialize", "bin.dat", "docs/deep/tool", "a.txt"], cwd: replica)
+            #expect((materialized["materialized"] as? [String])?.sorted() == ["bin.dat", "docs/deep/tool"], "\(materialized)")
+            #expect(materialized["alreadyMaterialized"] as? Int == 1, "\(materialized)")
+            for path in ["bin.dat", "docs/deep/tool", "a.txt"] { expectMaterialized(replica, remote, path) }
+
+            let sync = try box.fprepJSON(["sync"], cwd: replica)
+            #expect((sync["localChanges"] as? [Any])?.isEmpty ?? true, "\(sync)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == head, "the sync committed something")
+        }
+    }
+
     @Test("evict frees the blocks and keeps size, date, mode and xattrs")
     func evictFreesBlocks() throws {
         try withSandbox { box in

@@ -179,6 +179,36 @@ struct DurabilityTests {
         }
     }
 
+    /// An index written in place (a few entries changed: evict) is data
+    /// written over the file's own blocks, which the filesystem's journal
+    /// does not order: it is flushed before the store records the end of
+    /// the operation, or a power cut could keep the punched placeholders and
+    /// the record while losing the entries that say they are placeholders.
+    @Test("evict: the index written in place is flushed before the store's record of the end")
+    func evictFlushesIndexWrittenInPlace() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let log = box.at("strace-evict.log")
+            let result = try Shell.run(["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-o", log,
+                                        "-e", "trace=pwrite64,fdatasync,fsync,rename,renameat,renameat2", Binaries.fprep, "evict", "a.txt"],
+                                       cwd: replica)
+            #expect(result.status == 0, "\(result)")
+            let lines = String(decoding: contents(log) ?? Data(), as: UTF8.self).split(separator: "\n")
+            let index = Self.resolved(replica) + "/.git/index>"
+            let patched = lines.lastIndex { $0.contains("pwrite64(") && $0.contains(index) }
+            #expect(patched != nil, "the index was not written in place; the trace: \(lines.suffix(40).joined(separator: "\n"))")
+            guard let patched else { return }
+            let flushed = lines[patched...].firstIndex { $0.contains("fdatasync(") && $0.contains(index) }
+            #expect(flushed != nil, "the index written in place was never flushed")
+            let lastRecord = lines.lastIndex { ($0.contains("fdatasync(") || $0.contains("fsync(")) && $0.contains("state.db") }
+            if let flushed, let lastRecord { #expect(flushed < lastRecord, "the store recorded the end before the index was flushed") }
+            try expectDataless(box, replica, remote, "a.txt")
+        }
+    }
+
     @Test("materialize of one file: the file and its folder fsync'd before the index write, no syncfs; of many: one syncfs each step")
     func materializeFlushesWhatItWrote() throws {
         try withSandbox { box in

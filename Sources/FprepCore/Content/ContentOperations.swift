@@ -143,8 +143,6 @@ struct ContentOperations {
         // its blob fetched for nothing, which costs less than waiting.
         let asked = Set(early)
         let missing = Array(Set(entries.filter(\.skipWorktree).map(\.id))).filter { !asked.contains($0) && !odb.contains($0) }
-        let journal = ContentJournal(token: Self.newToken(), paths: entries.filter(\.skipWorktree).map { Data($0.path) })
-        let operation = journal.paths.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
         replica.progress.report("fetching \(counted(early.count + missing.count, "blob"))", done: 0, total: entries.count)
         let fetch = BackgroundWork {
             try Transport.fetchObjects(missing, gitDirectory: gitDirectory, quarantine: quarantine)
@@ -156,10 +154,17 @@ struct ContentOperations {
         // one after another.
         replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
+        // Placeholders whose index entry says content (see
+        // `StateClassifier.isPlaceholder`): filled like the others, their
+        // blobs asked for once the first fetch is in.
+        var behindContent: [IndexEntry] = []
         for entry in entries {
             let path = RepoPath(bytes: entry.path)
             switch classifier.state(of: entry) {
             case .dataless where entry.skipWorktree: wanted.append(entry)
+            case .dataless where replica.rootFolder.stat(path).map({ classifier.isPlaceholder(of: entry, stat: $0) }) == true:
+                wanted.append(entry)
+                behindContent.append(entry)
             case .modified where entry.skipWorktree && replica.rootFolder.stat(path).map({ classifier.holdsNoUserBytes(entry, stat: $0) }) == true:
                 wanted.append(entry)  // a placeholder whose mode changed: its content comes with that mode
             case .materialized, .dataless: alreadyThere.append(path)
@@ -184,27 +189,31 @@ struct ContentOperations {
         let watch = expected >= 4 << 20 ? TransferWatch(folder: quarantine + "/pack", phase: "fetching \(counted(early.count + missing.count, "file"))",
                                                         total: expected, progress: replica.progress) : nil
         defer { watch?.stop() }
+        let late = Array(Set(behindContent.map(\.id)).subtracting(asked).subtracting(missing)).filter { !odb.contains($0) }
         do {
             try earlyFetch.wait()
             try fetch.wait()
+            try Transport.fetchObjects(late, gitDirectory: gitDirectory, quarantine: quarantine)
             watch?.stop()
         } catch let error as GitCommandError {
             replica.removeFetchQuarantines()
-            if let operation { try? replica.store.endOperation(operation) }
             if let full = FprepError.storage(error, root: replica.root) { throw full }
             throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
                              detail: error.standardError)
         }
         Trace.mark("fetch")
-        guard let operation, !wanted.isEmpty else {
-            if let operation { try replica.store.endOperation(operation) }
+        guard !wanted.isEmpty else {
             replica.removeFetchQuarantines()
             try replica.store.touchMaterialized(alreadyThere, at: now)
             try replica.store.recordRecent(Self.foldersUsed(items.map(\.0), entries: entries), at: now)
             return result
         }
+        // Begun before the first file is written: the next command settles
+        // each of these paths from its bytes on disk if this one stops.
+        let journal = ContentJournal(token: Self.newToken(), paths: wanted.map { Data($0.path) })
+        let operation = try replica.store.beginOperation("materialize", payload: journal.encoded())
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
-        result.fetchedBlobs = early.count + missing.count
+        result.fetchedBlobs = early.count + missing.count + late.count
 
         // Write every file beside its placeholder, then make them durable
         // (one syncfs, or an fsync each for a few: `DurableChanges`), then rename.

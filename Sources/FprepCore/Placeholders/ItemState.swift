@@ -72,6 +72,7 @@ struct StateClassifier {
             return .dataless
         }
         if matches(entry.stat, stat) && !isRacy(entry.stat) && stat.isExecutable == (mode == .executable) { return .materialized }
+        if isPlaceholder(of: entry, stat: stat) { return .dataless }
         guard stat.isExecutable == (mode == .executable),
               let bytes = try? root.readFile(RepoPath(bytes: entry.path)),
               let id = try? bytes.withUnsafeBytes({ try ObjectDatabase.blobID(of: $0) }) else { return .modified }
@@ -105,6 +106,25 @@ struct StateClassifier {
             return .mode(stat.gitMode)
         }
         return .written
+    }
+
+    /// Whether the file at an entry the index says has content is an
+    /// untouched placeholder of that very blob, by its own marks: no data,
+    /// the entry's size and execute bit, marked dataless with the entry's
+    /// blob. The index lags the disk so (an index write lost to a power cut
+    /// after an evict made its placeholders durable, or an older index put
+    /// back by hand); the file holds nothing of the user's and reads as
+    /// zeros, which are never its content. The scan and the enumerator take
+    /// such a file for the placeholder it is (`markedPlaceholder`,
+    /// `FolderEnumerator`); status, evict and materialize do too.
+    func isPlaceholder(of entry: IndexEntry, stat: FileStat) -> Bool {
+        guard !entry.skipWorktree, stat.isRegular, FileMode(raw: entry.mode).isFile,
+              stat.isExecutable == (FileMode(raw: entry.mode) == .executable),
+              UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize else { return false }
+        let path = RepoPath(bytes: entry.path)
+        return ContentOperations.placeholderBlob(root, path) == entry.id
+            && ContentOperations.isMarkedDataless(root, path)
+            && ContentOperations.holdsNoData(root, path, stat)
     }
 
     /// Whether a placeholder still holds nothing of the user's: dataless,
