@@ -265,14 +265,24 @@ struct EvictTests {
             #expect(evicted["alreadyDataless"] as? Int == 1, "\(evicted)")
             try expectDataless(box, replica, remote, "bin.dat")
 
-            let materialized = try box.fprepJSON(["materialize", "bin.dat", "docs/deep/tool", "a.txt"], cwd: replica)
+            // Materialize fills them, from entries that still say content.
+            let copy = box.at("copy")
+            let copied = try Shell.run(["cp", "-a", "--sparse=always", replica, copy])
+            #expect(copied.status == 0, "\(copied)")
+            let materialized = try box.fprepJSON(["materialize", "bin.dat", "docs/deep/tool", "a.txt"], cwd: copy)
             #expect((materialized["materialized"] as? [String])?.sorted() == ["bin.dat", "docs/deep/tool"], "\(materialized)")
             #expect(materialized["alreadyMaterialized"] as? Int == 1, "\(materialized)")
-            for path in ["bin.dat", "docs/deep/tool", "a.txt"] { expectMaterialized(replica, remote, path) }
+            for path in ["bin.dat", "docs/deep/tool", "a.txt"] { expectMaterialized(copy, remote, path) }
 
+            // Sync commits nothing and writes their entries again as placeholders'.
             let sync = try box.fprepJSON(["sync"], cwd: replica)
             #expect((sync["localChanges"] as? [Any])?.isEmpty ?? true, "\(sync)")
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == head, "the sync committed something")
+            for path in ["bin.dat", "docs/deep/tool"] {
+                #expect(try box.gitOK(["ls-files", "-v", "--", path], cwd: replica).hasPrefix("S "), "\(path): not a placeholder's entry after the sync")
+                try expectDataless(box, replica, remote, path)
+            }
+            #expect(try box.gitOK(["ls-files", "-v", "--", "a.txt"], cwd: replica).hasPrefix("H "))
         }
     }
 

@@ -112,6 +112,15 @@ struct LocalChangeSet {
     /// A placeholder moved or copied over a tracked file that is not one:
     /// the path now holds the placeholder's blob (and what was written into
     /// it, as a conflict copy).
+    /// A placeholder behind an entry that says content (see
+    /// `StateClassifier.isPlaceholder`): no change of the user's, but its
+    /// entry is written again as the placeholder's, so the agent watches it
+    /// and the next look needs no marks.
+    mutating func recordPlaceholderEntry(_ entry: IndexEntry) {
+        guard !entry.skipWorktree else { return }
+        written.append(Write(path: RepoPath(bytes: entry.path), id: entry.id, mode: FileMode(raw: entry.mode), placeholder: true))
+    }
+
     mutating func recordMarked(_ path: RepoPath, _ stat: FileStat, _ marked: MarkedPlaceholder) {
         written.append(Write(path: path, id: marked.blob, mode: stat.gitMode, placeholder: true))
         changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
@@ -325,7 +334,10 @@ struct LocalScanner {
                 }
                 let state = classifier.state(of: entry, stat: stat)
                 switch state {
-                case .dataless: dataless += 1; continue
+                case .dataless:
+                    dataless += 1
+                    set.recordPlaceholderEntry(entry)
+                    continue
                 case .materialized: clean += 1; continue
                 case .deleted: gone += 1
                 case .modified: modified += 1
@@ -479,6 +491,7 @@ struct LocalScanner {
                     set.items += 1
                     let state = classifier.state(of: entry, stat: stat)
                     set.counts[state, default: 0] += 1
+                    if state == .dataless { set.recordPlaceholderEntry(entry) }
                     guard state == .modified else { continue }
                     if stat.isDirectory {
                         // A file turned into a folder: the file is gone; what
