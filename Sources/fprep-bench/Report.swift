@@ -122,16 +122,17 @@ struct Report: Encodable {
         if let fprep { out.append("fprep      \(fprep)") } else { out.append("fprep      skipped (--skip-fprep): floors only") }
         out.append("")
         out.append(row("operation", "fprep", "floor", "ratio", "target"))
-        out.append(row("clone", secs(m.fprepClone), secs(m.cloneFloor), ratio(clone), goal(clone)))
+        out.append(row("clone", secs(m.fprepClone), secs(m.cloneFloor), ratio(clone), goal(clone) + spread { ($0.fprepClone, $0.cloneFloor) }))
         out.append(row("  A: git clone --filter=blob:none --no-checkout", "", secs(m.gitClone)))
         out.append(row("  B: create \(g.files) sparse files + 1 xattr", "", secs(m.createPlaceholders)))
         if let phases = perRun.first?.clonePhases, !phases.isEmpty {
             out.append("  fprep's phases (first run): " + phases.joined(separator: ", "))
         }
-        out.append(row("materialize", secs(m.fprepMaterialize), secs(m.materializeFloor), ratio(materialize), goal(materialize)))
+        out.append(row("materialize", secs(m.fprepMaterialize), secs(m.materializeFloor), ratio(materialize),
+                       goal(materialize) + spread { ($0.fprepMaterialize, $0.materializeFloor) }))
         out.append(row("  git fetch of \(n) blob ids (one request)", "", secs(m.gitFetchBlobs)))
         out.append(row("  git checkout of the \(n) paths", "", secs(m.gitCheckout)))
-        out.append(row("evict", secs(m.fprepEvict), secs(m.punchHoles), ratio(evict), goal(evict)))
+        out.append(row("evict", secs(m.fprepEvict), secs(m.punchHoles), ratio(evict), goal(evict) + spread { ($0.fprepEvict, $0.punchHoles) }))
         out.append(row("  a process punching \(n) files to holes, tree of the same size", "", secs(m.punchHoles)))
         if let c = m.clonePeakKiB {
             out.append("")
@@ -156,6 +157,18 @@ struct Report: Encodable {
     }
 
     private func kib(_ value: Int) -> String { bytes(Int64(value) * 1024) }
+
+    /// "  (runs a–b×)": each run's own ratio, lowest and highest (the
+    /// machine's noise beside the median); empty with one run.
+    private func spread(_ pick: (CycleResult) -> (Double?, Double)) -> String {
+        let ratios = perRun.compactMap { run -> Double? in
+            let (value, floor) = pick(run)
+            guard let value, floor > 0 else { return nil }
+            return value / floor
+        }
+        guard ratios.count > 1, let low = ratios.min(), let high = ratios.max() else { return "" }
+        return String(format: "  (runs %.2f–%.2f×)", low, high)
+    }
 
     private func ratio(_ v: Verdict) -> String { v.ratio.map { String(format: "%.2f×", $0) } ?? "—" }
 
