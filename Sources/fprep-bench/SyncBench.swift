@@ -145,7 +145,7 @@ struct SyncBench: ParsableCommand {
         }
         let report = SyncBenchReport(changes: changes, mutationSeed: mutationSeed, treeSeed: seed,
                                      transport: transport.rawValue, fprep: fprepPath, runs: runs,
-                                     cachesDropped: dropCaches, sizes: results)
+                                     cachesDropped: dropCaches, sizes: results, agentServing: agent)
         print(json ? try report.json() : report.table())
     }
 
