@@ -54,6 +54,29 @@ struct AgentSyncTests {
         }
     }
 
+    /// An index that lags the disk (an evict's index write lost to a power
+    /// cut; here the index before the evict put back): the agent watches
+    /// what its entries call content only once a sync has written them
+    /// again, which its first sync does, and nothing is committed.
+    @Test("a placeholder behind an entry that says content is watched after the agent's first sync, and a read gets its content")
+    func placeholderBehindContentEntryIsWatched() throws {
+        try withSandbox { s in
+            let (remote, replica) = try syncingReplica(s)
+            try s.fprepOK(["materialize", "bin.dat"], cwd: replica)
+            let materializedIndex = try #require(contents(replica + "/.git/index"))
+            try s.fprepOK(["evict", "bin.dat"], cwd: replica)
+            try materializedIndex.write(to: URL(fileURLWithPath: replica + "/.git/index"))
+            unlink(replica + "/.git/fprep-index-offsets")
+            let head = try s.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let agent = try s.startAgent(replica, syncs: true)
+            #expect(waitUntil { agent.stderrSoFar.contains("watching 1 new placeholder") }, "\(agent.stderrSoFar)")
+            let read = try Shell.run(["/bin/cat", "bin.dat"], cwd: replica, env: s.baseEnvironment, ioFolder: s.io)
+            #expect(read.status == 0 && read.stdoutData == remote.files["bin.dat"], "\(read)\n\(agent.stderrSoFar)")
+            #expect(try s.gitOK(["rev-parse", "main"], cwd: remote.path) == head, "the agent's sync committed something")
+            #expect(stopAgent(agent).status == 0)
+        }
+    }
+
     @Test("a change committed while the remote was away is pushed by a poll once the remote answers again, with nothing else changed anywhere")
     func offlineCommitIsPushedWhenTheRemoteIsBack() throws {
         try withSandbox { s in
