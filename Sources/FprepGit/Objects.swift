@@ -254,17 +254,19 @@ public final class ObjectDatabase {
     /// each object of a fetch with collision detection). Bytes from any
     /// other source (a file on the disk) go through `blobID(of:)`.
     public static func isBlob(_ bytes: UnsafeRawBufferPointer, id: ObjectID) -> Bool {
-        guard let context = fprep_sha1_begin() else { return (try? blobID(of: bytes)) == id }
         let header = Array("blob \(bytes.count)\0".utf8)
-        guard header.withUnsafeBytes({ fprep_sha1_update(context, $0.baseAddress, $0.count) }) == 0,
-              bytes.isEmpty || fprep_sha1_update(context, bytes.baseAddress, bytes.count) == 0 else {
-            var unused = [UInt8](repeating: 0, count: 20)
-            _ = fprep_sha1_end(context, &unused)
-            return (try? blobID(of: bytes)) == id
-        }
-        var digest = [UInt8](repeating: 0, count: 20)
-        guard fprep_sha1_end(context, &digest) == 0 else { return (try? blobID(of: bytes)) == id }
+        // libcrypto failing (no SHA-1 provider): libgit2's hash decides.
+        guard let digest = header.withUnsafeBytes({ sha1($0, bytes) }) else { return (try? blobID(of: bytes)) == id }
         return ObjectID(bytes: digest) == id
+    }
+
+    /// The SHA-1 of `first` followed by `second` through libcrypto; nil when it fails.
+    private static func sha1(_ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> [UInt8]? {
+        guard let context = fprep_sha1_begin() else { return nil }
+        var digest = [UInt8](repeating: 0, count: 20)
+        let fed = [first, second].allSatisfy { $0.isEmpty || fprep_sha1_update(context, $0.baseAddress, $0.count) == 0 }
+        // Ended either way: that frees the context.
+        return fprep_sha1_end(context, &digest) == 0 && fed ? digest : nil
     }
 
     /// The blob id of `bytes`; wraps `git_odb_hash`.

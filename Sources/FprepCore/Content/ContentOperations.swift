@@ -162,12 +162,12 @@ struct ContentOperations {
             let path = RepoPath(bytes: entry.path)
             switch classifier.state(of: entry) {
             case .dataless where entry.skipWorktree: wanted.append(entry)
-            case .dataless where replica.rootFolder.stat(path).map({ classifier.isPlaceholder(of: entry, stat: $0) }) == true:
+            case .dataless:  // a file entry without the bit is dataless only so
                 wanted.append(entry)
                 behindContent.append(entry)
             case .modified where entry.skipWorktree && replica.rootFolder.stat(path).map({ classifier.holdsNoUserBytes(entry, stat: $0) }) == true:
                 wanted.append(entry)  // a placeholder whose mode changed: its content comes with that mode
-            case .materialized, .dataless: alreadyThere.append(path)
+            case .materialized: alreadyThere.append(path)
             case .modified:
                 if let special = specialReason(path) {
                     result.skipped.append(Skipped(path: path.description, reason: special))

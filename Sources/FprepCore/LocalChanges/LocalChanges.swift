@@ -109,18 +109,20 @@ struct LocalChangeSet {
         }
     }
 
-    /// A placeholder moved or copied over a tracked file that is not one:
-    /// the path now holds the placeholder's blob (and what was written into
-    /// it, as a conflict copy).
     /// A placeholder behind an entry that says content (see
     /// `StateClassifier.isPlaceholder`): no change of the user's, but its
     /// entry is written again as the placeholder's, so the agent watches it
-    /// and the next look needs no marks.
+    /// and the next look needs no marks. (A submodule found is `.dataless`
+    /// too, and is left as it is.)
     mutating func recordPlaceholderEntry(_ entry: IndexEntry) {
-        guard !entry.skipWorktree else { return }
-        written.append(Write(path: RepoPath(bytes: entry.path), id: entry.id, mode: FileMode(raw: entry.mode), placeholder: true))
+        let mode = FileMode(raw: entry.mode)
+        guard !entry.skipWorktree, mode.isFile else { return }
+        written.append(Write(path: RepoPath(bytes: entry.path), id: entry.id, mode: mode, placeholder: true))
     }
 
+    /// A placeholder moved or copied over a tracked file that is not one:
+    /// the path now holds the placeholder's blob (and what was written into
+    /// it, as a conflict copy).
     mutating func recordMarked(_ path: RepoPath, _ stat: FileStat, _ marked: MarkedPlaceholder) {
         written.append(Write(path: path, id: marked.blob, mode: stat.gitMode, placeholder: true))
         changes.append(LocalChange(kind: .modified, path: path.description, from: nil))

@@ -118,8 +118,8 @@ struct StateClassifier {
     /// such a file for the placeholder it is (`markedPlaceholder`,
     /// `FolderEnumerator`); status, evict and materialize do too.
     func isPlaceholder(of entry: IndexEntry, stat: FileStat) -> Bool {
-        guard !entry.skipWorktree, stat.isRegular, FileMode(raw: entry.mode).isFile,
-              stat.isExecutable == (FileMode(raw: entry.mode) == .executable),
+        let mode = FileMode(raw: entry.mode)
+        guard !entry.skipWorktree, stat.isRegular, mode.isFile, stat.isExecutable == (mode == .executable),
               UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize else { return false }
         let path = RepoPath(bytes: entry.path)
         return ContentOperations.placeholderBlob(root, path) == entry.id
