@@ -78,6 +78,9 @@ struct Status: ParsableCommand {
         for file in report.ignoreFilesNotRead {
             print("ignore rules: '\(Console.escaped(file))' is dataless, so its rules are not applied yet ('fprep sync' or 'fprep materialize' brings it)")
         }
+        for item in report.notSynced {
+            print("not synced:   \(Console.escaped(item.path)): \(item.reason)")
+        }
         for change in report.changes {
             print("  \(change.kind.rawValue): \(change.from.map { "\($0) → " } ?? "")\(change.path)")
         }

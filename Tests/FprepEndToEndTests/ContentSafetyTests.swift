@@ -113,6 +113,41 @@ struct ForeignFileTests {
         }
     }
 
+    @Test("new items under names every device refuses (.fprep, .GIT, '.git. ' below the top) stay here, reported; the other devices and new clones sync on")
+    func namesTheRemoteRefusesStayLocal() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            let other = box.at("other")
+            _ = try box.clone(remote.path, replica)
+            _ = try box.clone(remote.path, other)
+            let held = ["docs/.fprep/notes", "sub/.GIT/HEAD", "sub/.GIT/refs/x", "deep/er/.git. /w"]
+            for path in held + ["gitx/g", "docs/.fprep-not/n"] {
+                let full = replica + "/" + path
+                try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: full, contents: Data(path.utf8)))
+            }
+
+            let status = try box.fprepJSON(["status", "--json"], cwd: replica)
+            let notSynced = Set(status.objects("notSynced").compactMap { $0.string("path") })
+            #expect(notSynced == ["docs/.fprep", "sub/.GIT", "deep/er/.git. "], "\(status)")
+            let report = try syncWithin(box, replica)
+            let skipped = kept(report)
+            #expect(skipped["docs/.fprep"]?.contains("reserved for fprep") == true, "\(report)")
+            #expect(skipped["sub/.GIT"]?.contains("reserved for git") == true, "\(report)")
+            let files = try remoteFiles(box, remote)
+            #expect(files.isSuperset(of: ["gitx/g", "docs/.fprep-not/n"]), "\(files)")
+            #expect(files.allSatisfy { !$0.contains(".fprep/") && !$0.contains(".GIT/") && !$0.contains(".git. /") }, "\(files)")
+            // Every device takes the tree: a sync elsewhere, a new clone.
+            _ = try syncWithin(box, other)
+            #expect(contents(other + "/gitx/g") != nil)
+            _ = try box.clone(remote.path, box.at("third"))
+            // Kept here, and a later sync says so again without failing.
+            for path in held { #expect(contents(replica + "/" + path) == Data(path.utf8)) }
+            #expect(kept(try syncWithin(box, replica))["sub/.GIT"] != nil)
+        }
+    }
+
     @Test("a /dev/zero clone in place of a tracked file is never read (no endless read, no huge allocation)")
     func zeroDeviceInPlaceOfFile() throws {
         try withSandbox { box in

@@ -543,6 +543,7 @@ struct LocalScanner {
             added += try placeholdersLeftIgnored(&set)
         }
         set.ignored.sort()
+        holdBackRefusedNames(&added, in: &set)
         set.unreadIgnoreFiles = ignoreRules.unread.map(\.description).sorted()
         // In path order, whatever order the scan met them in: which of two
         // new files with one content is the move never depends on how the
@@ -591,6 +592,25 @@ struct LocalScanner {
         }
         set.changes.sort { ($0.path, $0.kind.rawValue) < ($1.path, $1.kind.rawValue) }
         return set
+    }
+
+    /// New items whose path the remote would refuse (`TreeEntryRules`: a
+    /// folder named `.fprep` or `.GIT` below the top, a path longer than the
+    /// system takes) are never committed: every other device would refuse
+    /// the tree, and git would not build it. They stay on this device,
+    /// reported once per refused name, and looked at again by the next scan.
+    private func holdBackRefusedNames(_ added: inout [(RepoPath, FileStat)], in set: inout LocalChangeSet) {
+        var refused: [RepoPath: String] = [:]
+        added.removeAll { item in
+            guard let (name, reason) = TreeEntryRules.refusedLocalItem(item.0) else { return false }
+            refused[name] = reason
+            set.specialPaths.append(item.0.bytes)
+            return true
+        }
+        for (name, reason) in refused.sorted(by: { $0.key.bytes.lexicographicallyPrecedes($1.key.bytes) }) {
+            set.skipped.append(Skipped(path: name.description,
+                                       reason: "\(reason), which every other device would refuse; fprep does not sync it (rename it; it stays on this device meanwhile)"))
+        }
     }
 
     /// A regular file that carries fprep's placeholder marks where the

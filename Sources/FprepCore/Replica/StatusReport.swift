@@ -43,6 +43,9 @@ public struct StatusReport: Sendable, Encodable {
     /// Untracked items the ignore rules leave out (a folder with a trailing
     /// `/`); only when asked for (`status --ignored`).
     public var ignored: [String]? = nil
+    /// Items found that a sync leaves here, with why: a FIFO, socket or
+    /// device, a name the remote would refuse (see `TreeEntryRules`).
+    public var notSynced: [Skipped] = []
     /// The paths pinned to this device ("." for the whole replica).
     public var pins: [String] = []
     /// Items whose old version a sync swapped out while a program had it
@@ -88,6 +91,7 @@ extension Replica {
                             git: head == GitHeadState() ? nil : head, sizeUnknown: try unknownSizeCount(index))
         report.gitBytes = gitBytes
         report.ignoreFilesNotRead = scan.unreadIgnoreFiles
+        report.notSynced = scan.skipped
         report.pins = try pins()
         report.heldOpen = try store.heldFiles().map(\.item.description)
         do {

@@ -5,7 +5,8 @@ import FprepGit
 /// brings in) and a merge's result (synced like any other tree): a safe
 /// name (`EntryNameCheck`, which `import-tree` applies to local names too),
 /// a mode git writes, and a path the system takes. Duplicate names are
-/// refused where trees are read (`LayoutPlan`, `TreeDiff`).
+/// refused where trees are read (`LayoutPlan`, `TreeDiff`). The scan
+/// holds back local items that break them (`refusedLocalItem`).
 enum TreeEntryRules {
     /// Why the entry `name` of kind `mode` at `path` is refused, or nil.
     static func problem(name: [UInt8], mode: FileMode, path: RepoPath) -> String? {
@@ -32,6 +33,26 @@ enum TreeEntryRules {
         for update in changes.updated { try check(name: update.path.name, mode: update.new.mode, path: update.path) }
         for move in changes.moved { try check(name: move.to.name, mode: move.entry.mode, path: move.to) }
         for folder in changes.addedFolders { try check(name: folder.path.name, mode: .tree, path: folder.path) }
+    }
+
+    /// The same rules for what this device would commit, so it never pushes
+    /// a tree every other device refuses: the first item of `path` (a local
+    /// file or symlink) whose name breaks them, or the whole path when it is
+    /// too long, with why; nil when all of it may be committed. Names that
+    /// start with an ASCII byte other than '.', 'g' and 'G' are safe without
+    /// folding them (no reserved name starts so).
+    static func refusedLocalItem(_ path: RepoPath) -> (item: RepoPath, reason: String)? {
+        var end = 0
+        for component in path.bytes.split(separator: 0x2F, omittingEmptySubsequences: false) {
+            end += component.count
+            defer { end += 1 }
+            if let first = component.first, first < 0x80, first != 0x2E, first != 0x67, first != 0x47 { continue }
+            if let problem = EntryNameCheck.problem(with: Array(component)) {
+                return (RepoPath(bytes: Array(path.bytes[..<end])), problem)
+            }
+        }
+        if path.bytes.count > TreePathTooLong.limit { return (path, pathTooLong) }
+        return nil
     }
 
     /// A path as an error shows it: whole unless it is too long for a line.
