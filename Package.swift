@@ -88,7 +88,10 @@ let package = Package(
             dependencies: ["CLibGit2", "CLibCrypto", "CLibGit2Support"],
             linkerSettings: staticCLibraries
         ),
-        .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSys"],
+        // The state database's VFS: SQLite's unix VFS with its wal-index
+        // file's blocks allocated before use (no SIGBUS on a full disk).
+        .target(name: "CFprepSQLite", dependencies: ["CSQLite"]),
+        .target(name: "FprepCore", dependencies: ["FprepGit", "CSQLite", "CFprepSQLite", "CFprepSys"],
                 linkerSettings: [.linkedLibrary(":libsqlite3.a")]),
         // The hook's side of push signals (outbox, spool, poke): no network
         // stack, since every `fprep` command may run it.

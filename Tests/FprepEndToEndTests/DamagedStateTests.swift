@@ -55,14 +55,18 @@ struct DamagedStateTests {
     }
 
     /// A 64 MiB ext4 file system (no reserved blocks: fprep runs as root
-    /// here, and root may write into them; blocks of a page's size, as on
-    /// real disks: with 1 KiB blocks SQLite's mapped WAL index can take a
-    /// SIGBUS on a full disk) mounted at `box.at(name)` for `body`,
-    /// unmounted whatever happens.
-    static func withSmallDisk<T>(_ box: Sandbox, _ name: String = "small", _ body: (String) throws -> T) throws -> T {
+    /// here, and root may write into them) mounted at `box.at(name)` for
+    /// `body`, unmounted whatever happens. `blockSize`: a page's size, as
+    /// on large disks, or 1 KiB, as mkfs.ext4 makes for one under 512 MB
+    /// (where SQLite's wal-index file gets holes; see CFprepSQLite).
+    /// `journal`: as mkfs.ext4 makes it (blocks a command frees are taken
+    /// again only once the journal commits), else none.
+    static func withSmallDisk<T>(_ box: Sandbox, _ name: String = "small", blockSize: Int = 4096, journal: Bool = false,
+                                 _ body: (String) throws -> T) throws -> T {
         let image = box.at(name + ".img"), mountPoint = box.at(name)
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        for argv in [["/usr/bin/truncate", "-s", "64M", image], ["/sbin/mkfs.ext4", "-q", "-F", "-b", "4096", "-m", "0", "-O", "^has_journal", image]] {
+        let features = journal ? [] : ["-O", "^has_journal"]
+        for argv in [["/usr/bin/truncate", "-s", "64M", image], ["/sbin/mkfs.ext4", "-q", "-F", "-b", String(blockSize), "-m", "0"] + features + [image]] {
             let result = try run(argv)
             guard result.status == 0 else { throw HarnessError("cannot make the small file system: \(result)") }
         }
@@ -312,10 +316,11 @@ struct DamagedStateTests {
         }
     }
 
-    @Test("disk full while a sync writes: one line; status and evict still work; after freeing space the sync completes with the edit")
-    func diskFullSyncApply() throws {
+    @Test("disk full while a sync writes: one line; status and evict still work; after freeing space the sync completes with the edit",
+          arguments: [4096, 1024])
+    func diskFullSyncApply(blockSize: Int) throws {
         try withSandbox { box in
-            try Self.withSmallDisk(box) { disk in
+            try Self.withSmallDisk(box, blockSize: blockSize) { disk in
                 var nodes: [String: Node] = ["d/notes.txt": .text("notes\n")]
                 for i in 0..<3 {
                     nodes["d/f\(i).txt"] = .file(Self.compressible("old \(i)", 300_000))
@@ -343,14 +348,47 @@ struct DamagedStateTests {
                 #expect((status.string("unfinished") ?? "").contains("disk is full"), "status says why a sync waits: \(status)")
                 let evicted = try box.fprepJSON(["evict", "e"], cwd: replica)
                 #expect(evicted.strings("evicted").count == 3, "\(evicted)")
-                try FileManager.default.removeItem(atPath: filler)
-                try FileManager.default.removeItem(atPath: rest)
+                for file in [filler, rest] { try FileManager.default.removeItem(atPath: file) }
                 try box.fprepOK(["sync"], cwd: replica)
                 #expect(try Self.remoteFile(box, remote, "d/notes.txt") == "my notes")
                 for (path, data) in changed { #expect(contents(replica + "/" + path) == data, "\(path)") }
                 let final = try box.fprepJSON(["status"], cwd: replica)
                 #expect(final.objects("changes").isEmpty && final.string("unfinished") == nil, "\(final)")
                 #expect(Self.leftovers(replica).isEmpty)
+            }
+        }
+    }
+
+    /// Each command's first connection truncates SQLite's wal-index file
+    /// and extends it again a byte per page: with 1 KiB blocks the file
+    /// then has holes, and a store into one on a full disk was a SIGBUS in
+    /// every command (the evict that would free space among them).
+    @Test("a full disk with 1 KiB blocks: no command crashes (sync says the disk is full, evict frees space), then the sync pushes the edit")
+    func diskFullWithSmallBlocks() throws {
+        try withSandbox { box in
+            try Self.withSmallDisk(box, blockSize: 1024, journal: true) { disk in
+                var nodes: [String: Node] = ["d/notes.txt": .text("notes\n")]
+                for i in 0..<20 { nodes["e/e\(i).bin"] = .file(Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) })) }
+                let (remote, replica) = try Self.replica(box, nodes: nodes, at: disk + "/replica")
+                try box.fprepOK(["materialize", "e"], cwd: replica)
+                try Data("my notes\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/notes.txt"))
+                // No hole in the wal-index file after a command's first
+                // connection made it again: no store through its mapping
+                // can need a block the disk does not have.
+                try box.fprepOK(["status"], cwd: replica)
+                let shm = lstatInfo(replica + "/.fprep/state.db-shm")
+                #expect(shm.map { $0.blocks * 512 >= $0.size && $0.size > 0 } == true, "holes in the wal-index file: \(String(describing: shm))")
+                let filler = try Self.fill(disk, leaving: 0)
+                try box.fprepOK(["status"], cwd: replica)
+                // It may find the few blocks the status freed, or none.
+                let full = try box.fprep(["sync"], cwd: replica)
+                #expect(!looksLikeCrash(full.stderr) && full.status != 135, "\(full)")
+                if full.status != 0 { expectOneLineError(full, mentioning: ["disk is full", replica]) }
+                let evicted = try box.fprep(["evict", "e"], cwd: replica)
+                #expect(!looksLikeCrash(evicted.stderr) && evicted.status == 0, "\(evicted)")
+                try FileManager.default.removeItem(atPath: filler)
+                try box.fprepOK(["sync"], cwd: replica)
+                #expect(try Self.remoteFile(box, remote, "d/notes.txt") == "my notes")
             }
         }
     }

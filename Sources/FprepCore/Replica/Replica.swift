@@ -82,6 +82,7 @@ public final class Replica {
     static func open(containing path: String, access: Access, layoutPlan: LayoutPlan?,
                      beforeReady: () throws -> Void) throws -> Replica {
         guard let root = findRoot(from: path) else { throw FprepError.notAReplica(path) }
+        StorageFailure.commandRoot = root
         var replica: Replica? = try Replica(root: root, access: access, exclusive: access.exclusive)
         let recoveryNeeded = try !access.exclusive && replica?.needsRecovery() == true
         if recoveryNeeded {

@@ -1,3 +1,4 @@
+import CFprepSQLite
 import CSQLite
 import FoundationEssentials
 import Glibc
@@ -28,7 +29,10 @@ package final class Database {
     package init(path: String, busyMilliseconds: Int32 = 10_000) throws {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        // fprep's VFS (see CFprepSQLite): the unix one, safe on a full disk.
+        let rc = fprep_sqlite_register_vfs() == SQLITE_OK
+            ? sqlite3_open_v2(path, &db, flags, FPREP_SQLITE_VFS)
+            : sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(db)

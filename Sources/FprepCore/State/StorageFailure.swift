@@ -62,6 +62,12 @@ enum StorageFailure: Equatable {
         text.contains("No space left on device") || text.contains("Disk quota exceeded")
     }
 
+    /// The replica the command opened last: where a full disk is said to
+    /// be when the error names no path and its caller no replica (a libgit2
+    /// write failing deep in a sync), rather than the current folder, which
+    /// may be on another disk (`-C`). Set once per open, before any work.
+    nonisolated(unsafe) static var commandRoot: String?
+
     /// Bytes an unprivileged writer can still put on the file system of
     /// `path` (or of its nearest existing parent), nil when unknown.
     static func freeBytes(at path: String) -> Int64? {
@@ -105,7 +111,7 @@ extension FprepError {
         if let error = error as? CocoaError, let path = error.userInfo["NSFilePath"] as? String {
             ownPath = parentFolder(of: path)
         }
-        let place = root ?? ownPath ?? currentFolderPath()
+        let place = root ?? ownPath ?? StorageFailure.commandRoot ?? currentFolderPath()
         switch failure {
         case .diskFull:
             return diskFull(at: place, detail: detail)
