@@ -14,6 +14,16 @@ public struct GitCommandError: Error, CustomStringConvertible, Sendable {
     /// without the prefix; else the last line it printed.
     public var reason: String {
         let lines = standardError.split(whereSeparator: \.isNewline).map(String.init)
+        // What the other side said first: a push's own last line ("failed
+        // to push some refs") names no cause; the remote's error does (a
+        // stale lock, a hook's refusal).
+        for line in lines {
+            for prefix in ["remote: error: ", "remote: fatal: "] where line.hasPrefix(prefix) {
+                var said = line.dropFirst(prefix.count)
+                while said.last == " " || said.last == "\t" { said.removeLast() }
+                if !said.isEmpty { return "the remote says: " + said }
+            }
+        }
         guard let first = lines.firstIndex(where: { $0.hasPrefix("fatal: ") || $0.hasPrefix("error: ") }) else {
             return lines.last ?? "exit status \(status)"
         }

@@ -125,6 +125,24 @@ struct BadInputTests {
         }
     }
 
+    @Test("a push the remote refuses (a lock a killed git left there) says the remote's reason; the commit waits, and goes once the lock is gone")
+    func pushRefusedByRemoteSaysWhy() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let lock = remote.path + "/refs/heads/main.lock"
+            #expect(FileManager.default.createFile(atPath: lock, contents: Data()))
+            try Data("new\n".utf8).write(to: URL(fileURLWithPath: replica + "/new.txt"))
+            let refused = try box.fprep(["sync"], cwd: replica)
+            expectOneLineError(refused, mentioning: ["the remote says", "main.lock", "File exists"])
+            #expect(try box.fprepJSON(["status"], cwd: replica).string("waitingToPush") != nil)
+            try FileManager.default.removeItem(atPath: lock)
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["show", "main:new.txt"], cwd: remote.path).hasPrefix("new"))
+        }
+    }
+
     @Test("clone of a folder that is not a git repository fails in one line and touches nothing")
     func nonGitFolderURL() throws {
         try withSandbox { box in
