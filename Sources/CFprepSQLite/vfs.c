@@ -9,25 +9,30 @@
  * a full disk the kernel has none to give: SIGBUS, and every fprep command
  * on that replica dies, the `fprep evict` that would free space among them.
  *
- * Here each region SQLite maps is first allocated whole (posix_fallocate
- * of the file up to the region's end, which costs nothing where the blocks
- * are there already); when the disk has no room for it, the mapping is
- * refused with SQLITE_FULL, which fprep reports as a full disk. Every other
- * call goes to the unix VFS unchanged. */
+ * Here each region SQLite maps is populated for writing at once
+ * (madvise MADV_POPULATE_WRITE: the write faults taken now, where a
+ * failure is an error, not a signal; each hole gets its block); when the
+ * disk has no room, the mapping is refused with SQLITE_FULL, which fprep
+ * reports as a full disk. No descriptor of the file is opened: closing one
+ * would drop every POSIX lock this process holds on it, SQLite's among
+ * them. Every other call goes to the unix VFS unchanged. */
 #define _GNU_SOURCE
 #include "CFprepSQLite.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  /* Linux 5.14 */
+#endif
 
 typedef struct {
     sqlite3_file base;
-    /* The wal-index file of a main database (malloc'd), else NULL. */
-    char *shm_path;
     /* The unix VFS's own file, right after this struct. */
     sqlite3_file *real;
 } WrappedFile;
@@ -42,10 +47,7 @@ static pthread_once_t register_once = PTHREAD_ONCE_INIT;
 
 static int w_close(sqlite3_file *file) {
     WrappedFile *w = (WrappedFile *)file;
-    int rc = w->real->pMethods ? w->real->pMethods->xClose(w->real) : SQLITE_OK;
-    free(w->shm_path);
-    w->shm_path = NULL;
-    return rc;
+    return w->real->pMethods ? w->real->pMethods->xClose(w->real) : SQLITE_OK;
 }
 static int w_read(sqlite3_file *f, void *b, int n, sqlite3_int64 o) { return REAL(f)->pMethods->xRead(REAL(f), b, n, o); }
 static int w_write(sqlite3_file *f, const void *b, int n, sqlite3_int64 o) { return REAL(f)->pMethods->xWrite(REAL(f), b, n, o); }
@@ -67,14 +69,15 @@ static int w_unfetch(sqlite3_file *f, sqlite3_int64 o, void *p) { return REAL(f)
 static int w_shm_map(sqlite3_file *file, int region, int size, int extend, void volatile **pp) {
     WrappedFile *w = (WrappedFile *)file;
     int rc = w->real->pMethods->xShmMap(w->real, region, size, extend, pp);
-    if (rc != SQLITE_OK || *pp == NULL || w->shm_path == NULL) return rc;
-    int fd = open(w->shm_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return rc;  /* read-only or gone: SQLite's own checks decide */
-    int failed = posix_fallocate(fd, 0, (off_t)(region + 1) * size);
-    close(fd);
-    if (failed == ENOSPC || failed == EDQUOT) {
-        /* SQLite caches the pointer it is given: give none, so no store
-         * ever lands in a hole; the next call checks again. */
+    if (rc != SQLITE_OK || *pp == NULL) return rc;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)*pp, end = start + (uintptr_t)size;
+    if (page > 0) start &= ~((uintptr_t)page - 1);
+    if (madvise((void *)start, end - start, MADV_POPULATE_WRITE) != 0 && errno == EFAULT) {
+        /* A write here would have been a SIGBUS (no block for a hole).
+         * SQLite caches the pointer it is given: give none, so no store
+         * lands in the hole; the next call tries again. (EINVAL, an older
+         * kernel, or a read-only mapping: as SQLite alone would be.) */
         *pp = NULL;
         return SQLITE_FULL;
     }
@@ -93,24 +96,10 @@ static int w_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int fl
         w->real->pMethods->xClose(w->real);
         return SQLITE_CANTOPEN;
     }
-    if (rc != SQLITE_OK || w->real->pMethods == NULL) {
-        /* xClose is called on a file whose pMethods is set, even when
-         * xOpen failed: only forward to a real file that was opened. */
-        w->base.pMethods = w->real->pMethods ? &wrapped_methods : NULL;
-        return rc;
-    }
-    if ((flags & SQLITE_OPEN_MAIN_DB) && name != NULL) {
-        size_t length = strlen(name);
-        w->shm_path = malloc(length + 5);
-        if (w->shm_path == NULL) {
-            w->real->pMethods->xClose(w->real);
-            return SQLITE_NOMEM;
-        }
-        memcpy(w->shm_path, name, length);
-        memcpy(w->shm_path + length, "-shm", 5);
-    }
-    w->base.pMethods = &wrapped_methods;
-    return SQLITE_OK;
+    /* xClose is called on a file whose pMethods is set, even when xOpen
+     * failed: forward only to a real file that was opened. */
+    w->base.pMethods = w->real->pMethods ? &wrapped_methods : NULL;
+    return rc;
 }
 
 static void register_vfs(void) {
