@@ -86,6 +86,30 @@ import FprepGit
         #expect(try h.git(["--git-dir=\(h.remote)", "rev-parse", "main"], in: h.folder) == open(a).currentAnchor())
     }
 
+    /// Neither device's rename is dropped without a word: both names hold
+    /// the file on both devices, and the second sync says so.
+    @Test func aFileRenamedDifferentlyOnBothDevicesKeepsBothNames() throws {
+        let h = try SyncHarness(files: Self.files)
+        let second = h.folder + "/replica-b"
+        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
+        func open(_ root: String) throws -> Replica {
+            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
+        }
+        let a = h.replicaRoot, b = second
+        try FileManager.default.moveItem(atPath: a + "/a-only.txt", toPath: a + "/named-by-A.txt")
+        try FileManager.default.moveItem(atPath: b + "/a-only.txt", toPath: b + "/named-by-B.txt")
+        _ = try open(a).sync()
+        let report = try open(b).sync()
+        _ = try open(a).sync()
+        #expect(report.conflicts.contains { $0.path == "named-by-A.txt" && $0.copy == "named-by-B.txt" }, "\(report.conflicts)")
+        for root in [a, b] {
+            let tree = try Self.tree(h, root)
+            #expect(tree["a-only.txt"] == nil && tree["named-by-A.txt"] == "a\n" && tree["named-by-B.txt"] == "a\n", "\(root): \(tree)")
+        }
+        #expect(try open(a).status().changes.isEmpty && open(b).status().changes.isEmpty)
+        #expect(try open(a).currentAnchor() == open(b).currentAnchor())
+    }
+
     @Test func offlineCommitWaitsAndTheNextSyncPushesIt() throws {
         let h = try SyncHarness(files: Self.files)
         try Data("offline edit\n".utf8).write(to: URL(fileURLWithPath: h.replicaRoot + "/new.txt"))

@@ -20,7 +20,8 @@ public struct Conflict: Sendable, Codable, Equatable {
 ///   otherwise the remote's version keeps the name and the local one is kept
 ///   beside it as `NAME (conflict DEVICE DATE).EXT`;
 /// - edit against delete keeps the edited file;
-/// - rename against edit puts the edit at the new name;
+/// - rename against edit puts the edit at the new name; a file renamed
+///   differently on both devices is kept at both names;
 /// - two new files at one path both survive (the local one as a copy).
 ///
 /// Renames are exact (same blob id), found without reading content; only
@@ -175,9 +176,25 @@ struct TreeMerge {
                 try place(path, update.new, clash: "a file here, a folder on the remote")
             }
         }
+        // Renamed on both devices to different names: the remote's name
+        // stands (its old name went above), and this device's is kept too,
+        // with the remote's version, so neither device's choice is lost
+        // without a word (as git keeps both names).
+        for move in mine.moved where !move.isFolder {
+            guard let (theirName, theirVersion) = theirMoved[move.from], theirName != move.to else { continue }
+            let before = conflicts.count
+            if let existing = theirTreeEntries[move.to], existing.id != theirVersion.id {
+                try keepBoth(move.to, ours: theirVersion, reason: "renamed on both devices, here onto a file new on the remote")
+            } else {
+                try place(move.to, theirVersion, clash: "renamed on both devices, here onto a folder new on the remote")
+            }
+            if conflicts.count == before {
+                conflicts.append(Conflict(path: theirName.description, copy: move.to.description,
+                                          reason: "renamed on both devices: the remote's name and this device's both hold it"))
+            }
+        }
         // Local renames.
         for move in mine.moved where !move.isFolder && theirMoved[move.from] == nil {
-            // Renamed on both devices: the remote's name stands (skipped above).
             let content = theirUpdated[move.from] ?? move.entry  // rename against edit: the edit at the new name
             if let existing = theirTreeEntries[move.to], existing.id != content.id {
                 try keepBoth(move.to, ours: content, reason: "renamed here onto a file new on the remote")
