@@ -301,6 +301,45 @@ struct AgentTests {
         }
     }
 
+    @Test("under the agent, evict leaves a file a program has open for reading or mapped: the program reads its bytes, never zeros; the others go")
+    func evictLeavesFilesOpenOrMapped() throws {
+        try withSandbox { s in
+            let remote = try s.makeRemote()
+            let replica = s.at("replica")
+            _ = try s.clone(remote.path, replica)
+            try s.fprepOK(["materialize", "a.txt", "bin.dat", "docs/deep/nested.txt"], cwd: replica)
+            let agent = try s.startAgent(replica)
+            defer { _ = stopAgent(agent) }
+            // One holds a.txt open for reading; one maps nested.txt and closes its descriptor.
+            // Each says 'ready', waits for 'go' on its input, then prints what it reads.
+            let program = """
+                import sys, mmap, time
+                if sys.argv[1] == 'open':
+                    f = open('a.txt', 'rb'); view = None
+                else:
+                    with open('docs/deep/nested.txt', 'rb') as f:
+                        view = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+                open(sys.argv[2], 'w').write('ready')
+                while open(sys.argv[2]).read() != 'go':
+                    time.sleep(0.01)
+                data = f.read() if view is None else view[:]
+                sys.stdout.buffer.write(b'zeros' if data.count(0) == len(data) else b'bytes')
+                """
+            let holder = try s.spawnPython(program, ["open", s.at("open-gate")], cwd: replica)
+            let mapper = try s.spawnPython(program, ["map", s.at("map-gate")], cwd: replica)
+            #expect(waitUntil { contents(s.at("open-gate")) == Data("ready".utf8) && contents(s.at("map-gate")) == Data("ready".utf8) })
+            let result = try s.fprep(["evict", "a.txt", "bin.dat", "docs/deep/nested.txt", "--json"], cwd: replica)
+            #expect(result.status == 2, "\(result)")
+            let evicted = (try? result.json()) ?? [:]
+            let refused = Set(evicted.objects("refused").compactMap { $0.string("path") })
+            #expect(refused == ["a.txt", "docs/deep/nested.txt"], "\(evicted)")
+            #expect(evicted.strings("evicted") == ["bin.dat"], "\(evicted)")
+            for gate in ["open-gate", "map-gate"] { try Data("go".utf8).write(to: URL(fileURLWithPath: s.at(gate))) }
+            #expect(holder.wait(timeout: 30).stdout == "bytes")
+            #expect(mapper.wait(timeout: 30).stdout == "bytes")
+        }
+    }
+
     @Test("grep -r and cp -r over dataless folders under the agent see the real bytes")
     func walkersSeeContent() throws {
         try withSandbox { s in

@@ -519,12 +519,17 @@ struct ContentOperations {
     /// says why not. Safe on several threads at once (nothing shared is
     /// written: the caller records each outcome).
     ///
-    /// A file the agent watches gets no write lease: a write into it raises
-    /// the agent's event first (which waits for this command, then fills
-    /// the placeholder), and the kernel's own open of it for that event
-    /// would wait on the lease until the kernel broke it (45 s). Only a
-    /// program that has it open for writing already (a mapping included)
-    /// keeps it, as the lease would.
+    /// A file the agent watches keeps no write lease through the punch: a
+    /// write into it raises the agent's event first (which waits for this
+    /// command, then fills the placeholder), and the kernel's own open of
+    /// it for that event would wait on the lease until the kernel broke it
+    /// (45 s). The lease is taken and given back at once instead, as a
+    /// probe: a program that has the file open in any mode or mapped
+    /// (a running program, a loaded library) keeps it, as without the
+    /// agent. It opened or mapped the file as content, and its reads and
+    /// page faults after a punch never reach the agent: it would read
+    /// zeros. (The agent watches the file before the probe, so a program
+    /// that opens it later gets its content on access.)
     private func punch(_ entry: IndexEntry, path: RepoPath, watched: Bool) -> PunchOutcome {
         do {
             return try punchFile(entry, path: path, watched: watched)
@@ -534,9 +539,6 @@ struct ContentOperations {
     }
 
     private func punchFile(_ entry: IndexEntry, path: RepoPath, watched: Bool) throws -> PunchOutcome {
-        if watched, fprep_open_for_writing_elsewhere(replica.rootFolder.fd, cPath(path.bytes)) != 0 {
-            return .refused("it is open for writing in another program; evict it once that program closes it")
-        }
         let file: WritableFile
         do {
             do {
@@ -560,8 +562,12 @@ struct ContentOperations {
         // and whoever opens it from now on waits until it is given back, so
         // no write can land between the check below and the punch (it lands
         // in the placeholder afterwards: the user's bytes, kept by sync).
-        let leased = !watched && SafeReplace.takeWriteLease(fd)
-        if !watched, !leased && errno == EAGAIN { return .refused("it is open in another program; evict it once that program closes it") }
+        var leased = SafeReplace.takeWriteLease(fd)
+        if !leased && errno == EAGAIN { return .refused("it is open in another program (or mapped, or running); evict it once that program closes it") }
+        if leased && watched {
+            _ = fprep_release_lease(fd)
+            leased = false
+        }
         defer { if leased { _ = fprep_release_lease(fd) } }
         var before = fprep_stat()
         guard fprep_fstat(fd, &before) == 0 else { throw SystemError("stat", path.description) }
