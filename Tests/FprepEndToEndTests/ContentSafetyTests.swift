@@ -148,6 +148,34 @@ struct ForeignFileTests {
         }
     }
 
+    @Test("a replica of another remote cloned inside a replica: its placeholders stay here (reported), its content syncs, and every push goes through")
+    func replicaOfAnotherRemoteInside() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let other = try box.makeRemote("other.git", nodes: ["o.txt": .text("other\n"), "big.bin": .file(Data(repeating: 7, count: 5000))])
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            _ = try box.clone(other.path, replica + "/nested")
+            try box.fprepOK(["materialize", "o.txt"], cwd: replica + "/nested")
+            // A placeholder of this replica's own, copied with its marks: its blob is the remote's.
+            let copied = try Shell.run(["/bin/cp", "-a", replica + "/a.txt", replica + "/copy-of-a.txt"])
+            #expect(copied.status == 0, "\(copied)")
+
+            let report = try syncWithin(box, replica)
+            #expect(report.string("pushed") != nil, "\(report)")
+            #expect(kept(report)["nested/big.bin"]?.contains("another replica") == true, "\(report)")
+            let files = try remoteFiles(box, remote)
+            #expect(files.contains("nested/o.txt") && files.contains("copy-of-a.txt") && !files.contains("nested/big.bin"), "\(files)")
+            // Moved out of its replica, it is still another replica's.
+            #expect(rename(replica + "/nested/big.bin", replica + "/moved.bin") == 0)
+            try Data("later\n".utf8).write(to: URL(fileURLWithPath: replica + "/later.txt"))
+            let again = try syncWithin(box, replica)
+            #expect(again.string("pushed") != nil && kept(again)["moved.bin"] != nil, "\(again)")
+            #expect(try remoteFiles(box, remote).contains("later.txt"))
+            #expect(try box.fprepJSON(["status", "--json"], cwd: replica).string("waitingToPush") == nil)
+        }
+    }
+
     @Test("a /dev/zero clone in place of a tracked file is never read (no endless read, no huge allocation)")
     func zeroDeviceInPlaceOfFile() throws {
         try withSandbox { box in

@@ -101,6 +101,33 @@ struct PlaceholderWriteTests {
         }
     }
 
+    @Test("a placeholder of an empty file filled in (>, >>, an editor's save by rename, after a move) is a plain edit at its name: no conflict copy, on every device")
+    func emptyFilesFilledIn() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: ["a/__init__.py": .file(Data()), "b/.gitkeep": .file(Data()), "c/log.txt": .file(Data()),
+                                                     "d/moved.txt": .file(Data()), "other.txt": .text("other\n")])
+            let one = box.at("one"), two = box.at("two")
+            _ = try box.clone(remote.path, one)
+            _ = try box.clone(remote.path, two)
+            try box.sh("printf 'VERSION = 1\n' > a/__init__.py && printf 'kept\n' >> b/.gitkeep && printf 'saved\n' > c/.log.swp && mv c/.log.swp c/log.txt && mv d/moved.txt d/renamed.txt && printf 'after a move\n' >> d/renamed.txt",
+                       cwd: one)
+            let status = try box.fprepJSON(["status"], cwd: one)
+            #expect(!status.objects("changes").contains { $0.string("kind") == "writtenWhileDataless" }, "\(status)")
+            let report = try box.fprepJSON(["sync"], cwd: one)
+            #expect(report.objects("conflicts").isEmpty, "\(report)")
+            let tree = try box.remoteTree(remote.path)
+            #expect(!tree.keys.contains { $0.contains("(conflict ") }, "\(tree.keys.sorted())")
+            let expected = ["a/__init__.py": "VERSION = 1\n", "b/.gitkeep": "kept\n", "c/log.txt": "saved\n", "d/renamed.txt": "after a move\n"]
+            for (path, text) in expected {
+                #expect(try box.remoteBlob(remote.path, path) == Data(text.utf8), "\(path)")
+            }
+            #expect(try box.fprepJSON(["status"], cwd: one).objects("changes").isEmpty)
+            try box.fprepOK(["sync"], cwd: two)
+            try box.fprepOK(["materialize", "."], cwd: two)
+            for (path, text) in expected { #expect(contents(two + "/" + path) == Data(text.utf8), "\(path)") }
+        }
+    }
+
     @Test("a placeholder copied with its marks is a copy of its content, and one moved and written keeps both")
     func copiedAndMovedPlaceholders() throws {
         try withSandbox { box in

@@ -36,6 +36,11 @@ struct MarkedPlaceholder {
     /// When something wrote into it: the placeholder entry its bytes are
     /// kept beside (as `WrittenPlaceholder` keeps them).
     let writtenInto: IndexEntry?
+    /// Made by another replica (of another remote, most likely): a blob
+    /// this replica's remote is not known to have (see `LocalScanner.isKnown`).
+    /// Committed, it would name content no one can send, and every push
+    /// would fail; it is held back instead.
+    var foreign = false
 }
 
 /// What the scan found, with what a commit of it needs.
@@ -136,6 +141,13 @@ struct LocalChangeSet {
         changes.append(LocalChange(kind: .writtenWhileDataless, path: RepoPath(bytes: entry.path).description, from: nil))
     }
 
+    /// A placeholder another replica made (see `MarkedPlaceholder.foreign`):
+    /// reported, never committed, looked at again next time.
+    mutating func recordForeign(_ path: RepoPath) {
+        specialPaths.append(path.bytes)
+        skipped.append(Skipped(path: path.description, reason: "a placeholder of another replica: its content is neither on this device nor known to this replica's remote, so fprep does not sync it (materialize it in the replica it came from, then copy it here)"))
+    }
+
     /// A FIFO, socket or device node in the replica: reported, left alone.
     mutating func recordSpecial(_ path: RepoPath, _ stat: FileStat) {
         specialPaths.append(path.bytes)
@@ -171,6 +183,12 @@ struct LocalScanner {
     final class StrayTemporaries {
         var paths: [RepoPath] = []
     }
+
+    /// The blob ids of the index, once a scan needs them (see `isKnown`).
+    final class KnownBlobs {
+        var ids: Set<ObjectID>?
+    }
+    let knownBlobs = KnownBlobs()
 
     /// Parts of the index scanned at once: on a cold cache the scan waits
     /// on inode reads, which overlap across threads.
@@ -351,7 +369,10 @@ struct LocalScanner {
                     bytes += try collectNew(path, into: &added, set: &set)
                     continue
                 }
-                if let marked = try markedPlaceholder(path, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
+                let marked = try markedPlaceholder(path, stat, sizes: sizes)
+                if let marked, marked.foreign {
+                    set.recordForeign(path)
+                } else if let marked, !entry.skipWorktree || marked.blob != entry.id {
                     set.recordMarked(path, stat, marked)
                 } else {
                     set.recordModified(entry, stat, classifier: classifier)
@@ -427,7 +448,7 @@ struct LocalScanner {
                 }
                 return any
             }
-            guard stat.isRegular, try markedPlaceholder(path, stat, sizes: sizes) != nil else { return false }
+            guard stat.isRegular, let marked = try markedPlaceholder(path, stat, sizes: sizes), !marked.foreign else { return false }
             found.append((path, stat))
             return true
         }
@@ -503,7 +524,10 @@ struct LocalScanner {
                         continue
                     }
                     let itemPath = RepoPath(bytes: path)
-                    if let marked = try markedPlaceholder(itemPath, stat, sizes: sizes), !entry.skipWorktree || marked.blob != entry.id {
+                    let marked = try markedPlaceholder(itemPath, stat, sizes: sizes)
+                    if let marked, marked.foreign {
+                        set.recordForeign(itemPath)
+                    } else if let marked, !entry.skipWorktree || marked.blob != entry.id {
                         set.recordMarked(itemPath, stat, marked)
                     } else {
                         set.recordModified(entry, stat, classifier: classifier)
@@ -567,6 +591,10 @@ struct LocalScanner {
             if let marked = try markedPlaceholder(path, stat, sizes: sizes, knownSize: { id in
                 deletedByID[id]?.first.map { Int64($0.stat.fileSize) }
             }) {
+                if marked.foreign {
+                    set.recordForeign(path)
+                    continue
+                }
                 id = marked.blob
                 placeholder = true
                 set.recordWrittenInto(marked)
@@ -624,14 +652,34 @@ struct LocalScanner {
         guard stat.isRegular, let blob = ContentOperations.placeholderBlob(replica.rootFolder, path),
               ContentOperations.isMarkedDataless(replica.rootFolder, path) else { return nil }
         let info = try sizes(blob)
+        guard info != nil || isKnown(blob) else { return MarkedPlaceholder(blob: blob, writtenInto: nil, foreign: true) }
         let size = info?.size ?? knownSize(blob)
         let sizeKept = size.map { ($0 & 0xFFFF_FFFF) == (stat.size & 0xFFFF_FFFF) } ?? true
         guard !sizeKept || !ContentOperations.holdsNoData(replica.rootFolder, path, stat) else {
             return MarkedPlaceholder(blob: blob, writtenInto: nil)
         }
+        // Written into a placeholder of an empty file: plain new content
+        // (see `StateClassifier.placeholderChange`).
+        if blob == UnknownSizes.emptyBlob { return nil }
         let recorded = StatData.placeholder(size: size ?? 0, mtime: info?.mtime ?? stat.mtime.0)
         return MarkedPlaceholder(blob: blob, writtenInto: IndexEntry(path: path.bytes, id: blob, mode: stat.gitMode.raw,
                                                                     stat: recorded, skipWorktree: true))
+    }
+
+    /// Whether this replica's remote is known to have `blob`: its size is
+    /// in the store (the remote's manifest, or content taken in here), the
+    /// object store holds it, or an index entry names it (a placeholder
+    /// moved or copied within the replica). The index's ids are gathered
+    /// once per scan, and only when a placeholder needs them.
+    func isKnown(_ blob: ObjectID) -> Bool {
+        if (try? replica.repository.objectDatabase().contains(blob)) == true { return true }
+        if knownBlobs.ids == nil {
+            var ids = Set<ObjectID>()
+            ids.reserveCapacity(index.count)
+            for i in 0..<index.count { if let entry = index.entry(at: i) { ids.insert(entry.id) } }
+            knownBlobs.ids = ids
+        }
+        return knownBlobs.ids?.contains(blob) == true
     }
 
     /// The blob id of what is on disk at `path` (a symlink's target, or a

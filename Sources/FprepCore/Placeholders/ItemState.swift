@@ -83,7 +83,8 @@ struct StateClassifier {
     /// bit) that `state` found modified: only its mode changed (it still
     /// holds no data and keeps its size), or something wrote into it. nil
     /// when a file no longer stands there (a folder, a symlink: a change of
-    /// kind, committed as what is on disk).
+    /// kind, committed as what is on disk), or when it stands for an empty
+    /// file (no zeros could be read for its content): a plain edit.
     ///
     /// Bytes written into a placeholder were written over content that was
     /// not on disk: a program that read it saw zeros. They are the user's,
@@ -101,6 +102,10 @@ struct StateClassifier {
         if let marked = ContentOperations.placeholderBlob(root, RepoPath(bytes: entry.path)), marked != entry.id {
             return .written
         }
+        // A placeholder of an empty file reads as what it is: a program that
+        // read it saw its whole content, so what it wrote is a plain edit
+        // (a `__init__.py` or `.gitkeep` filled in), never a conflict copy.
+        if entry.id == UnknownSizes.emptyBlob { return nil }
         if UInt32(truncatingIfNeeded: stat.size) == entry.stat.fileSize,
            ContentOperations.holdsNoData(root, RepoPath(bytes: entry.path), stat) {
             return .mode(stat.gitMode)
