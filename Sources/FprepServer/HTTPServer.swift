@@ -6,6 +6,7 @@ import NIOHTTP1
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// A small HTTP/1.1 server on SwiftNIO: each request is read in full (up to
 /// `maxBodyBytes`, else 413 and the connection closes), handed to the
@@ -160,6 +161,10 @@ public final class HTTPServer: Sendable {
         let closed = connection.channel.closeFuture
         // Finished by `executeThenClose` (whatever the body does): it may go.
         defer { Unserved.release(connection) }
+        // The connection's idle closer (an HTTP/2 stream's is its connection's,
+        // its parent; a TCP connection's parent is the listener).
+        var idleCloser = try? await connection.channel.pipeline.handler(type: CloseWhenIdle.self).get()
+        if idleCloser == nil { idleCloser = try? await connection.channel.parent?.pipeline.handler(type: CloseWhenIdle.self).get() }
         try? await connection.executeThenClose { inbound, outbound in
             var parts = inbound.makeAsyncIterator()
             while let first = try await parts.next() {
@@ -188,9 +193,17 @@ public final class HTTPServer: Sendable {
                 }
                 let path = String(head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
                 let request = HTTPRequest(method: head.method, path: path, headers: head.headers, body: body, client: client)
+                idleCloser?.began()
                 let response = await handler(request)
                 let keepAlive = head.isKeepAlive
-                try await write(response, to: outbound, version: head.version, keepAlive: keepAlive, closed: closed)
+                if case .stream = response.body { idleCloser?.ended() }  // a stream keeps itself open with heartbeats
+                do {
+                    try await write(response, to: outbound, version: head.version, keepAlive: keepAlive, closed: closed)
+                } catch {
+                    if case .bytes = response.body { idleCloser?.ended() }
+                    throw error
+                }
+                if case .bytes = response.body { idleCloser?.ended() }
                 if !keepAlive { return }
                 if case .stream = response.body { return }
             }
@@ -226,12 +239,23 @@ public final class HTTPServer: Sendable {
     }
 }
 
-/// Closes a connection that has been idle too long (see `IdleStateHandler`).
+/// Closes a connection that has been idle too long (see `IdleStateHandler`),
+/// unless a request on it is being answered: a handler that waits (on the
+/// service's store, on a loaded machine) is no idle client, and closing
+/// then loses its answer ("the server closed the connection") after the
+/// request may have taken effect.
 final class CloseWhenIdle: ChannelInboundHandler, Sendable {
     typealias InboundIn = NIOAny
 
+    /// Requests on this connection being answered now.
+    private let answering = Atomic<Int>(0)
+
+    func began() { answering.add(1, ordering: .relaxed) }
+    func ended() { answering.subtract(1, ordering: .relaxed) }
+
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is IdleStateHandler.IdleStateEvent {
+            guard answering.load(ordering: .relaxed) == 0 else { return }
             context.close(promise: nil)
         } else {
             context.fireUserInboundEventTriggered(event)

@@ -4,6 +4,7 @@ import FprepCore
 @testable import FprepPush
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import Testing
 @testable import FprepServer
 
@@ -212,6 +213,25 @@ struct ServiceTests {
                 "the watching device: \(streamed.get().map(\.data))")
         reading.cancel()
         await fixture.stop()
+    }
+
+    @Test("a request answered after longer than the server's idle timeout still gets its answer (idle means no request in hand)")
+    func slowAnswerOutlivesIdleTimeout() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        // The handler takes five idle timeouts; the connection carries nothing meanwhile.
+        let server = try await HTTPServer.start(host: "127.0.0.1", port: 0, group: group, idleTimeout: .milliseconds(100)) { _ in
+            try? await Task.sleep(for: .milliseconds(500))
+            return HTTPResponse(status: .ok, body: .bytes(Array("late\n".utf8)))
+        }
+        let client = HTTPClient(group: group)
+        let url = try #require(ServiceURL("http://127.0.0.1:\(server.port)/slow"))
+        for _ in 0..<2 {  // a fresh connection, then the pooled one
+            let response = try await client.send(ClientRequest(.GET, url), timeout: .seconds(Int64(patience)))
+            #expect(response.status == 200 && response.text == "late\n", "\(response.status) \(response.text)")
+        }
+        await client.shutdown()
+        await server.stop()
+        try await group.shutdownGracefully()
     }
 
     @Test("a webhook that fails is retried until it answers")
