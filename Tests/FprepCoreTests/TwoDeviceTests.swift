@@ -4,6 +4,20 @@ import Testing
 import FprepGit
 @testable import FprepCore
 
+/// A replica opened for a test's own step, as a command opens it.
+func openReplica(_ root: String) throws -> Replica {
+    try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
+}
+
+extension SyncHarness {
+    /// A second replica of the harness's remote (the second device).
+    func secondReplica() throws -> String {
+        let second = folder + "/replica-b"
+        _ = try Cloner.clone(url: remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
+        return second
+    }
+}
+
 /// Two replicas of one remote, each changed offline, then synced: both end
 /// with the same tree and nothing either device wrote is lost.
 @Suite(.serialized) struct TwoDeviceTests {
@@ -32,18 +46,14 @@ import FprepGit
 
     @Test func concurrentOfflineEditsEndIdenticalWithNothingLost() throws {
         let h = try SyncHarness(files: Self.files)
-        let second = h.folder + "/replica-b"
-        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
-        func open(_ root: String) throws -> Replica {
-            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
-        }
+        let second = try h.secondReplica()
         func write(_ root: String, _ path: String, _ text: String) throws {
             try FileManager.default.createDirectory(atPath: ((root + "/" + path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             try Data(text.utf8).write(to: URL(fileURLWithPath: root + "/" + path))
         }
         let a = h.replicaRoot, b = second
-        _ = try open(a).materialize(["."], relativeTo: a)
-        _ = try open(b).materialize(["."], relativeTo: b)
+        _ = try openReplica(a).materialize(["."], relativeTo: a)
+        _ = try openReplica(b).materialize(["."], relativeTo: b)
 
         // Device A, offline.
         try write(a, "shared.txt", "line 1 (A)\nline 2\nline 3\nline 4\nline 5\n")   // merges with B's edit
@@ -60,13 +70,13 @@ import FprepGit
         try write(b, "new/same-path.txt", "created on B\n")
         try write(b, "photo.bin", "binary\u{0}from B\n")
 
-        let first = try open(a).sync()
+        let first = try openReplica(a).sync()
         #expect(first.pushed != nil && first.conflicts.isEmpty)
-        let merge = try open(b).sync()
+        let merge = try openReplica(b).sync()
         #expect(merge.pushed != nil)
         #expect(Set(merge.conflicts.map(\.path)) == ["new/same-path.txt", "photo.bin"])
-        _ = try open(a).sync()
-        _ = try open(b).sync()
+        _ = try openReplica(a).sync()
+        _ = try openReplica(b).sync()
 
         let treeA = try Self.tree(h, a), treeB = try Self.tree(h, b)
         #expect(treeA == treeB)
@@ -81,33 +91,29 @@ import FprepGit
         #expect(Set(photos.values) == ["binary\u{0}from A\n", "binary\u{0}from B\n"], "a binary conflict keeps both")
         #expect(photos.keys.contains("photo.bin") && photos.keys.contains { $0.hasPrefix("photo (conflict ") && $0.hasSuffix(").bin") })
         // Nothing left to sync on either side; the remote holds the same tree.
-        #expect(try open(a).status().changes.isEmpty && open(b).status().changes.isEmpty)
-        #expect(try open(a).currentAnchor() == open(b).currentAnchor())
-        #expect(try h.git(["--git-dir=\(h.remote)", "rev-parse", "main"], in: h.folder) == open(a).currentAnchor())
+        #expect(try openReplica(a).status().changes.isEmpty && openReplica(b).status().changes.isEmpty)
+        #expect(try openReplica(a).currentAnchor() == openReplica(b).currentAnchor())
+        #expect(try h.git(["--git-dir=\(h.remote)", "rev-parse", "main"], in: h.folder) == openReplica(a).currentAnchor())
     }
 
     /// Neither device's rename is dropped without a word: both names hold
     /// the file on both devices, and the second sync says so.
     @Test func aFileRenamedDifferentlyOnBothDevicesKeepsBothNames() throws {
         let h = try SyncHarness(files: Self.files)
-        let second = h.folder + "/replica-b"
-        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
-        func open(_ root: String) throws -> Replica {
-            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
-        }
+        let second = try h.secondReplica()
         let a = h.replicaRoot, b = second
         try FileManager.default.moveItem(atPath: a + "/a-only.txt", toPath: a + "/named-by-A.txt")
         try FileManager.default.moveItem(atPath: b + "/a-only.txt", toPath: b + "/named-by-B.txt")
-        _ = try open(a).sync()
-        let report = try open(b).sync()
-        _ = try open(a).sync()
+        _ = try openReplica(a).sync()
+        let report = try openReplica(b).sync()
+        _ = try openReplica(a).sync()
         #expect(report.conflicts.contains { $0.path == "named-by-A.txt" && $0.copy == "named-by-B.txt" }, "\(report.conflicts)")
         for root in [a, b] {
             let tree = try Self.tree(h, root)
             #expect(tree["a-only.txt"] == nil && tree["named-by-A.txt"] == "a\n" && tree["named-by-B.txt"] == "a\n", "\(root): \(tree)")
         }
-        #expect(try open(a).status().changes.isEmpty && open(b).status().changes.isEmpty)
-        #expect(try open(a).currentAnchor() == open(b).currentAnchor())
+        #expect(try openReplica(a).status().changes.isEmpty && openReplica(b).status().changes.isEmpty)
+        #expect(try openReplica(a).currentAnchor() == openReplica(b).currentAnchor())
     }
 
     @Test func offlineCommitWaitsAndTheNextSyncPushesIt() throws {
@@ -155,55 +161,47 @@ import FprepGit
 @Suite(.serialized) struct SharedMetadataTests {
     @Test func favoritesAndTagsReachTheOtherDeviceAlsoAfterOfflineEditsOnBoth() throws {
         let h = try SyncHarness(files: TwoDeviceTests.files)
-        let second = h.folder + "/replica-b"
-        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
-        func open(_ root: String) throws -> Replica {
-            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
-        }
+        let second = try h.secondReplica()
         // Offline on both: A favorites a file and tags another; B tags a third.
         try FileManager.default.moveItem(atPath: h.remote, toPath: h.remote + ".away")
-        try open(h.replicaRoot).setFavorite("a-only.txt", relativeTo: h.replicaRoot, present: true)
-        try open(h.replicaRoot).setTag("shared.txt", relativeTo: h.replicaRoot, name: "red", present: true)
-        try open(second).setTag("b-only.txt", relativeTo: second, name: "blue", present: true)
-        #expect(throws: FprepError.self) { try open(h.replicaRoot).sync() }
+        try openReplica(h.replicaRoot).setFavorite("a-only.txt", relativeTo: h.replicaRoot, present: true)
+        try openReplica(h.replicaRoot).setTag("shared.txt", relativeTo: h.replicaRoot, name: "red", present: true)
+        try openReplica(second).setTag("b-only.txt", relativeTo: second, name: "blue", present: true)
+        #expect(throws: FprepError.self) { try openReplica(h.replicaRoot).sync() }
         try FileManager.default.moveItem(atPath: h.remote + ".away", toPath: h.remote)
-        _ = try open(h.replicaRoot).sync()
-        _ = try open(second).sync()
-        _ = try open(h.replicaRoot).sync()
+        _ = try openReplica(h.replicaRoot).sync()
+        _ = try openReplica(second).sync()
+        _ = try openReplica(h.replicaRoot).sync()
         for root in [h.replicaRoot, second] {
-            let items = try open(root).workingSetItems()
+            let items = try openReplica(root).workingSetItems()
             #expect(items.first { $0.identifier == "a-only.txt" }?.reasons.contains(.favorite) == true, "\(root)")
             #expect(items.first { $0.identifier == "shared.txt" }?.tags == ["red"], "\(root)")
             #expect(items.first { $0.identifier == "b-only.txt" }?.tags == ["blue"], "\(root)")
         }
         // An unfavorite on B reaches A too.
-        try open(second).setFavorite("a-only.txt", relativeTo: second, present: false)
-        _ = try open(second).sync()
-        _ = try open(h.replicaRoot).sync()
-        #expect(try open(h.replicaRoot).workingSetItems().first { $0.identifier == "a-only.txt" }?.reasons.contains(.favorite) != true)
+        try openReplica(second).setFavorite("a-only.txt", relativeTo: second, present: false)
+        _ = try openReplica(second).sync()
+        _ = try openReplica(h.replicaRoot).sync()
+        #expect(try openReplica(h.replicaRoot).workingSetItems().first { $0.identifier == "a-only.txt" }?.reasons.contains(.favorite) != true)
     }
 }
 
 extension SharedMetadataTests {
     @Test func aTagFollowsItsFileMovedOnOneDeviceOnBothDevices() throws {
         let h = try SyncHarness(files: TwoDeviceTests.files)
-        let second = h.folder + "/replica-b"
-        _ = try Cloner.clone(url: h.remote, into: second, branch: nil, progress: SilentProgress(), showGitProgress: false)
-        func open(_ root: String) throws -> Replica {
-            try Replica.open(containing: root, access: Replica.Access(command: "test", exclusive: true))
-        }
-        try open(h.replicaRoot).setTag("a-only.txt", relativeTo: h.replicaRoot, name: "red", present: true)
-        _ = try open(h.replicaRoot).sync()
-        _ = try open(second).sync()
-        #expect(try open(second).workingSetItems().first { $0.identifier == "a-only.txt" }?.tags == ["red"])
+        let second = try h.secondReplica()
+        try openReplica(h.replicaRoot).setTag("a-only.txt", relativeTo: h.replicaRoot, name: "red", present: true)
+        _ = try openReplica(h.replicaRoot).sync()
+        _ = try openReplica(second).sync()
+        #expect(try openReplica(second).workingSetItems().first { $0.identifier == "a-only.txt" }?.tags == ["red"])
 
         try FileManager.default.createDirectory(atPath: h.replicaRoot + "/moved", withIntermediateDirectories: true)
         try FileManager.default.moveItem(atPath: h.replicaRoot + "/a-only.txt", toPath: h.replicaRoot + "/moved/a.txt")
-        let sync = try open(h.replicaRoot).sync()
+        let sync = try openReplica(h.replicaRoot).sync()
         #expect(sync.localChanges.contains { $0.kind == .moved && $0.path == "moved/a.txt" }, "\(sync.localChanges)")
-        _ = try open(second).sync()
+        _ = try openReplica(second).sync()
         for root in [h.replicaRoot, second] {
-            let items = try open(root).workingSetItems()
+            let items = try openReplica(root).workingSetItems()
             #expect(items.first { $0.identifier == "moved/a.txt" }?.tags == ["red"], "\(root): \(items)")
             #expect(items.first { $0.identifier == "a-only.txt" }?.tags.isEmpty != false, "\(root): \(items)")
         }
