@@ -54,7 +54,7 @@ extension Replica {
                 } else if opened.size == 0 {
                     results[position] = .success(.notAPlaceholder("it is empty"))
                 } else {
-                    results[position] = .failure(FprepError("the file is no longer a placeholder at its path (moved or replaced); run 'fprep sync'"))
+                    results[position] = .failure(FprepError("the file is no longer a placeholder at its path (moved or replaced); run 'fprep sync': a file moved within the replica is then filled at its new path, and one moved out of it is a deletion there, which 'fprep trash' lists and 'fprep restore PATH' brings back with its content"))
                 }
                 continue
             }
