@@ -249,13 +249,19 @@ final class CloseWhenIdle: ChannelInboundHandler, Sendable {
 
     /// Requests on this connection being answered now.
     private let answering = Atomic<Int>(0)
+    /// Idle timeouts that came while a request was in hand, on every
+    /// connection of the process (each one a connection kept open).
+    static let keptOpen = Atomic<Int>(0)
 
     func began() { answering.add(1, ordering: .relaxed) }
     func ended() { answering.subtract(1, ordering: .relaxed) }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is IdleStateHandler.IdleStateEvent {
-            guard answering.load(ordering: .relaxed) == 0 else { return }
+            guard answering.load(ordering: .relaxed) == 0 else {
+                Self.keptOpen.add(1, ordering: .relaxed)
+                return
+            }
             context.close(promise: nil)
         } else {
             context.fireUserInboundEventTriggered(event)

@@ -215,19 +215,33 @@ struct ServiceTests {
         await fixture.stop()
     }
 
-    @Test("a request answered after longer than the server's idle timeout still gets its answer (idle means no request in hand)")
+    @Test("a request answered after the server's idle timeout came and went still gets its answer (idle means no request in hand)")
     func slowAnswerOutlivesIdleTimeout() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        // The handler takes five idle timeouts; the connection carries nothing meanwhile.
-        let server = try await HTTPServer.start(host: "127.0.0.1", port: 0, group: group, idleTimeout: .milliseconds(100)) { _ in
-            try? await Task.sleep(for: .milliseconds(500))
+        let inHand = Locked(0)
+        // The handler answers once an idle timeout has come with a request
+        // in hand (the connection carries nothing meanwhile).
+        let server = try await HTTPServer.start(host: "127.0.0.1", port: 0, group: group, idleTimeout: .milliseconds(200)) { _ in
+            inHand.update { $0 += 1 }
+            let before = CloseWhenIdle.keptOpen.load(ordering: .relaxed)
+            while CloseWhenIdle.keptOpen.load(ordering: .relaxed) == before { try? await Task.sleep(for: .milliseconds(10)) }
             return HTTPResponse(status: .ok, body: .bytes(Array("late\n".utf8)))
         }
         let client = HTTPClient(group: group)
         let url = try #require(ServiceURL("http://127.0.0.1:\(server.port)/slow"))
-        for _ in 0..<2 {  // a fresh connection, then the pooled one
-            let response = try await client.send(ClientRequest(.GET, url), timeout: .seconds(Int64(patience)))
-            #expect(response.status == 200 && response.text == "late\n", "\(response.status) \(response.text)")
+        var answered = 0
+        while answered < 2 {  // a fresh connection, then (mostly) the pooled one
+            let handled = inHand.get()
+            do {
+                let response = try await client.send(ClientRequest(.GET, url), timeout: .seconds(Int64(patience)))
+                #expect(response.status == 200 && response.text == "late\n", "\(response.status) \(response.text)")
+                answered += 1
+            } catch {
+                // Closed before the request was in hand (a connection idle
+                // for the timeout on a loaded machine): that is what idle
+                // means. Once in hand, it must be answered.
+                guard inHand.get() == handled else { throw error }
+            }
         }
         await client.shutdown()
         await server.stop()
