@@ -62,7 +62,8 @@ struct Status: ParsableCommand {
             }
         }
         if let waiting = report.waitingToPush {
-            print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet (run 'fprep sync' when the remote is reachable)")
+            let why = report.waitingBecause.map { "; the last sync \($0)" } ?? ""
+            print("waiting:      local commit \(waiting.prefix(12)) is not pushed yet\(why) (run 'fprep sync' again once the remote takes it)")
         }
         if let problem = report.budgetProblem { print("budget:       \(problem)") }
         if let budget = report.budget {

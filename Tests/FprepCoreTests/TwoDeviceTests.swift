@@ -123,6 +123,7 @@ extension SyncHarness {
         #expect(throws: FprepError.self) { try h.replica().sync() }
         let waiting = try h.replica().status()
         #expect(waiting.waitingToPush != nil && waiting.changes.isEmpty)
+        #expect(waiting.waitingBecause?.hasPrefix("could not reach the remote") == true, "\(String(describing: waiting.waitingBecause))")
         #expect(FileManager.default.contents(atPath: h.replicaRoot + "/new.txt") == Data("offline edit\n".utf8))
         try FileManager.default.moveItem(atPath: h.remote + ".away", toPath: h.remote)
         let report = try h.replica().sync()

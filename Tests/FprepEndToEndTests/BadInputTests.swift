@@ -125,7 +125,7 @@ struct BadInputTests {
         }
     }
 
-    @Test("a push the remote refuses (a lock a killed git left there) says the remote's reason; the commit waits, and goes once the lock is gone")
+    @Test("a push the remote refuses (a lock a killed git left there) says the remote's reason, and status says it while the commit waits; it goes once the lock is gone")
     func pushRefusedByRemoteSaysWhy() throws {
         try withSandbox { box in
             let remote = try box.makeRemote()
@@ -136,10 +136,14 @@ struct BadInputTests {
             try Data("new\n".utf8).write(to: URL(fileURLWithPath: replica + "/new.txt"))
             let refused = try box.fprep(["sync"], cwd: replica)
             expectOneLineError(refused, mentioning: ["the remote says", "main.lock", "File exists"])
-            #expect(try box.fprepJSON(["status"], cwd: replica).string("waitingToPush") != nil)
+            let waiting = try box.fprepJSON(["status"], cwd: replica)
+            #expect(waiting.string("waitingToPush") != nil && waiting.string("waitingBecause")?.contains("main.lock") == true, "\(waiting)")
+            let shown = try box.fprepOK(["status"], cwd: replica).stdout
+            #expect(shown.contains("the last sync could not push: the remote says: cannot lock ref"), "\(shown)")
             try FileManager.default.removeItem(atPath: lock)
             try box.fprepOK(["sync"], cwd: replica)
             #expect(try box.gitOK(["show", "main:new.txt"], cwd: remote.path).hasPrefix("new"))
+            #expect(try box.fprepJSON(["status"], cwd: replica)["waitingBecause"] == nil)
         }
     }
 

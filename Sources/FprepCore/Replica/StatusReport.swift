@@ -27,6 +27,9 @@ public struct StatusReport: Sendable, Encodable {
     public let changes: [LocalChange]
     /// A local commit that waits to be pushed (the remote was unreachable), if any.
     public let waitingToPush: String?
+    /// Why it waits: the last sync's failure (the remote unreachable, or
+    /// its refusal of the push, in its own words), when one was recorded.
+    public var waitingBecause: String? = nil
     /// Why an interrupted operation still waits to be finished (the disk is full), if one does.
     public var unfinished: String? = nil
     /// The process id of the `fprep agent` serving the replica, if one runs.
@@ -92,6 +95,7 @@ extension Replica {
         report.gitBytes = gitBytes
         report.ignoreFilesNotRead = scan.unreadIgnoreFiles
         report.notSynced = scan.skipped
+        if pending != nil { report.waitingBecause = try store.meta(Replica.pushWaitsKey).flatMap { $0.isEmpty ? nil : $0 } }
         report.pins = try pins()
         report.heldOpen = try store.heldFiles().map(\.item.description)
         do {

@@ -224,6 +224,7 @@ extension Replica {
                     throw full
                 }
                 let waiting = try store.meta(Replica.unpushedKey).flatMap { $0.isEmpty ? nil : $0 }
+                if waiting != nil { try? store.setMeta(Replica.pushWaitsKey, "could not reach the remote: \(error.reason)") }
                 let kept = waiting.map { " \(report.localChanges.isEmpty ? "Local changes" : counted(report.localChanges.count, "local change")) \(report.localChanges.count == 1 ? "is" : "are") committed (\($0.prefix(12))) and \(report.localChanges.count == 1 ? "waits" : "wait") to be pushed." } ?? " The replica is unchanged."
                 throw FprepError("cannot reach remote '\(remoteURL)': \(error.reason).\(kept) Run 'fprep sync' again when the remote is back",
                                  detail: error.standardError)
@@ -322,6 +323,7 @@ extension Replica {
         } catch Transport.PushRefusal.failed(let error) {
             report.waitingToPush = target.hex
             report.keptLocal.append(Skipped(path: "", reason: "could not push (\(error.reason))"))
+            try? store.setMeta(Replica.pushWaitsKey, "could not push: \(error.reason)")
             return .done
         }
         try store.setMeta(Replica.unpushedKey, "")
@@ -407,6 +409,9 @@ extension Replica {
     static let remoteTipKey = "remote_tip"
     /// The store's key for the local commit that waits to be pushed (empty: none).
     static let unpushedKey = "unpushed"
+    /// The store's key for why it waits: the last sync's failure to reach
+    /// the remote or to push (shown by `status` while a commit waits).
+    static let pushWaitsKey = "push_waits"
 
     /// A refused remote tree said as a sync's error: the entry, why, and
     /// that the replica stays at its anchor (other errors pass through).
