@@ -5,9 +5,10 @@
 #define FPREP_SQLITE_VFS "fprep-unix"
 
 /* Registers the VFS FPREP_SQLITE_VFS (not as the default): SQLite's unix
- * VFS, whose wal-index file ("-shm") has every block allocated before
- * SQLite uses a region of it. Returns an SQLite result code; safe to call
- * more than once and from several threads. */
+ * VFS, with each region of the wal-index file ("-shm") populated for
+ * writing when it is mapped, so a full disk is SQLITE_FULL, never a SIGBUS
+ * (see vfs.c). Returns an SQLite result code; safe to call more than once
+ * and from several threads. */
 int fprep_sqlite_register_vfs(void);
 
 #endif

@@ -369,14 +369,7 @@ struct LocalScanner {
                     bytes += try collectNew(path, into: &added, set: &set)
                     continue
                 }
-                let marked = try markedPlaceholder(path, stat, sizes: sizes)
-                if let marked, marked.foreign {
-                    set.recordForeign(path)
-                } else if let marked, !entry.skipWorktree || marked.blob != entry.id {
-                    set.recordMarked(path, stat, marked)
-                } else {
-                    set.recordModified(entry, stat, classifier: classifier)
-                }
+                try recordChanged(entry, at: path, stat, sizes: sizes, classifier: classifier, in: &set)
             }
         }
         return [.materialized: clean, .dataless: dataless, .modified: modified, .deleted: gone]
@@ -524,14 +517,7 @@ struct LocalScanner {
                         continue
                     }
                     let itemPath = RepoPath(bytes: path)
-                    let marked = try markedPlaceholder(itemPath, stat, sizes: sizes)
-                    if let marked, marked.foreign {
-                        set.recordForeign(itemPath)
-                    } else if let marked, !entry.skipWorktree || marked.blob != entry.id {
-                        set.recordMarked(itemPath, stat, marked)
-                    } else {
-                        set.recordModified(entry, stat, classifier: classifier)
-                    }
+                    try recordChanged(entry, at: itemPath, stat, sizes: sizes, classifier: classifier, in: &set)
                 } else if stat.isDirectory {
                     // A folder with tracked items is walked whatever the
                     // rules say (tracked files stay tracked); its untracked
@@ -620,6 +606,22 @@ struct LocalScanner {
         }
         set.changes.sort { ($0.path, $0.kind.rawValue) < ($1.path, $1.kind.rawValue) }
         return set
+    }
+
+    /// A tracked file the scan found changed, in both scans' words: a
+    /// placeholder another replica made stays here; one moved or copied
+    /// over it (marks of another blob, or over content) is that blob; else
+    /// the classifier says what a program did to it.
+    private func recordChanged(_ entry: IndexEntry, at path: RepoPath, _ stat: FileStat, sizes: (ObjectID) throws -> BlobInfo?,
+                               classifier: StateClassifier, in set: inout LocalChangeSet) throws {
+        let marked = try markedPlaceholder(path, stat, sizes: sizes)
+        if let marked, marked.foreign {
+            set.recordForeign(path)
+        } else if let marked, !entry.skipWorktree || marked.blob != entry.id {
+            set.recordMarked(path, stat, marked)
+        } else {
+            set.recordModified(entry, stat, classifier: classifier)
+        }
     }
 
     /// New items whose path the remote would refuse (`TreeEntryRules`: a
