@@ -4,7 +4,8 @@
 # -dev packages; libgit2-dev brings those of zlib, mbedTLS, libssh2, http-parser and PCRE2),
 # git, and attr (getfattr, used by the quickstart to show placeholder attributes). The tests
 # also use e2fsprogs (a small ext4 image for the full-disk tests: mkfs.ext4, chattr), strace
-# (to hold a program inside the swap a race test needs), python3 (mmap and append writers) and
+# (to hold a program inside the swap a race test needs), gdb (the test run's watchdog shows a
+# hung run's stacks with it), python3 (mmap and append writers) and
 # lighttpd (a real web server in front of git http-backend for the smart-HTTP tests), openssl (the
 # TLS tests make a test CA and certificates with it), curl (checks HTTP/2 and HTTP/1.1 by ALPN),
 # nghttp2-server (nghttpd: an HTTP/2 server of another make for the APNs client) and postgresql
@@ -21,6 +22,8 @@ command -v getfattr >/dev/null || need+=(attr)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 command -v strace >/dev/null || need+=(strace)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# scripts/watchdog.sh shows where a hung test run waits (its threads' stacks) before it kills it.
+command -v gdb >/dev/null || need+=(gdb)
 # The smart-HTTP tests serve git http-backend through a real web server.
 command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
 # The TLS and APNs tests: certificates made at test time, an HTTP/2 client, and nghttp2's

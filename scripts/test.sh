@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 swift build --build-tests
-swift test
+bash scripts/watchdog.sh swift test
