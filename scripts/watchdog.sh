@@ -22,6 +22,28 @@ descendants() {
 
 explain() {
   echo "watchdog: no output for ${quiet_limit}s; what the test processes wait on:"
+  local stacks
+  stacks=$(mktemp "${TMPDIR:-/tmp}/fprep-watchdog-stacks-XXXXXX")
+  # User-space stacks of the test runner and of fprep's own processes (gdb, which setup.sh
+  # installs): a wait on a lock or a pipe shows only as a futex or a read above.
+  if command -v gdb >/dev/null; then
+    for pid in $(descendants "$leader"); do
+      case "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" in
+        *xctest*|*swiftpm-testing-helper*|*fprep*)
+          echo "--- user-space stacks of pid $pid"
+          # Threads idle in an event loop's epoll_wait are left out.
+          timeout 120 gdb -p "$pid" -batch -nx -ex "thread apply all bt 30" 2>/dev/null | grep -E '^(Thread|#)' | cut -c1-200 |
+            tee -a "$stacks" | awk '/^Thread/ { if (keep) printf "%s", block; block = $0 "\n"; keep = 1; next }
+                 /^#0 / && /epoll_wait/ { keep = 0 }
+                 { block = block $0 "\n" }
+                 END { if (keep) printf "%s", block }'
+          ;;
+      esac
+    done
+  fi
+  echo "--- /proc/locks"
+  cat /proc/locks 2>/dev/null
+  # Last, as the end of a long log is what is read first: each thread's state and kernel stack.
   for pid in $(descendants "$leader"); do
     [ -d "/proc/$pid" ] || continue
     echo "--- pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-300)"
@@ -38,20 +60,11 @@ explain() {
       esac
     done
   done
-  # User-space stacks of the test runner and of fprep's own processes (gdb, which setup.sh
-  # installs): a wait on a lock or a pipe shows only as a futex or a read above.
-  if command -v gdb >/dev/null; then
-    for pid in $(descendants "$leader"); do
-      case "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" in
-        *xctest*|*swiftpm-testing-helper*|*fprep*)
-          echo "--- user-space stacks of pid $pid"
-          timeout 120 gdb -p "$pid" -batch -nx -ex "thread apply all bt 40" 2>/dev/null | grep -E '^(Thread|#)' | cut -c1-240
-          ;;
-      esac
-    done
-  fi
-  echo "--- /proc/locks"
-  cat /proc/locks 2>/dev/null
+  # The very end: which tests the threads are in (the innermost frame of test code on each stack).
+  echo "--- tests on the stacks"
+  awk '/^Thread/ { thread = $0; found = 0; next }
+       !found && /Tests[0-9A-Za-z_]*[0-9]/ && !/TestSupport/ { print thread; print "    " $0; found = 1 }' "$stacks" | cut -c1-200
+  rm -f "$stacks"
 }
 
 last_size=-1
