@@ -40,9 +40,7 @@ final class MirrorWorker: Sendable {
     /// Starts the sweep; passes recording pushes then make the service read its outbox.
     func start(sweepInterval: Duration, readOutbox: @escaping @Sendable () async -> Void) {
         let sweep = Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: sweepInterval)
-                guard !Task.isCancelled else { return }
+            while await sleepUnlessCancelled(for: sweepInterval) {
                 self?.request()
             }
         }

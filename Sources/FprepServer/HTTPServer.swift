@@ -148,7 +148,7 @@ public final class HTTPServer: Sendable {
                 if pending.update({ value in defer { value = false }; return value }) { continuation.resume() }
             }
             Task { await loop.value; resume() }
-            Task { try? await Task.sleep(for: .seconds(5)); resume() }
+            Task { _ = await sleepUnlessCancelled(for: .seconds(5)); resume() }
         }
     }
 

@@ -118,8 +118,8 @@ actor PushSender {
                 case .retry(let reason):
                     // Said once per event: the attempts after it say it again until the last.
                     if attempt == 0 { log("event \(event.seq) for device \(device) not sent, trying again: \(reason)") }
-                    if attempt < backoff.count && !stopped && !Task.isCancelled {
-                        try? await Task.sleep(for: .milliseconds(Int64(backoff[attempt] * 1000)))
+                    if attempt < backoff.count && !stopped,
+                       await sleepUnlessCancelled(for: .milliseconds(Int64(backoff[attempt] * 1000))) {
                         attempt += 1
                         continue
                     }

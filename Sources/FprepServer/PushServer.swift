@@ -95,17 +95,14 @@ public enum PushServer {
         try await service.resumeDeliveries()
         await service.drainOutbox()
         let poller = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: options.pollInterval)
-                if Task.isCancelled { break }
+            while await sleepUnlessCancelled(for: options.pollInterval) {
                 await service.drainOutbox()
                 await service.maintain()
             }
         }
         options.companion?.start(readOutbox: { await service.drainOutbox() }, log: configuration.log)
         let heart = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: configuration.heartbeat)
+            while await sleepUnlessCancelled(for: configuration.heartbeat) {
                 await service.heartbeat()
             }
         }

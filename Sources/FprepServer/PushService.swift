@@ -493,8 +493,7 @@ public actor PushService {
         flushAt = instant
         flushTask?.cancel()
         flushTask = Task { [weak self] in
-            try? await Task.sleep(until: instant, clock: .continuous)
-            guard !Task.isCancelled else { return }
+            guard await sleepUnlessCancelled(until: instant) else { return }
             await self?.flush()
         }
     }

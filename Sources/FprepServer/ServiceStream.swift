@@ -74,7 +74,7 @@ struct ServiceStream: Sendable {
             } catch {
                 onDrop("\(error)")
             }
-            try? await Task.sleep(for: pause)
+            guard await sleepUnlessCancelled(for: pause) else { break }
             pause = min(pause * 2, maxBackoff)
         }
         return nil

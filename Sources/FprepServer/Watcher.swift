@@ -106,8 +106,7 @@ public struct Watcher: Sendable {
             }
         }
         let ticker = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(20))
+            while await sleepUnlessCancelled(for: .milliseconds(20)) {
                 input.yield(.tick)
             }
         }

@@ -44,7 +44,7 @@ final class Sink: Sendable {
     /// Waits until at least `count` requests arrived (or `timeout` seconds passed).
     func waitFor(_ count: Int, timeout: Double = patience) async -> [HTTPRequest] {
         let deadline = Date().addingTimeInterval(timeout)
-        while received.get().count < count && Date() < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+        while received.get().count < count && Date() < deadline, await sleepUnlessCancelled(for: .milliseconds(10)) {}
         return received.get()
     }
 
@@ -90,8 +90,7 @@ final class ServiceFixture: @unchecked Sendable {
         (service, server) = try await Self.startService(remote: remote, domain: domain, group: group, client: client,
                                                         secret: secret, configure: configure, rateLimit: rateLimit)
         heartbeats = Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(15))
+            while await sleepUnlessCancelled(for: .seconds(15)) {
                 guard let service = self?.service else { return }
                 await service.heartbeat()
             }
@@ -208,7 +207,7 @@ func eventually(progress: () -> Int, _ condition: () async -> Bool) async -> Boo
     var last = progress()
     while Date() < deadline {
         if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(10))
+        guard await sleepUnlessCancelled(for: .milliseconds(10)) else { break }
         let now = progress()
         if now != last {
             last = now
@@ -222,10 +221,11 @@ func eventually(_ condition: () async -> Bool) async -> Bool {
     let deadline = Date().addingTimeInterval(patience)
     while Date() < deadline {
         if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(10))
+        guard await sleepUnlessCancelled(for: .milliseconds(10)) else { break }
     }
     return await condition()
 }
+
 
 struct FixtureError: Error, CustomStringConvertible {
     let description: String

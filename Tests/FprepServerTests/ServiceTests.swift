@@ -224,7 +224,9 @@ struct ServiceTests {
         let server = try await HTTPServer.start(host: "127.0.0.1", port: 0, group: group, idleTimeout: .seconds(1)) { _ in
             inHand.update { $0 += 1 }
             let before = CloseWhenIdle.keptOpen.load(ordering: .relaxed)
-            while CloseWhenIdle.keptOpen.load(ordering: .relaxed) == before { try? await Task.sleep(for: .milliseconds(10)) }
+            // A connection closed under it cancels this task: it ends then.
+            let deadline = Date().addingTimeInterval(patience)
+            while CloseWhenIdle.keptOpen.load(ordering: .relaxed) == before && Date() < deadline, await sleepUnlessCancelled(for: .milliseconds(10)) {}
             return HTTPResponse(status: .ok, body: .bytes(Array("late\n".utf8)))
         }
         let client = HTTPClient(group: group)
