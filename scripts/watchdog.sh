@@ -17,7 +17,10 @@ leader=$!
 descendants() {
   local pid=$1 child
   echo "$pid"
-  for child in $(ps -o pid= --ppid "$pid" 2>/dev/null); do descendants "$child"; done
+  # The kernel's list of each thread's children (ps where the kernel keeps none).
+  for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null || ps -o pid= --ppid "$pid" 2>/dev/null); do
+    descendants "$child"
+  done
 }
 
 explain() {
