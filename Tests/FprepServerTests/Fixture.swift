@@ -226,7 +226,6 @@ func eventually(_ condition: () async -> Bool) async -> Bool {
     return await condition()
 }
 
-
 struct FixtureError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
