@@ -53,13 +53,16 @@ public final class HTTPServer: Sendable {
                 }.flatMap {
                     channel.configureAsyncHTTPServerPipeline { connection in
                         connection.eventLoop.makeCompletedFuture {
-                            try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: connection))
+                            try RequestsInHand.add(to: connection, countingOn: connection)
+                            return try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: connection))
                         }
                     } http2ConnectionInitializer: { connection in
                         connection.eventLoop.makeSucceededVoidFuture()
                     } http2StreamInitializer: { stream in
                         stream.eventLoop.makeCompletedFuture {
                             try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
+                            // A stream's requests count on its connection's idle closer.
+                            if let connection = stream.parent { try RequestsInHand.add(to: stream, countingOn: connection) }
                             return try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: stream))
                         }
                     }
@@ -98,6 +101,7 @@ public final class HTTPServer: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     try addIdleHandlers(channel)
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    try RequestsInHand.add(to: channel, countingOn: channel)
                     return try Unserved.keep(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel))
                 }
             }
@@ -161,10 +165,6 @@ public final class HTTPServer: Sendable {
         let closed = connection.channel.closeFuture
         // Finished by `executeThenClose` (whatever the body does): it may go.
         defer { Unserved.release(connection) }
-        // The connection's idle closer (an HTTP/2 stream's is its connection's,
-        // its parent; a TCP connection's parent is the listener).
-        var idleCloser = try? await connection.channel.pipeline.handler(type: CloseWhenIdle.self).get()
-        if idleCloser == nil { idleCloser = try? await connection.channel.parent?.pipeline.handler(type: CloseWhenIdle.self).get() }
         try? await connection.executeThenClose { inbound, outbound in
             var parts = inbound.makeAsyncIterator()
             while let first = try await parts.next() {
@@ -193,17 +193,9 @@ public final class HTTPServer: Sendable {
                 }
                 let path = String(head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
                 let request = HTTPRequest(method: head.method, path: path, headers: head.headers, body: body, client: client)
-                idleCloser?.began()
                 let response = await handler(request)
                 let keepAlive = head.isKeepAlive
-                if case .stream = response.body { idleCloser?.ended() }  // a stream keeps itself open with heartbeats
-                do {
-                    try await write(response, to: outbound, version: head.version, keepAlive: keepAlive, closed: closed)
-                } catch {
-                    if case .bytes = response.body { idleCloser?.ended() }
-                    throw error
-                }
-                if case .bytes = response.body { idleCloser?.ended() }
+                try await write(response, to: outbound, version: head.version, keepAlive: keepAlive, closed: closed)
                 if !keepAlive { return }
                 if case .stream = response.body { return }
             }
@@ -240,10 +232,10 @@ public final class HTTPServer: Sendable {
 }
 
 /// Closes a connection that has been idle too long (see `IdleStateHandler`),
-/// unless a request on it is being answered: a handler that waits (on the
-/// service's store, on a loaded machine) is no idle client, and closing
-/// then loses its answer ("the server closed the connection") after the
-/// request may have taken effect.
+/// unless a request on it is in hand (see `RequestsInHand`): a handler that
+/// waits (on the service's store, on a loaded machine) is no idle client,
+/// and closing then loses its answer ("the server closed the connection")
+/// after the request may have taken effect.
 final class CloseWhenIdle: ChannelInboundHandler, Sendable {
     typealias InboundIn = NIOAny
 
@@ -266,6 +258,69 @@ final class CloseWhenIdle: ChannelInboundHandler, Sendable {
         } else {
             context.fireUserInboundEventTriggered(event)
         }
+    }
+}
+
+/// Counts a request in hand on its connection's `CloseWhenIdle` from the
+/// moment its last part is read, on the connection's event loop, until its
+/// response's end is written. Counted when a task of the service took it,
+/// a request read while every thread of the process was busy for longer
+/// than the idle timeout was closed unanswered. A response that streams
+/// events counts as done at its head: the stream keeps its connection open
+/// with heartbeats. A request of a channel that closes (a client gone, an
+/// HTTP/2 stream reset) stops counting then.
+final class RequestsInHand: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let closer: CloseWhenIdle
+    // The channel's event loop only.
+    private var inHand = 0
+    private var streaming = false
+
+    init(countingOn closer: CloseWhenIdle) { self.closer = closer }
+
+    /// Adds one to `channel` (an HTTP/1 connection or an HTTP/2 stream),
+    /// counting on the idle closer of `connection`; on the event loop.
+    static func add(to channel: any Channel, countingOn connection: any Channel) throws {
+        let closer = try connection.pipeline.syncOperations.handler(type: CloseWhenIdle.self)
+        try channel.pipeline.syncOperations.addHandler(RequestsInHand(countingOn: closer))
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .end = unwrapInboundIn(data) {
+            inHand += 1
+            closer.began()
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head):
+            streaming = !head.headers.contains(name: "content-length")
+            if streaming { answered() }
+        case .end:
+            if !streaming { answered() }
+        case .body:
+            break
+        }
+        context.write(data, promise: promise)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        while inHand > 0 { answered() }
+        context.fireChannelInactive()
+    }
+
+    /// One request answered; an answer with no request read to its end (a
+    /// body refused as too large) counts nothing.
+    private func answered() {
+        guard inHand > 0 else { return }
+        inHand -= 1
+        closer.ended()
     }
 }
 

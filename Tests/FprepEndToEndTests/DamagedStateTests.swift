@@ -156,15 +156,25 @@ struct DamagedStateTests {
     }
 
     /// Another SQLite program that opens the database (the sqlite3 shell,
-    /// say) deletes the log and its index when it closes: nothing is lost.
+    /// say) folds the log into the file and deletes the log and its index
+    /// when it closes: nothing is lost. (After a sync the log still holds
+    /// its last record, which does not wait for the disk; see
+    /// `CommitDurability`.) Python's sqlite3 module is that program here.
     @Test("a log and index removed after a clean exit (another SQLite program closed the database) are no damage")
     func logClosedByAnotherProgram() throws {
         try withSandbox { box in
-            let (_, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n")])
+            let (remote, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n")])
             try Data("edit\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/a.txt"))
             try box.fprepOK(["sync"], cwd: replica)
-            for suffix in ["-wal", "-shm"] { try FileManager.default.removeItem(atPath: replica + "/.fprep/state.db" + suffix) }
+            let state = replica + "/.fprep/state.db"
+            let reader = try Shell.run(["/usr/bin/python3", "-c",
+                                        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT count(*) FROM meta').fetchall(); c.close()",
+                                        state])
+            #expect(reader.status == 0, "\(reader)")
+            #expect(!exists(state + "-wal") && !exists(state + "-shm"), "the other program left the log: the test shows nothing")
             try box.fprepOK(["status"], cwd: replica)
+            #expect(try box.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                    == box.gitOK(["rev-parse", "main"], cwd: remote.path))
             try box.fprepOK(["sync"], cwd: replica)
         }
     }

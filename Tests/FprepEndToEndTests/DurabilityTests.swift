@@ -209,6 +209,70 @@ struct DurabilityTests {
         }
     }
 
+    /// A sync's last records (its anchor, its end in the journal) do not
+    /// wait for the disk (`CommitDurability.whenWrittenOut`): their flush
+    /// would wait for the whole new index to reach the disk. Checked on the
+    /// system calls (no flush of the state database after the index write)
+    /// and by the power cut itself: the log cut back to what was flushed,
+    /// as the disk would hold it, and the next command must finish the
+    /// same sync, commit nothing and push nothing.
+    @Test("a sync's last records do not wait for the disk, and a power cut that loses them is repaired by the next command")
+    func syncRecordsLostToPowerCut() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            try box.pushToRemote(remote, ["a.txt": Data("changed\n".utf8), "new/n.txt": Data("new\n".utf8), "bin.dat": nil],
+                                 moves: [("docs/readme.md", "readme.md")], message: "remote changes")
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let log = box.at("strace-sync.log")
+            let result = try Shell.run(["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-o", log,
+                                        "-e", "trace=openat,pwrite64,fdatasync,fsync,ftruncate", Binaries.fprep, "sync", "--incoming"],
+                                       cwd: replica)
+            #expect(result.status == 0, "\(result)")
+            let lines = String(decoding: contents(log) ?? Data(), as: UTF8.self).split(separator: "\n")
+            let state = Self.resolved(replica) + "/.fprep/state.db"
+            let isFlush: (Substring) -> Bool = { $0.contains("fdatasync(") || $0.contains(" fsync(") }
+            let indexWrite = try #require(lines.lastIndex { $0.contains("openat(") && $0.contains("/.git/index.lock") },
+                                          "no whole index write in the trace")
+            let storeFlushes = lines[indexWrite...].filter { isFlush($0) && ($0.contains(state + "-wal>") || $0.contains(state + ">")) }
+            #expect(storeFlushes.isEmpty, "the store was flushed after the index write: \(storeFlushes.joined(separator: "\n"))")
+
+            // The log's end at its last flush: what a power cut keeps.
+            var written = 0
+            var flushed = 0
+            for line in lines where line.contains(state + "-wal>") {
+                let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+                if line.contains("pwrite64("), line.contains(") = "), numbers.count >= 3 {
+                    // pwrite64(fd</path>, ""..., length, offset) = length
+                    written = max(written, numbers[numbers.count - 2] + numbers[numbers.count - 3])
+                } else if line.contains("ftruncate("), numbers.count >= 2 {
+                    written = numbers[numbers.count - 2]
+                } else if isFlush(line) {
+                    flushed = written
+                }
+            }
+            let logSize = Int(lstatInfo(state + "-wal")?.size ?? 0)
+            #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
+            guard flushed > 0, flushed < logSize else { return }
+            #expect(truncate(state + "-wal", off_t(flushed)) == 0)
+
+            // The next command finishes the sync; nothing is committed or pushed.
+            try box.fprepOK(["status"], cwd: replica)
+            #expect(try box.fprepOK(["anchor"], cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == tip)
+            #expect(contents(replica + "/a.txt") == Data("changed\n".utf8))
+            #expect(lstatInfo(replica + "/bin.dat") == nil)
+            #expect(lstatInfo(replica + "/readme.md") != nil && lstatInfo(replica + "/docs/readme.md") == nil)
+            let synced = try box.fprepOK(["sync", "--json"], cwd: replica)
+            #expect(!synced.stdout.contains("\"pushed\""), "\(synced.stdout)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "the sync after the power cut pushed a commit")
+            let status = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
+            #expect(status.isEmpty, "\(status)")
+            #expect(lstatInfo(replica + "/new/n.txt").map { $0.size == 4 && $0.blocks == 0 } == true, "new/n.txt is not a placeholder of its size")
+        }
+    }
+
     @Test("materialize of one file: the file and its folder fsync'd before the index write, no syncfs; of many: one syncfs each step")
     func materializeFlushesWhatItWrote() throws {
         try withSandbox { box in

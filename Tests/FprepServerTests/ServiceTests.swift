@@ -219,25 +219,67 @@ struct ServiceTests {
         await fixture.stop()
     }
 
-    /// The connection's own handler, driven by the idle event itself: the
+    /// The connection's own handlers, driven by the idle event itself: the
     /// version of this test that waited for a real 1 s timeout on a real
     /// server failed in CI runs, since on a loaded machine the timeout can
-    /// come before a request is in hand (see the stop's note).
-    @Test("an idle timeout keeps a connection whose request is being answered, and closes one with none in hand")
+    /// come before a request is in hand. A request is in hand from its last
+    /// part read off the connection (on the event loop, whether or not a
+    /// task of the service took it yet) to its response's end.
+    @Test("an idle timeout keeps a connection whose request is read and not yet answered, and closes one with none in hand")
     func idleMeansNoRequestInHand() throws {
-        let channel = EmbeddedChannel()
-        let closer = CloseWhenIdle()
-        try channel.pipeline.syncOperations.addHandler(closer)
-        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        func connection() throws -> EmbeddedChannel {
+            let channel = EmbeddedChannel()
+            try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
+            try RequestsInHand.add(to: channel, countingOn: channel)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+            return channel
+        }
+        func idle(_ channel: EmbeddedChannel) { channel.pipeline.fireUserInboundEventTriggered(IdleStateHandler.IdleStateEvent.all) }
+        let head = HTTPRequestHead(version: .http1_1, method: .POST, uri: "/v1/devices")
+        func answer(_ channel: EmbeddedChannel, streaming: Bool = false) throws {
+            let headers: HTTPHeaders = streaming ? [:] : ["content-length": "0"]
+            try channel.writeOutbound(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers)))
+            if !streaming { try channel.writeOutbound(HTTPServerResponsePart.end(nil)) }
+        }
+
+        // Read to its end, not answered yet: kept open; answered: closed.
+        let answered = try connection()
+        try answered.writeInbound(HTTPServerRequestPart.head(head))
+        try answered.writeInbound(HTTPServerRequestPart.end(nil))
         let before = CloseWhenIdle.keptOpen.load(ordering: .relaxed)
-        closer.began()
-        channel.pipeline.fireUserInboundEventTriggered(IdleStateHandler.IdleStateEvent.all)
-        #expect(channel.isActive, "closed with a request in hand")
+        idle(answered)
+        #expect(answered.isActive, "closed with a request in hand")
         #expect(CloseWhenIdle.keptOpen.load(ordering: .relaxed) > before)
-        closer.ended()
-        channel.pipeline.fireUserInboundEventTriggered(IdleStateHandler.IdleStateEvent.all)
-        #expect(!channel.isActive, "kept open with nothing in hand")
-        _ = try? channel.finish()
+        try answer(answered)
+        idle(answered)
+        #expect(!answered.isActive, "kept open with nothing in hand")
+        _ = try? answered.finish()
+
+        // A request that stalls before its end is no request in hand.
+        let stalled = try connection()
+        try stalled.writeInbound(HTTPServerRequestPart.head(head))
+        idle(stalled)
+        #expect(!stalled.isActive, "kept open for a request that never ended")
+        _ = try? stalled.finish()
+
+        // A stream of events keeps itself open with heartbeats: done at its head.
+        let streamed = try connection()
+        try streamed.writeInbound(HTTPServerRequestPart.head(head))
+        try streamed.writeInbound(HTTPServerRequestPart.end(nil))
+        try answer(streamed, streaming: true)
+        idle(streamed)
+        #expect(!streamed.isActive, "a stream's connection counted as a request in hand")
+        _ = try? streamed.finish()
+
+        // An answer to a request not read to its end (a body refused) counts
+        // nothing: the next request read is in hand.
+        let refused = try connection()
+        try refused.writeInbound(HTTPServerRequestPart.head(head))
+        try answer(refused)
+        try refused.writeInbound(HTTPServerRequestPart.end(nil))
+        idle(refused)
+        #expect(refused.isActive, "a refused answer took the next request out of hand")
+        _ = try? refused.finish()
     }
 
     @Test("a webhook that fails is retried until it answers")

@@ -92,7 +92,9 @@ struct SharedMetadata {
         // write, so neither the chain nor a transaction is needed.
         let folded = remoteTip?.hex ?? ""
         let pending = try pendingOperations()
-        if pending.isEmpty, try replica.store.meta(Self.foldedKey) == folded { return }
+        // A replica that never folded has empty tables: what a fold of no
+        // chain writes (so a first sync commits nothing here either).
+        if pending.isEmpty, try (replica.store.meta(Self.foldedKey) ?? "") == folded { return }
         // The chain is walked from its tip; its commits, reversed, are oldest
         // first, and each device's operations keep that order (then the
         // pending ones) when several fall in the same second.

@@ -17,6 +17,20 @@ package struct DatabaseError: Error, CustomStringConvertible {
     package var description: String { sql.map { "\(message) (in: \($0))" } ?? message }
 }
 
+/// When a transaction's commit is on the disk.
+package enum CommitDurability: Sendable {
+    /// Before the commit returns (the store's `synchronous=FULL`).
+    case beforeReturning
+    /// When the kernel writes it out, seconds later: the commit does not
+    /// wait for the disk (WAL with `synchronous=NORMAL`) and the log is not
+    /// folded into the file at close (a checkpoint waits for the disk too).
+    /// A power cut may lose such a commit but never tears it, and loses
+    /// every commit after it with it: the log is written in order, so the
+    /// next commit that waits makes this one durable too. Only for records
+    /// whose loss the next command repairs (see `Replica.applySync`).
+    case whenWrittenOut
+}
+
 /// One SQLite connection; owns a `sqlite3` handle (closed with `sqlite3_close_v2`).
 /// Used from one thread at a time. `package`: the push service keeps its
 /// own databases in the remote with the same code.
@@ -101,8 +115,25 @@ package final class Database {
     }
 
     /// Runs `body` in one IMMEDIATE transaction: all of it or none of it.
-    package func transaction<R>(_ body: () throws -> R) throws -> R {
-        try inTransaction("BEGIN IMMEDIATE", body)
+    package func transaction<R>(durability: CommitDurability = .beforeReturning, _ body: () throws -> R) throws -> R {
+        guard durability == .whenWrittenOut else { return try inTransaction("BEGIN IMMEDIATE", body) }
+        let level = try {
+            let setting = try prepare("PRAGMA synchronous")
+            return try setting.step() ? setting.int(0) : 2
+        }()
+        try execute("PRAGMA synchronous=NORMAL")
+        let result: R
+        do {
+            result = try inTransaction("BEGIN IMMEDIATE", body)
+        } catch {
+            try? execute("PRAGMA synchronous=\(level)")
+            throw error
+        }
+        try execute("PRAGMA synchronous=\(level)")
+        // A checkpoint waits for the disk as a commit does; the next
+        // command's close folds the log in.
+        _ = fprep_sqlite_no_checkpoint_on_close(handle)
+        return result
     }
 
     /// Runs `body` in one read transaction (or in the transaction already

@@ -139,7 +139,9 @@ final class StateStore {
         }
     }
 
-    func transaction<R>(_ body: () throws -> R) throws -> R { try database.transaction(body) }
+    func transaction<R>(durability: CommitDurability = .beforeReturning, _ body: () throws -> R) throws -> R {
+        try database.transaction(durability: durability, body)
+    }
 
     // MARK: meta
 

@@ -254,12 +254,17 @@ extension Replica {
                 let operation = try store.beginOperation("sync", payload: journal.encoded())
                 merge(&report, try applySync(journal, operation: operation, index: index, unflushedObjects: false))
             }
-            try store.setMeta(Self.remoteTipKey, theirs.hex)
-            // Push what the remote does not have yet.
-            guard try !repository.isAncestor(target, of: theirs) else {
-                try store.setMeta(Replica.unpushedKey, "")
-                break
+            // Neither waits for the disk (see `CommitDurability`): a power
+            // cut that loses them leaves an older tip of the remote's own
+            // history, and a commit the remote has that the next sync finds
+            // there again. A push below makes them durable with its record.
+            let remoteHasTarget = try repository.isAncestor(target, of: theirs)
+            try store.transaction(durability: .whenWrittenOut) {
+                try store.setMeta(Self.remoteTipKey, theirs.hex)
+                if remoteHasTarget { try store.setMeta(Replica.unpushedKey, "") }
             }
+            // Push what the remote does not have yet.
+            guard !remoteHasTarget else { break }
             guard case .rejected(let reason) = try push(target, report: &report) else { break }
             // Someone pushed first: fetch their work and merge again.
             if attempt == 5 {
@@ -493,7 +498,15 @@ extension Replica {
         let oldSizes = OldSizes(databasePath: store.database.path,
                                 ids: changes.deleted.filter { $0.old.mode.isFile }.map(\.old.id)
                                     + changes.updated.compactMap { $0.old }.filter { $0.mode.isFile }.map(\.id))
-        rootFolder.prefetch(changes.updated.map(\.path) + changes.deleted.map(\.0) + changes.moved.flatMap { [$0.from, $0.to] })
+        // The changed paths are looked up on several threads while this
+        // one works through them in order: on a cold disk each lookup
+        // waits for reads of its own, and the later ones are mostly done
+        // when the steps below reach them.
+        let folder = rootFolder
+        let touched = changes.deleted.map(\.0) + changes.moved.flatMap { [$0.from, $0.to] } + changes.updated.map(\.path)
+        let lookups = touched.count > 1 ? BackgroundWork { folder.prefetch(touched) } : nil
+        // Also when a step below throws: no lookup outlives the sync.
+        defer { try? lookups?.wait() }
         Trace.mark("prefetch")
         let now = Int64(Date().timeIntervalSince1970)
         // Asked before the changes are recorded: what was in the working set.
@@ -532,8 +545,13 @@ extension Replica {
         // The branch first: git's view of the replica (HEAD against the
         // index) is right from here on; the store's anchor follows, and a
         // crash between the two only repeats this already finished sync.
+        // For the same reason the record does not wait for the disk (its
+        // commit would wait for the whole new index to be written out, 25 ms
+        // at 10^5 files): a power cut that loses it leaves the journal's
+        // record of this sync, and the next command finishes it again; the
+        // disk has what the index names (flushed before the index write).
         try repository.setReference("refs/heads/" + branch, to: target, message: "fprep: sync")
-        report.signals = try store.transaction {
+        report.signals = try store.transaction(durability: .whenWrittenOut) {
             try store.setMeta("anchor", target.hex)
             try noteUnknownSizes(changes)
             let delta = applier.sizeDelta - oldSizes.total()
