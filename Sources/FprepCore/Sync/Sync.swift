@@ -652,6 +652,11 @@ struct SyncApplier {
         switch new.mode {
         case .blob, .executable:
             guard stat.isRegular else { return nil }
+            // The index's old version with its stat data untouched is not the
+            // new one: known without reading it (the read at the end is for a
+            // file a sync killed after writing it did not record).
+            if let entry = index.entry(path: path.bytes), entry.id != new.id, !entry.skipWorktree,
+               classifier.state(of: entry, stat: stat) == .materialized { return nil }
             if ContentOperations.placeholderBlob(replica.rootFolder, path) == new.id,
                ContentOperations.holdsNoData(replica.rootFolder, path, stat) { return true }
             // The index already names the new blob (a sync killed after it
