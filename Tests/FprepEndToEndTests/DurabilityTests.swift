@@ -49,6 +49,15 @@ struct DurabilityTests {
 
     static func resolved(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().path }
 
+    /// One run of `fprep args` under strace: its result and the lines of
+    /// the calls `traced` names (each descriptor with its path, no data).
+    static func calls(_ box: Sandbox, _ args: [String], replica: String, traced: String) throws -> (RunResult, [Substring]) {
+        let log = box.at("strace-\(UUID().uuidString.prefix(6)).log")
+        let result = try Shell.run(["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-o", log, "-e", "trace=" + traced, Binaries.fprep] + args,
+                                   cwd: replica)
+        return (result, String(decoding: contents(log) ?? Data(), as: UTF8.self).split(separator: "\n"))
+    }
+
     @Test("a few remote changes: each changed item and every folder they touched fsync'd before the index write, no syncfs")
     func fewChangesItemByItem() throws {
         try withSandbox { box in
@@ -191,12 +200,9 @@ struct DurabilityTests {
             let replica = box.at("replica")
             _ = try box.clone(remote.path, replica)
             try box.fprepOK(["materialize", "a.txt"], cwd: replica)
-            let log = box.at("strace-evict.log")
-            let result = try Shell.run(["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-o", log,
-                                        "-e", "trace=pwrite64,fdatasync,fsync,rename,renameat,renameat2", Binaries.fprep, "evict", "a.txt"],
-                                       cwd: replica)
+            let (result, lines) = try Self.calls(box, ["evict", "a.txt"], replica: replica,
+                                                 traced: "pwrite64,fdatasync,fsync,rename,renameat,renameat2")
             #expect(result.status == 0, "\(result)")
-            let lines = String(decoding: contents(log) ?? Data(), as: UTF8.self).split(separator: "\n")
             let index = Self.resolved(replica) + "/.git/index>"
             let patched = lines.lastIndex { $0.contains("pwrite64(") && $0.contains(index) }
             #expect(patched != nil, "the index was not written in place; the trace: \(lines.suffix(40).joined(separator: "\n"))")
@@ -226,12 +232,9 @@ struct DurabilityTests {
             try box.pushToRemote(remote, ["a.txt": Data("changed\n".utf8), "new/n.txt": Data("new\n".utf8), "bin.dat": nil],
                                  moves: [("docs/readme.md", "readme.md")], message: "remote changes")
             let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
-            let log = box.at("strace-sync.log")
-            let result = try Shell.run(["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-o", log,
-                                        "-e", "trace=openat,pwrite64,fdatasync,fsync,ftruncate", Binaries.fprep, "sync", "--incoming"],
-                                       cwd: replica)
+            let (result, lines) = try Self.calls(box, ["sync", "--incoming"], replica: replica,
+                                                 traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
             #expect(result.status == 0, "\(result)")
-            let lines = String(decoding: contents(log) ?? Data(), as: UTF8.self).split(separator: "\n")
             let state = Self.resolved(replica) + "/.fprep/state.db"
             let isFlush: (Substring) -> Bool = { $0.contains("fdatasync(") || $0.contains(" fsync(") }
             let indexWrite = try #require(lines.lastIndex { $0.contains("openat(") && $0.contains("/.git/index.lock") },
