@@ -269,7 +269,7 @@ final class CloseWhenIdle: ChannelInboundHandler, Sendable {
 /// events counts as done at its head: the stream keeps its connection open
 /// with heartbeats. A request of a channel that closes (a client gone, an
 /// HTTP/2 stream reset) stops counting then.
-final class RequestsInHand: ChannelDuplexHandler, RemovableChannelHandler {
+final class RequestsInHand: ChannelDuplexHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart

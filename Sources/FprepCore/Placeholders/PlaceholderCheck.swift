@@ -38,8 +38,9 @@ enum PlaceholderCheck {
         let last = try lastCompleted(store)
         guard moment.seconds > last.seconds || (moment.seconds == last.seconds && moment.nanoseconds > last.nanoseconds) else { return }
         // Lost to a power cut, the older moment only makes the next scan
-        // look at more files: the record need not wait for the disk (with
-        // the agent's writes pending there, that wait was 40 ms of a sync).
+        // look at more files: the record need not wait for the disk. (As a
+        // command's first commit it still flushes: SQLite syncs a log it
+        // starts again, whatever the setting.)
         try store.transaction(durability: .whenWrittenOut) {
             try store.setMeta(key, "\(moment.seconds) \(moment.nanoseconds)")
         }
