@@ -26,8 +26,7 @@ enum EntryOffsets {
 
     /// Writes the table (a temporary, then a rename); a failure only costs
     /// the next reader a walk of the entries, so it is not reported.
-    static func write(_ offsets: [UInt32], indexChecksum: [UInt8], beside indexPath: String) {
-        let target = path(beside: indexPath)
+    static func write(_ offsets: [UInt32], indexChecksum: [UInt8], table target: String) {
         guard indexChecksum.count == 20 else { unlink(target); return }
         var bytes = magic
         bytes.reserveCapacity(headerSize + 4 * offsets.count)
@@ -44,8 +43,8 @@ enum EntryOffsets {
     /// entry boundary (12 + a multiple of 8), after the one before by at
     /// least the smallest entry, the last entry ending where the checksum
     /// starts (`end`: fprep writes no extensions). Otherwise nil.
-    static func read(beside indexPath: String, for file: IndexStorage, entries: Int, end: Int) -> [Int32]? {
-        let fd = open(path(beside: indexPath), O_RDONLY | O_CLOEXEC)
+    static func read(table: String, for file: IndexStorage, entries: Int, end: Int) -> [Int32]? {
+        let fd = open(table, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         let expected = headerSize + 4 * entries

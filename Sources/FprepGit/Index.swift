@@ -248,62 +248,189 @@ public final class Index {
         pending[path] = .remove
     }
 
+    /// Whether this index is written split (`SplitIndex.swift`): git's
+    /// `core.splitIndex` as the repository has it, read when the index is
+    /// written (nil: unset).
+    public var splitSetting: () -> Bool? = { nil }
+
     /// Writes the index file atomically: `index.lock`, then a rename, as
     /// git does (a lock file that exists means another writer; nothing is
-    /// written then).
+    /// written then). A split index writes its changed entries only, and
+    /// its shared file again once they pass a fifth of it.
     public func write() throws {
         if try writeInPlace() { return }
         settle()
+        let previousShared = storage.shared
+        if SplitIndexPolicy(setting: splitSetting()).splits(entries: slots.count) {
+            if let base = storage.shared, let changes = changes(since: base),
+               (changes.added.count + changes.deleted.count) * 5 <= base.slots.count {
+                try writeSplit(base: base, added: changes.added, deleted: changes.deleted)
+            } else {
+                try writeShared()
+            }
+        } else {
+            let lock = filePath + ".lock"
+            let file = try IndexFileWriter(path: lock)
+            let offsets: [UInt32]
+            let checksum: [UInt8]
+            do {
+                offsets = try writeEntries(to: file)
+                checksum = try file.finish()
+            } catch {
+                file.abandon()
+                throw error
+            }
+            try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
+            self.checksum = checksum
+        }
+        stamp = FileStamp(path: filePath)
+        adoptWrittenFile()
+        // The shared file this index no longer names (git keeps such files
+        // two weeks for readers that opened the old index; fprep's own
+        // commands hold the replica's lock, and a shared index is 119 MB at
+        // 10^6 entries).
+        if let previousShared, previousShared.path != storage.shared?.path {
+            unlink(previousShared.path)
+            if storage.shared == nil { unlink(SharedIndexFile.offsetsTable(beside: filePath)) }
+        }
+    }
+
+    /// The header and every entry, in path order, to `file`; where each
+    /// entry starts. Entries kept from a file go out in runs of adjacent
+    /// bytes, straight from the mapping. An entry git wrote without the
+    /// extended flags is written with them (see `encodeIndexEntry`).
+    private func writeEntries(to file: IndexFileWriter) throws -> [UInt32] {
+        var header = Array("DIRC".utf8)
+        appendBigEndian(&header, UInt32(3))
+        appendBigEndian(&header, UInt32(slots.count))
+        try file.append(header)
+        var offsets: [UInt32] = []
+        offsets.reserveCapacity(slots.count)
+        var position = header.count
+        var encoded: [UInt8] = []
+        var i = 0
+        while i < slots.count {
+            let slot = slots[i]
+            if slot < 0 || !hasExtendedFlags(slot) {
+                encoded.removeAll(keepingCapacity: true)
+                encodeIndexEntry(slot < 0 ? owned[Int(~slot)] : decode(slot), into: &encoded)
+                try file.append(encoded)
+                offsets.append(UInt32(position))
+                position += encoded.count
+                i += 1
+                continue
+            }
+            let start = Int(slot)
+            offsets.append(UInt32(position))
+            var end = start + storage.entrySize(at: start)
+            i += 1
+            while i < slots.count, slots[i] >= 0, Int(slots[i]) == end, hasExtendedFlags(slots[i]) {
+                offsets.append(UInt32(position + end - start))
+                end += storage.entrySize(at: end)
+                i += 1
+            }
+            try file.append(UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
+            position += end - start
+        }
+        return offsets
+    }
+
+    /// What changed since the shared index `base`: the entries that are not
+    /// its own (in path order) and the positions of its entries gone. One
+    /// pass over the positions (both orders are git's order); nil when the
+    /// shared entries are not in that order (a damaged shared file: it is
+    /// written again).
+    private func changes(since base: SharedIndexBase) -> (added: [Int32], deleted: [Int])? {
+        var added: [Int32] = []
+        var deleted: [Int] = []
+        var next = 0
+        for slot in slots {
+            guard slot >= 0, Int(slot) < base.end else {
+                added.append(slot)
+                continue
+            }
+            while next < base.slots.count, base.slots[next] != slot {
+                deleted.append(next)
+                next += 1
+            }
+            guard next < base.slots.count else { return nil }
+            next += 1
+        }
+        deleted.append(contentsOf: next..<base.slots.count)
+        return (added, deleted)
+    }
+
+    /// Writes `.git/index` as the changes to `base`: the added entries and
+    /// the link to it with the bitmap of its entries deleted.
+    private func writeSplit(base: SharedIndexBase, added: [Int32], deleted: [Int]) throws {
         let lock = filePath + ".lock"
         let file = try IndexFileWriter(path: lock)
         var offsets: [UInt32] = []
-        var checksum: [UInt8] = []
+        let checksum: [UInt8]
         do {
             var header = Array("DIRC".utf8)
             appendBigEndian(&header, UInt32(3))
-            appendBigEndian(&header, UInt32(slots.count))
+            appendBigEndian(&header, UInt32(added.count))
             try file.append(header)
-            // Entries kept from the file go out in runs of adjacent bytes,
-            // straight from the mapping. Where each entry lands is noted
-            // for the offsets table (EntryOffsets). An entry git wrote
-            // without the extended flags is written with them (see
-            // `encodeIndexEntry`).
-            offsets.reserveCapacity(slots.count)
             var position = header.count
             var encoded: [UInt8] = []
-            var i = 0
-            while i < slots.count {
-                let slot = slots[i]
-                if slot < 0 || !hasExtendedFlags(slot) {
-                    encoded.removeAll(keepingCapacity: true)
-                    encodeIndexEntry(slot < 0 ? owned[Int(~slot)] : decode(slot), into: &encoded)
-                    try file.append(encoded)
-                    offsets.append(UInt32(position))
-                    position += encoded.count
-                    i += 1
-                    continue
-                }
-                let start = Int(slot)
+            for slot in added {
+                encoded.removeAll(keepingCapacity: true)
+                encodeIndexEntry(decode(slot), into: &encoded)
+                try file.append(encoded)
                 offsets.append(UInt32(position))
-                var end = start + storage.entrySize(at: start)
-                i += 1
-                while i < slots.count, slots[i] >= 0, Int(slots[i]) == end, hasExtendedFlags(slots[i]) {
-                    offsets.append(UInt32(position + end - start))
-                    end += storage.entrySize(at: end)
-                    i += 1
-                }
-                try file.append(UnsafeRawBufferPointer(start: storage.base + start, count: end - start))
-                position += end - start
+                position += encoded.count
             }
+            try file.append(LinkExtension(sharedChecksum: base.checksum, deleted: deleted, replaced: []).encoded())
             checksum = try file.finish()
         } catch {
             file.abandon()
             throw error
         }
         try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
-        stamp = FileStamp(path: filePath)
         self.checksum = checksum
-        adoptWrittenFile()
+    }
+
+    /// Writes every entry to a new shared index, then `.git/index` as its
+    /// link with nothing changed. The shared file is on the disk before the
+    /// index names it: it gets a new name, which ext4 does not order after
+    /// its data as it does a rename over the old index.
+    private func writeShared() throws {
+        let lock = filePath + ".lock"
+        let file = try IndexFileWriter(path: lock)   // the index's lock first, as any writer of it
+        let temporary = SharedIndexFile.folder(of: filePath) + SharedIndexFile.temporaryName
+        let checksum: [UInt8]
+        do {
+            unlink(temporary)
+            let shared = try IndexFileWriter(path: temporary)
+            let sharedChecksum: [UInt8]
+            let offsets: [UInt32]
+            do {
+                offsets = try writeEntries(to: shared)
+                sharedChecksum = try shared.finish(flush: true)
+            } catch {
+                shared.abandon()
+                throw error
+            }
+            let sharedPath = SharedIndexFile.path(beside: filePath, checksum: sharedChecksum)
+            CrashPoint.reach()
+            guard rename(temporary, sharedPath) == 0 else {
+                throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
+            }
+            EntryOffsets.write(offsets, indexChecksum: sharedChecksum, table: SharedIndexFile.offsetsTable(beside: filePath))
+            var header = Array("DIRC".utf8)
+            appendBigEndian(&header, UInt32(3))
+            appendBigEndian(&header, UInt32(0))
+            try file.append(header)
+            try file.append(LinkExtension(sharedChecksum: sharedChecksum, deleted: [], replaced: []).encoded())
+            checksum = try file.finish()
+        } catch {
+            file.abandon()
+            unlink(temporary)
+            throw error
+        }
+        try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: [])
+        self.checksum = checksum
     }
 
     /// After a whole write: entries are read from the new file from here
@@ -559,7 +686,7 @@ private func installIndexFile(lock: String, at filePath: String, checksum: [UInt
     }
     // Only a speed-up: without it (a crash here, a full disk) the next
     // read walks the entries.
-    EntryOffsets.write(offsets, indexChecksum: checksum, beside: filePath)
+    EntryOffsets.write(offsets, indexChecksum: checksum, table: EntryOffsets.path(beside: filePath))
 }
 
 /// A whole new index written entry by entry, in path order, holding none
@@ -570,7 +697,11 @@ private func installIndexFile(lock: String, at filePath: String, checksum: [UInt
 public final class IndexStream {
     private let filePath: String
     private let lock: String
+    /// The index's lock, written last; the entries go to `file`, which is
+    /// the lock itself, or for a split index the shared file's temporary.
+    private let lockFile: IndexFileWriter
     private let file: IndexFileWriter
+    private let split: Bool
     private let declared: Int
     private var offsets: [UInt32] = []
     private var position: Int
@@ -578,18 +709,28 @@ public final class IndexStream {
     private var encoded: [UInt8] = []
     private var ended = false
 
-    public init(path: String, count: Int) throws {
+    /// `split`: the entries go to a shared index and `.git/index` links to
+    /// it (see `SplitIndexPolicy`).
+    public init(path: String, count: Int, split: Bool = false) throws {
         filePath = path
         lock = path + ".lock"
         declared = count
-        file = try IndexFileWriter(path: lock)
+        self.split = split
+        lockFile = try IndexFileWriter(path: lock)
         var header = Array("DIRC".utf8)
         appendBigEndian(&header, UInt32(3))
         appendBigEndian(&header, UInt32(count))
         do {
+            if split {
+                let temporary = SharedIndexFile.folder(of: path) + SharedIndexFile.temporaryName
+                unlink(temporary)
+                file = try IndexFileWriter(path: temporary)
+            } else {
+                file = lockFile
+            }
             try file.append(header)
         } catch {
-            file.abandon()
+            lockFile.abandon()
             throw error
         }
         position = header.count
@@ -597,7 +738,7 @@ public final class IndexStream {
         encoded.reserveCapacity(256)
     }
 
-    deinit { if !ended { file.abandon() } }
+    deinit { if !ended { abandon() } }
 
     /// Adds the entry after the last one; its path must sort after it.
     public func append(_ entry: IndexEntry) throws {
@@ -627,7 +768,8 @@ public final class IndexStream {
         previous = entry.path
     }
 
-    /// Ends the file and moves it over the index.
+    /// Ends the file and moves it over the index (split: the shared file
+    /// to its name, on the disk first, then the index linking to it).
     public func finish() throws {
         guard !ended else { return }
         guard offsets.count == declared else {
@@ -635,14 +777,37 @@ public final class IndexStream {
             throw GitError(code: .invalid, message: "\(offsets.count) index entries written, \(declared) announced", function: "index write")
         }
         let checksum: [UInt8]
+        var installed = offsets
         do {
-            checksum = try file.finish()
+            checksum = try file.finish(flush: split)
+            if split {
+                let temporary = file.path
+                let sharedPath = SharedIndexFile.path(beside: filePath, checksum: checksum)
+                CrashPoint.reach()
+                guard rename(temporary, sharedPath) == 0 else {
+                    throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
+                }
+                EntryOffsets.write(offsets, indexChecksum: checksum, table: SharedIndexFile.offsetsTable(beside: filePath))
+                var header = Array("DIRC".utf8)
+                appendBigEndian(&header, UInt32(3))
+                appendBigEndian(&header, UInt32(0))
+                try lockFile.append(header)
+                try lockFile.append(LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []).encoded())
+                installed = []
+            }
+        } catch {
+            abandon()
+            throw error
+        }
+        let written: [UInt8]
+        do {
+            written = split ? try lockFile.finish() : checksum
         } catch {
             abandon()
             throw error
         }
         ended = true
-        try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
+        try installIndexFile(lock: lock, at: filePath, checksum: written, offsets: installed)
     }
 
     /// Removes the unfinished file (the index stays as it was).
@@ -650,6 +815,7 @@ public final class IndexStream {
         guard !ended else { return }
         ended = true
         file.abandon()
+        if split { lockFile.abandon() }
     }
 }
 
@@ -661,6 +827,7 @@ private final class IndexFileWriter {
     private let hash: UnsafeMutableRawPointer
     private var buffer: [UInt8] = []
     private var ended = false
+    private var closed = false
 
     init(path: String) throws {
         self.path = path
@@ -699,13 +866,18 @@ private final class IndexFileWriter {
         try writeAll(bytes)
     }
 
-    /// Appends the checksum and closes the file; returns the checksum.
-    func finish() throws -> [UInt8] {
+    /// Appends the checksum and closes the file (`flush`: once on the
+    /// disk); returns the checksum.
+    func finish(flush durable: Bool = false) throws -> [UInt8] {
         var checksum = [UInt8](repeating: 0, count: 20)
         ended = true
         guard fprep_sha1_end(hash, &checksum) == 0 else { throw GitError(code: .other(-1), message: "SHA-1 of the index failed", function: "index write") }
         buffer += checksum
         try flush()
+        if durable, fdatasync(fd) != 0 {
+            throw GitError(code: .other(-1), message: "cannot flush '\(path)': \(String(cString: strerror(errno)))", function: "index write")
+        }
+        closed = true
         guard close(fd) == 0 else {
             throw GitError(code: .other(-1), message: "cannot write '\(path)': \(String(cString: strerror(errno)))", function: "index write")
         }
@@ -718,7 +890,8 @@ private final class IndexFileWriter {
             var unused = [UInt8](repeating: 0, count: 20)
             _ = fprep_sha1_end(hash, &unused)
         }
-        close(fd)
+        if !closed { close(fd) }
+        closed = true
         unlink(path)
     }
 
@@ -801,6 +974,8 @@ final class IndexStorage {
     var isFile = false
     /// The file's trailing checksum, when read from a file.
     var checksum: [UInt8] = []
+    /// For a split index: which entries are its shared index's.
+    var shared: SharedIndexBase?
     private let release: () -> Void
 
     init(base: UnsafeRawPointer, count: Int, release: @escaping () -> Void) {
@@ -843,7 +1018,7 @@ final class IndexStorage {
             GitError(code: .invalid, message: "the index '\(path)' \(message); 'fprep repair' rebuilds it", function: "index read")
         }
         func unsupported(_ name: String) -> GitError {
-            GitError(code: .invalid, message: "the index '\(path)' uses the '\(name)' extension (a split or sparse index), which fprep does not support; run 'git update-index --no-split-index' or 'git sparse-checkout disable'",
+            GitError(code: .invalid, message: "the index '\(path)' uses the '\(name)' extension (a sparse index), which fprep does not support; run 'git sparse-checkout disable'",
                      function: "index read")
         }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -867,8 +1042,8 @@ final class IndexStorage {
         guard (2...4).contains(version) else { throw failure("has version \(version), which fprep does not read") }
         let end = size - 20
         var slots: [Int32] = []
-        slots.reserveCapacity(entries)
         var at = 12
+        var stripped = false
         let result: IndexStorage
         if version == 4 {
             let (buffer, offsets, next) = try decodeVersion4(file, entries: entries, end: end, failure: failure)
@@ -876,46 +1051,83 @@ final class IndexStorage {
             result = buffer
             slots = offsets
             at = next
-        } else if let offsets = EntryOffsets.read(beside: path, for: file, entries: entries, end: end) {
-            // Written by fprep: where every entry starts is on record, and
-            // the entries need not be walked (10^5 of them: 3 ms).
+            stripped = offsets.contains { buffer.path(at: Int($0)).isEmpty }
+        } else if let offsets = EntryOffsets.read(table: EntryOffsets.path(beside: path), for: file, entries: entries, end: end) {
+            // Written by fprep whole: where every entry starts is on record,
+            // and the entries need not be walked (10^5 of them: 3 ms).
             return (file, offsets)
         } else {
-            // One pass over every entry of a large index: the flags are read
-            // once and the size worked out from them.
-            for _ in 0..<entries {
-                guard at + 62 <= end else { throw failure("is truncated") }
-                let flags = file.u16(at + 60)
-                let extended = flags & 0x4000 != 0
-                if version == 2, extended { throw failure("has an extended entry in version 2") }
-                let start = at + (extended ? 64 : 62)
-                var length = Int(flags & 0xFFF)
-                if length == 0xFFF {
-                    guard start < end else { throw failure("is truncated") }
-                    length = strnlen(file.base.advanced(by: start).assumingMemoryBound(to: CChar.self), end - start)
-                }
-                // Entries without a path replace entries of a shared index.
-                guard length > 0 else { throw unsupported("link") }
-                guard start + length < end else { throw failure("is truncated") }
-                slots.append(Int32(truncatingIfNeeded: at))
-                at = at + ((start - at + length + 8) & ~7)
-            }
+            (slots, at, stripped) = try walkEntries(file, version: version, entries: entries, end: end, failure: failure)
             result = file
         }
-        // Extensions: optional ones (uppercase) are skipped; a mandatory one
-        // (split index, sparse index) changes what the entries mean.
+        // Extensions: optional ones (uppercase) are skipped; of the
+        // mandatory ones, which change what the entries mean, fprep reads
+        // the split index's link and refuses any other (a sparse index).
+        var link: LinkExtension?
+        try skipExtensions(file, from: at, end: end) { signature, start, length in
+            guard signature == LinkExtension.signature, link == nil else { throw unsupported(String(decoding: signature, as: UTF8.self)) }
+            do {
+                link = try LinkExtension.parse(file.base, at: start, length: length)
+            } catch {
+                throw failure("has a damaged link to its shared index")
+            }
+        }
+        if let link {
+            return try merging(main: result, mainSlots: slots, link: link, indexPath: path, mainChecksum: file.checksum, failure: failure)
+        }
+        // Entries without a path replace entries of a shared index.
+        guard !stripped else { throw failure("has an entry without a path and no shared index") }
+        return (result, slots)
+    }
+
+    /// Where each of `entries` entries starts (versions 2 and 3), one pass
+    /// reading each entry's flags once; also where the extensions start and
+    /// whether an entry had no path (a split index's replacement).
+    static func walkEntries(_ file: IndexStorage, version: UInt32, entries: Int, end: Int,
+                            failure: (String) -> GitError) throws -> ([Int32], Int, Bool) {
+        var slots: [Int32] = []
+        slots.reserveCapacity(entries)
+        var at = 12
+        var stripped = false
+        for _ in 0..<entries {
+            guard at + 62 <= end else { throw failure("is truncated") }
+            let flags = file.u16(at + 60)
+            let extended = flags & 0x4000 != 0
+            if version == 2, extended { throw failure("has an extended entry in version 2") }
+            let start = at + (extended ? 64 : 62)
+            var length = Int(flags & 0xFFF)
+            if length == 0xFFF {
+                guard start < end else { throw failure("is truncated") }
+                length = strnlen(file.base.advanced(by: start).assumingMemoryBound(to: CChar.self), end - start)
+            }
+            if length == 0 { stripped = true }
+            guard start + length < end else { throw failure("is truncated") }
+            slots.append(Int32(truncatingIfNeeded: at))
+            at = at + ((start - at + length + 8) & ~7)
+        }
+        return (slots, at, stripped)
+    }
+
+    /// Walks the extensions from `at` to `end`: an optional one (its
+    /// signature uppercase) is skipped, a mandatory one handed to `body`
+    /// (signature, where its data starts, its length).
+    static func skipExtensions(_ file: IndexStorage, from start: Int, end: Int,
+                               _ body: ([UInt8], Int, Int) throws -> Void) throws {
+        var at = start
         while at + 8 <= end {
             let signature = (0..<4).map { file.base.load(fromByteOffset: at + $0, as: UInt8.self) }
             let length = Int(file.u32(at + 4))
-            if !(0x41...0x5A).contains(signature[0]) { throw unsupported(String(decoding: signature, as: UTF8.self)) }
+            guard length <= end - at - 8 else {
+                throw GitError(code: .invalid, message: "an index extension runs past the end of the file; 'fprep repair' rebuilds the index", function: "index read")
+            }
+            if !(0x41...0x5A).contains(signature[0]) { try body(signature, at + 8, length) }
             at += 8 + length
         }
-        return (result, slots)
     }
 
     /// Version 4 compresses each path against the one before; the entries
     /// are re-encoded in the version 3 layout, so the rest reads one layout.
-    private static func decodeVersion4(_ file: IndexStorage, entries: Int, end: Int,
+    static func decodeVersion4(_ file: IndexStorage, entries: Int, end: Int,
                                        failure: (String) -> GitError) throws -> (IndexStorage, [Int32], Int) {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(entries * 112)

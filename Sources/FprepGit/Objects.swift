@@ -306,6 +306,18 @@ public final class Config {
         return String(cString: ptr)
     }
 
+    /// The boolean value of `name` (git's spellings: true, yes, on, 1…), or
+    /// nil when it is not set; wraps `git_config_get_bool`.
+    public func bool(_ name: String) throws -> Bool? {
+        var value: Int32 = 0
+        do {
+            try check(git_config_get_bool(&value, pointer, name), "git_config_get_bool")
+        } catch GitError.notFound {
+            return nil
+        }
+        return value != 0
+    }
+
     /// Sets `name` in the repository's own config file; wraps `git_config_set_string`.
     public func set(_ name: String, _ value: String) throws {
         try check(git_config_set_string(pointer, name, value), "git_config_set_string")

@@ -272,7 +272,15 @@ public final class Repository {
 
     /// The repository's index, as the file on disk has it now.
     public func index() throws -> Index {
-        try Index(path: gitDirectory + "index")
+        let index = try Index(path: gitDirectory + "index")
+        index.splitSetting = { [self] in splitIndexSetting() }
+        return index
+    }
+
+    /// git's `core.splitIndex` (nil when unset, or unreadable: fprep then
+    /// decides by the index's size).
+    public func splitIndexSetting() -> Bool? {
+        try? config().bool("core.splitIndex")
     }
 }
 

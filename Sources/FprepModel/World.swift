@@ -176,6 +176,10 @@ final class World {
             results.append(r)
             guard r.status == 0 else { throw Failure(step: nil, invariant: "clone-fails", detail: r.summary) }
         }
+        // The second device keeps a split index (git's `core.splitIndex`,
+        // what fprep writes unasked from 8,192 entries): every action and
+        // crash point meets both kinds of index.
+        try git(["-C", root(.dev2), "config", "core.splitIndex", "true"])
         try checkCommands(step: nil)
         if withAgent { try startAgent() }
     }

@@ -305,7 +305,8 @@ public enum Cloner {
             let fetch = BackgroundWork { try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
             // The index is written as the tree is walked, never held whole;
             // it replaces the one on disk only once every entry is in.
-            let index = try IndexStream(path: replica.repository.gitDirectory + "index", count: plan.entryCount)
+            let split = SplitIndexPolicy(setting: replica.repository.splitIndexSetting()).splits(entries: plan.entryCount)
+            let index = try IndexStream(path: replica.repository.gitDirectory + "index", count: plan.entryCount, split: split)
             try PlaceholderLayout(root: replica.rootFolder, progress: replica.progress).layOut(walk, plan: plan, index: index) {
                 do {
                     try fetch.wait()

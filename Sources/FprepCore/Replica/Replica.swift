@@ -172,7 +172,7 @@ public final class Replica {
     /// for two seconds is stale.
     func removeStaleGitLocks() throws {
         var candidates = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock",
-                          "refs/heads/\(branch).lock"]
+                          "refs/heads/\(branch).lock", SharedIndexFile.temporaryName]
         // Every ref a fetch updates: the followed branch and fprep's own
         // (a lock left on the size manifest's would fail every later fetch).
         for folder in ["refs/remotes/origin", "refs/remotes/origin-fprep"] {

@@ -1,0 +1,392 @@
+import Glibc
+
+/// git's split index, read and written as git does (`core.splitIndex`,
+/// Documentation/gitformat-index: the "link" extension): the entries live
+/// in a shared file, `.git/sharedindex.<its checksum>`, written once, and
+/// `.git/index` holds only what changed since (entries added, and a bitmap
+/// of the shared entries deleted), with the shared file's checksum.
+///
+/// Why fprep writes one: a replica's index names every file, 119 MB at
+/// 10^6 files, and a sync that changes 100 of them rewrote and hashed all
+/// of it (the largest part of an incoming sync at 10^6 files). Split, the
+/// sync writes the few changed entries; the shared file is written again
+/// only once the changes pass a fifth of it, as git does.
+///
+/// fprep writes a changed entry as a deletion of the shared one and an
+/// added entry (with its path); git writes it as a "replacement" (an entry
+/// without a path, taking the shared entry's): both are read.
+public enum SplitIndexPolicy: Sendable, Equatable {
+    /// `core.splitIndex` unset: split once the index has `automaticThreshold` entries.
+    case automatic
+    /// `core.splitIndex = true`: always split.
+    case always
+    /// `core.splitIndex = false`: never (a split index is written whole again).
+    case never
+
+    /// Entries from which an unset `core.splitIndex` splits the index: below
+    /// it a whole write costs a few milliseconds.
+    public static let automaticThreshold = 8192
+
+    public init(setting: Bool?) {
+        switch setting {
+        case .some(true): self = .always
+        case .some(false): self = .never
+        case .none: self = .automatic
+        }
+    }
+
+    public func splits(entries: Int) -> Bool {
+        switch self {
+        case .always: true
+        case .never: false
+        case .automatic: entries >= Self.automaticThreshold
+        }
+    }
+}
+
+/// Names of a split index's files.
+public enum SharedIndexFile {
+    /// Where fprep writes a shared index before it has its name (its
+    /// checksum); under `index.lock`, so one writer at a time.
+    public static let temporaryName = "sharedindex.fprep-tmp"
+
+    static func folder(of indexPath: String) -> String {
+        guard let slash = indexPath.lastIndex(of: "/") else { return "" }
+        return String(indexPath[...slash])
+    }
+
+    static func path(beside indexPath: String, checksum: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        let hex = checksum.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }
+        return folder(of: indexPath) + "sharedindex." + String(decoding: hex, as: UTF8.self)
+    }
+
+    /// The offsets table of the shared index (see `EntryOffsets`).
+    static func offsetsTable(beside indexPath: String) -> String {
+        folder(of: indexPath) + "fprep-sharedindex-offsets"
+    }
+
+    /// Every shared index file in the folder of `indexPath` (not temporaries).
+    static func all(beside indexPath: String) -> [String] {
+        let folder = folder(of: indexPath)
+        guard let dir = opendir(folder.isEmpty ? "." : folder) else { return [] }
+        defer { closedir(dir) }
+        var paths: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name.hasPrefix("sharedindex."), name.count == "sharedindex.".count + 40 { paths.append(folder + name) }
+        }
+        return paths
+    }
+}
+
+extension Index {
+    /// The shared index files beside the index at `path` (normally none or
+    /// one): what a reader of the index reads too.
+    public static func sharedFiles(_ path: String) -> [String] { SharedIndexFile.all(beside: path) }
+}
+
+/// The "link" extension: the shared index's checksum, then the bitmaps of
+/// its entries deleted and replaced (EWAH-compressed, as git writes them).
+struct LinkExtension {
+    var sharedChecksum: [UInt8]
+    /// Positions in the shared index, ascending.
+    var deleted: [Int]
+    var replaced: [Int]
+
+    static let signature = Array("link".utf8)
+
+    /// Reads the extension's data (`length` bytes at `at`); positions at or
+    /// past `limit` are refused by the caller, which knows the shared count.
+    static func parse(_ base: UnsafeRawPointer, at: Int, length: Int) throws -> LinkExtension {
+        guard length >= 20 else { throw EWAH.Malformed() }
+        let checksum = Array(UnsafeRawBufferPointer(start: base + at, count: 20))
+        guard length > 20 else { return LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []) }
+        let (deleted, used) = try EWAH.decode(base + at + 20, length: length - 20)
+        let (replaced, rest) = try EWAH.decode(base + at + 20 + used, length: length - 20 - used)
+        guard used + rest == length - 20 else { throw EWAH.Malformed() }
+        return LinkExtension(sharedChecksum: checksum, deleted: deleted, replaced: replaced)
+    }
+
+    /// The whole extension: signature, length, data.
+    func encoded() -> [UInt8] {
+        var data = sharedChecksum
+        data += EWAH.encode(deleted)
+        data += EWAH.encode(replaced)
+        var bytes = Self.signature
+        withUnsafeBytes(of: UInt32(data.count).bigEndian) { bytes.append(contentsOf: $0) }
+        return bytes + data
+    }
+}
+
+/// git's serialized EWAH bitmap (ewah/ewah_io.c): the bit count, the
+/// number of 64-bit words, the words, the position of the last marker
+/// word; all big-endian. A marker word says how many words of all-zero
+/// (or all-one) bits come (bits 1–32, the kind in bit 0) and how many
+/// literal words follow it (bits 33–63). Bit n is bit n%64 of word n/64.
+enum EWAH {
+    struct Malformed: Error {}
+
+    static let maximumRun: UInt64 = (1 << 32) - 1
+    static let maximumLiterals: UInt64 = (1 << 31) - 1
+
+    /// The bitmap with the bits at `positions` (ascending, distinct) set.
+    static func encode(_ positions: [Int]) -> [UInt8] {
+        var words: [UInt64] = [0]
+        var marker = 0
+        var nextWord = 0   // the first word not yet described
+        var index = 0
+        func run(_ marker: Int) -> UInt64 { (words[marker] >> 1) & maximumRun }
+        func literals(_ marker: Int) -> UInt64 { words[marker] >> 33 }
+        while index < positions.count {
+            let word = positions[index] / 64
+            var value: UInt64 = 0
+            while index < positions.count, positions[index] / 64 == word {
+                value |= 1 << UInt64(positions[index] % 64)
+                index += 1
+            }
+            var gap = UInt64(word - nextWord)
+            while gap > 0 {
+                if literals(marker) > 0 || run(marker) == maximumRun {
+                    words.append(0)
+                    marker = words.count - 1
+                }
+                let take = min(gap, maximumRun - run(marker))
+                words[marker] += take << 1
+                gap -= take
+            }
+            if literals(marker) == maximumLiterals {
+                words.append(0)
+                marker = words.count - 1
+            }
+            words[marker] += 1 << 33
+            words.append(value)
+            nextWord = word + 1
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(12 + 8 * words.count)
+        func put32(_ value: UInt32) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
+        put32(UInt32(truncatingIfNeeded: (positions.last ?? -1) + 1))
+        put32(UInt32(words.count))
+        for word in words { withUnsafeBytes(of: word.bigEndian) { bytes.append(contentsOf: $0) } }
+        put32(UInt32(marker))
+        return bytes
+    }
+
+    /// The set positions of the bitmap at `base` and the bytes it took.
+    static func decode(_ base: UnsafeRawPointer, length: Int, limit: Int = 1 << 31) throws -> ([Int], Int) {
+        func u32(_ at: Int) -> Int { Int(UInt32(bigEndian: base.loadUnaligned(fromByteOffset: at, as: UInt32.self))) }
+        guard length >= 12 else { throw Malformed() }
+        let count = u32(4)
+        guard count <= (length - 12) / 8 else { throw Malformed() }
+        func word(_ i: Int) -> UInt64 { UInt64(bigEndian: base.loadUnaligned(fromByteOffset: 8 + 8 * i, as: UInt64.self)) }
+        var positions: [Int] = []
+        var bit = 0
+        var i = 0
+        while i < count {
+            let marker = word(i)
+            let run = Int((marker >> 1) & maximumRun)
+            let literalCount = Int(marker >> 33)
+            i += 1
+            if marker & 1 != 0 {
+                guard bit + run * 64 <= limit else { throw Malformed() }
+                positions.append(contentsOf: bit..<(bit + run * 64))
+            }
+            bit += run * 64
+            guard literalCount <= count - i else { throw Malformed() }
+            for _ in 0..<literalCount {
+                var value = word(i)
+                while value != 0 {
+                    let low = value.trailingZeroBitCount
+                    positions.append(bit + low)
+                    value &= value - 1
+                }
+                bit += 64
+                i += 1
+            }
+            guard bit <= limit + 64 else { throw Malformed() }
+        }
+        return (positions, 12 + 8 * count)
+    }
+}
+
+/// What a split index's reader keeps of its shared index, for the next
+/// write: which of the entries in storage are the shared file's, and where.
+struct SharedIndexBase {
+    /// The shared index's checksum (its name).
+    let checksum: [UInt8]
+    let path: String
+    /// Where each shared entry starts in the storage, in the shared order.
+    let slots: [Int32]
+    /// Offsets below this are the shared file's entries.
+    let end: Int
+}
+
+extension IndexStorage {
+    /// The entries of the split index at `indexPath` (`main`, its own
+    /// entries at `mainSlots`) merged with its shared index's: one storage
+    /// whose first part maps the shared file and whose second holds the
+    /// main file's entries, each with its path (a replacement takes the
+    /// shared entry's), so every entry is read in place, as from one file.
+    static func merging(main: IndexStorage, mainSlots: [Int32], link: LinkExtension, indexPath: String, mainChecksum: [UInt8],
+                        failure: (String) -> GitError) throws -> (IndexStorage, [Int32]) {
+        let sharedPath = SharedIndexFile.path(beside: indexPath, checksum: link.sharedChecksum)
+        let name = String(sharedPath.split(separator: "/").last ?? "")
+        let fd = open(sharedPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("names the shared index '\(name)', which cannot be opened (\(String(cString: strerror(errno))))") }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_size >= 32, info.st_size < Int(Int32.max) / 2 else {
+            throw failure("names the shared index '\(name)', which is truncated or too large")
+        }
+        let sharedSize = Int(info.st_size)
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let sharedSpan = (sharedSize + page - 1) / page * page
+        // The main file's entries, and a path for each replacement (at most
+        // 4 KiB each), bound the second part; only what is used is touched.
+        let extraBound = main.count + link.replaced.count * 4104 + 8
+        let extraSpan = (extraBound + page - 1) / page * page
+        let total = sharedSpan + extraSpan
+        guard total < Int(Int32.max) else { throw failure("with its shared index is larger than 2 GiB") }
+        guard let region = mmap(nil, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), region != MAP_FAILED else {
+            throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
+        }
+        var storage = IndexStorage(base: UnsafeRawPointer(region), count: total) { munmap(region, total) }
+        guard mmap(region, sharedSize, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) != MAP_FAILED,
+              mmap(region + sharedSpan, extraSpan, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) != MAP_FAILED else {
+            throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
+        }
+        // The shared file on its own, for its header and entries.
+        let shared = IndexStorage(base: UnsafeRawPointer(region), count: sharedSize) {}
+        guard memcmp(shared.base, "DIRC", 4) == 0,
+              memcmp(shared.base + sharedSize - 20, link.sharedChecksum, 20) == 0 else {
+            throw failure("names the shared index '\(name)', whose content does not match its name")
+        }
+        let version = shared.u32(4)
+        let sharedCount = Int(shared.u32(8))
+        var sharedSlots: [Int32]
+        var sharedEnd = sharedSpan
+        if version == 4 {
+            // Paths compressed against each other: re-encoded into a buffer
+            // of their own, followed by the second part (rare: git writes
+            // version 4 only when asked to).
+            let (decoded, offsets, _) = try decodeVersion4(shared, entries: sharedCount, end: sharedSize - 20, failure: failure)
+            let decodedSpan = (decoded.count + 7) & ~7
+            let size = decodedSpan + extraBound
+            let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
+            buffer.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+            buffer.copyMemory(from: decoded.base, byteCount: decoded.count)
+            storage = IndexStorage(base: UnsafeRawPointer(buffer), count: size) { buffer.deallocate() }
+            sharedSlots = offsets
+            sharedEnd = decodedSpan
+            return try merge(into: storage, writableAt: buffer + decodedSpan, sharedEnd: sharedEnd, sharedSlots: sharedSlots,
+                             main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
+        }
+        guard version == 2 || version == 3 else { throw failure("names a shared index of version \(version), which fprep does not read") }
+        if let offsets = EntryOffsets.read(table: SharedIndexFile.offsetsTable(beside: indexPath), for: shared,
+                                           entries: sharedCount, end: sharedSize - 20) {
+            sharedSlots = offsets
+        } else {
+            let (offsets, at, stripped) = try walkEntries(shared, version: version, entries: sharedCount, end: sharedSize - 20, failure: failure)
+            guard !stripped else { throw failure("names a shared index with an entry without a path") }
+            try skipExtensions(shared, from: at, end: sharedSize - 20) { signature, _, _ in
+                throw failure("names a shared index with the '\(String(decoding: signature, as: UTF8.self))' extension, which fprep does not support")
+            }
+            sharedSlots = offsets
+        }
+        return try merge(into: storage, writableAt: region + sharedSpan, sharedEnd: sharedEnd, sharedSlots: sharedSlots,
+                         main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
+    }
+
+    /// Copies the main file's entries after the shared ones and merges the
+    /// two orders: shared entries not deleted (replaced ones by their
+    /// replacement), added entries at their place by path and stage.
+    private static func merge(into storage: IndexStorage, writableAt extra: UnsafeMutableRawPointer, sharedEnd: Int, sharedSlots: [Int32],
+                              main: IndexStorage, mainSlots: [Int32], link: LinkExtension, sharedPath: String, mainChecksum: [UInt8],
+                              failure: (String) -> GitError) throws -> (IndexStorage, [Int32]) {
+        let sharedCount = sharedSlots.count
+        guard link.replaced.count <= mainSlots.count,
+              link.deleted.allSatisfy({ $0 < sharedCount }), link.replaced.allSatisfy({ $0 < sharedCount }) else {
+            throw failure("has a link to its shared index that does not fit it")
+        }
+        var slots = sharedSlots
+        var used = 0
+        func place(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+            let at = sharedEnd + used
+            if let source = bytes.baseAddress { (extra + used).copyMemory(from: source, byteCount: bytes.count) }
+            used += bytes.count
+            return Int32(at)
+        }
+        // Replacements: the main file's first entries, in the order of the
+        // bits, each with the shared entry's path.
+        for (k, position) in link.replaced.enumerated() {
+            let at = Int(mainSlots[k])
+            guard main.path(at: at).isEmpty else { throw failure("has a replacement entry with a path") }
+            let path = storage.path(at: Int(sharedSlots[position]))
+            let fixed = main.pathStart(at) - at
+            var bytes = [UInt8](UnsafeRawBufferPointer(start: main.base + at, count: fixed))
+            let flags = (UInt16(bytes[60]) << 8 | UInt16(bytes[61])) & ~0xFFF | UInt16(min(path.count, 0xFFF))
+            bytes[60] = UInt8(flags >> 8)
+            bytes[61] = UInt8(flags & 0xFF)
+            bytes += path
+            bytes += [UInt8](repeating: 0, count: ((fixed + path.count + 8) & ~7) - fixed - path.count)
+            slots[position] = bytes.withUnsafeBytes { place($0) }
+        }
+        // Added entries: copied as they are, then put in order.
+        var added: [Int32] = []
+        for k in link.replaced.count..<mainSlots.count {
+            let at = Int(mainSlots[k])
+            guard !main.path(at: at).isEmpty else { throw failure("has an added entry without a path") }
+            added.append(place(UnsafeRawBufferPointer(start: main.base + at, count: main.entrySize(at: at))))
+        }
+        let merged = IndexStorage(base: storage.base, count: sharedEnd + used) { [storage] in withExtendedLifetime(storage) {} }
+        func order(_ a: Int32, _ b: Int32) -> Int {
+            let byPath = Index.compareBytes(merged.path(at: Int(a)), merged.path(at: Int(b)))
+            return byPath != 0 ? byPath : merged.stage(at: Int(a)) - merged.stage(at: Int(b))
+        }
+        added.sort { order($0, $1) < 0 }
+        var skip = Set(link.deleted)
+        guard skip.isDisjoint(with: link.replaced) else { throw failure("marks a shared entry both deleted and replaced") }
+        // Where each added entry goes among the shared ones; one with the
+        // path and stage of a shared entry takes its place (as git's
+        // `add_index_entry` does).
+        var inserts: [(before: Int, slot: Int32)] = []
+        inserts.reserveCapacity(added.count)
+        for slot in added {
+            var low = 0, high = sharedCount
+            while low < high {
+                let middle = (low + high) / 2
+                if order(slots[middle], slot) < 0 { low = middle + 1 } else { high = middle }
+            }
+            if low < sharedCount, order(slots[low], slot) == 0 { skip.insert(low) }
+            inserts.append((low, slot))
+        }
+        var result: [Int32] = []
+        result.reserveCapacity(sharedCount + added.count)
+        var cursor = 0
+        let skipped = skip.sorted()
+        var nextSkip = 0
+        func copy(upTo end: Int) {
+            while cursor < end {
+                while nextSkip < skipped.count, skipped[nextSkip] < cursor { nextSkip += 1 }
+                let stop = nextSkip < skipped.count ? min(skipped[nextSkip], end) : end
+                result.append(contentsOf: slots[cursor..<stop])
+                cursor = stop
+                if cursor < end, nextSkip < skipped.count, skipped[nextSkip] == cursor { cursor += 1 }
+            }
+        }
+        for insert in inserts {
+            copy(upTo: insert.before)
+            result.append(insert.slot)
+        }
+        copy(upTo: sharedCount)
+        merged.checksum = mainChecksum
+        merged.shared = SharedIndexBase(checksum: link.sharedChecksum, path: sharedPath, slots: sharedSlots, end: sharedEnd)
+        return (merged, result)
+    }
+
+    /// The stage of the entry at `at` (git's flags, bits 12–13).
+    @inline(__always) func stage(at: Int) -> Int { Int((u16(at + 60) >> 12) & 3) }
+}

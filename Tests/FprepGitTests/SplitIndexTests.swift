@@ -1,0 +1,192 @@
+import Foundation
+import Testing
+@testable import FprepGit
+
+/// The split index (`SplitIndex.swift`) against git itself: what fprep
+/// writes, git reads entry for entry; what git writes (replacements,
+/// deletions, additions), fprep reads entry for entry.
+@Suite struct SplitIndexTests {
+    /// What `git ls-files --stage -v` says of an entry: tag (H, or S for
+    /// skip-worktree), mode, id, stage 0, path.
+    static func listing(_ entries: [IndexEntry]) -> [String] {
+        entries.sorted { $0.path.lexicographicallyPrecedes($1.path) }.map {
+            "\($0.skipWorktree ? "S" : "H") \(String($0.mode, radix: 8)) \($0.id.hex) 0\t\(String(decoding: $0.path, as: UTF8.self))"
+        }
+    }
+
+    static func entries(of index: Index) -> [IndexEntry] {
+        (0..<index.count).compactMap { index.entry(at: $0) }
+    }
+
+    static func sharedFiles(_ work: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: work + "/.git").filter { $0.hasPrefix("sharedindex.") }
+    }
+
+    /// Seeded random edits (adds, removals, new content, stat and
+    /// skip-worktree changes; some rounds past a fifth of the entries, so
+    /// the shared file is written again), each round written split and
+    /// checked: read back by fprep and by git, entry for entry with the
+    /// model, the checksums verified by `git fsck`, one shared file left.
+    @Test(arguments: [1, 2, 3]) func whatFprepWritesSplitGitReads(seed: UInt64) throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        let repository = try Repository(openingAt: work)
+        try repository.config().set("core.splitIndex", "true")
+        var random = SeededRandom(seed: seed)
+        let ids = try (0..<8).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
+        func path(_ n: Int) -> [UInt8] {
+            Array(("d\(n % 7)/" + (n % 3 == 0 ? "sub/" : "") + String(repeating: "x", count: n % 13 + 1) + "\(n)").utf8)
+        }
+        func entry(_ n: Int) -> IndexEntry {
+            IndexEntry(path: path(n), id: ids[Int(random.next() % 8)], mode: random.next() % 5 == 0 ? 0o100755 : 0o100644,
+                       stat: StatData(ctime: (1_700_000_000, Int64(random.next() % 1000)), mtime: (1_700_000_000, 0), device: 1,
+                                      inode: Int64(n), uid: 0, gid: 0, size: Int64(random.next() % 100)),
+                       skipWorktree: random.next() % 2 == 0)
+        }
+        var model: [[UInt8]: IndexEntry] = [:]
+        var (splitWrites, sharedWrites) = (0, 0)
+        for round in 0..<40 {
+            let index = try repository.index()
+            let edits = round == 0 ? 300 : (random.next() % 6 == 0 ? 80 : Int(random.next() % 12) + 1)
+            for _ in 0..<edits {
+                let n = Int(random.next() % 400)
+                if random.next() % 4 == 0 {
+                    try index.remove(path: path(n))
+                    model[path(n)] = nil
+                } else {
+                    let e = entry(n)
+                    try index.add(e)
+                    model[e.path] = e
+                }
+            }
+            let sharedBefore = try Self.sharedFiles(work)
+            try index.write()
+            let shared = try Self.sharedFiles(work)
+            #expect(shared.count == 1, "round \(round): one shared index, not \(shared)")
+            if shared == sharedBefore { splitWrites += 1 } else { sharedWrites += 1 }
+
+            let expected = Self.listing(Array(model.values))
+            #expect(Self.listing(Self.entries(of: index)) == expected, "round \(round): the writer's view")
+            let reread = try repository.index()
+            let rereadEntries = Self.entries(of: reread)
+            #expect(Self.listing(rereadEntries) == expected, "round \(round): read back")
+            for e in rereadEntries { #expect(model[e.path]?.stat == e.stat, "round \(round): stat of \(String(decoding: e.path, as: UTF8.self))") }
+            let git = try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init)
+            #expect(git == expected, "round \(round): git's view")
+            if round % 8 == 7 { _ = try scratch.git(["fsck", "--no-dangling"], in: work) }
+        }
+        #expect(splitWrites > 10 && sharedWrites > 2, "both kinds of write: \(splitWrites) split, \(sharedWrites) shared")
+
+        // Unset, a small index is written whole again: no shared file left.
+        try scratch.git(["config", "--unset", "core.splitIndex"], in: work)
+        let index = try repository.index()
+        try index.add(entry(1000))
+        model[path(1000)] = index.entry(path: path(1000))
+        try index.write()
+        #expect(try Self.sharedFiles(work).isEmpty)
+        #expect(try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init) == Self.listing(Array(model.values)))
+    }
+
+    /// git's own split index: changed entries as replacements (entries
+    /// without a path), removed ones in the delete bitmap, new ones added.
+    /// fprep reads what git lists; then fprep writes its own split against
+    /// git's shared file, and git reads that.
+    @Test func whatGitWritesSplitFprepReads() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        for n in 0..<150 {
+            let folder = work + "/f\(n % 6)"
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try Data("file \(n)\n".utf8).write(to: URL(fileURLWithPath: folder + "/n\(n).txt"))
+        }
+        try scratch.git(["add", "-A"], in: work)
+        try scratch.git(["update-index", "--split-index"], in: work)
+        // Replacements: new content, a skip-worktree bit; deletions; additions.
+        for n in stride(from: 0, to: 150, by: 7) { try Data("changed \(n)\n".utf8).write(to: URL(fileURLWithPath: work + "/f\(n % 6)/n\(n).txt")) }
+        try scratch.git(["add", "-A"], in: work)
+        try scratch.git(["update-index", "--skip-worktree", "f1/n1.txt", "f2/n8.txt"], in: work)
+        try scratch.git(["rm", "-q", "--cached", "f3/n3.txt", "f4/n4.txt", "f5/n149.txt"], in: work)
+        try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/f0/added.txt"))
+        try Data("new\n".utf8).write(to: URL(fileURLWithPath: work + "/a-first.txt"))
+        try scratch.git(["add", "f0/added.txt", "a-first.txt"], in: work)
+        #expect(try Self.sharedFiles(work).count == 1)
+        let gitIndex = try Data(contentsOf: URL(fileURLWithPath: work + "/.git/index"))
+        #expect(gitIndex.range(of: Data("link".utf8)) != nil, "git wrote a split index")
+
+        let repository = try Repository(openingAt: work)
+        let gitsListing = try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init)
+        let index = try repository.index()
+        #expect(Self.listing(Self.entries(of: index)) == gitsListing)
+        #expect(index.count == 149)
+        #expect(index.entry(path: Array("f1/n1.txt".utf8))?.skipWorktree == true)
+        #expect(index.entry(path: Array("f4/n4.txt".utf8)) == nil)
+
+        // fprep's own split against git's shared file, then git reads it.
+        index.splitSetting = { true }
+        let removed = Array("f0/n6.txt".utf8)
+        try index.remove(path: removed)
+        let id = try Array("x\n".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        try index.add(IndexEntry(path: Array("f1/n7.txt".utf8), id: id, mode: 0o100644, skipWorktree: true))
+        try index.write()
+        var expected = gitsListing.filter { !$0.hasSuffix("\tf0/n6.txt") && !$0.hasSuffix("\tf1/n7.txt") }
+        expected.append("S 100644 \(id.hex) 0\tf1/n7.txt")
+        expected.sort { Array($0.split(separator: "\t")[1].utf8).lexicographicallyPrecedes(Array($1.split(separator: "\t")[1].utf8)) }
+        #expect(try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init) == expected)
+        #expect(Self.listing(Self.entries(of: try repository.index())) == expected)
+        _ = try scratch.git(["fsck", "--no-dangling"], in: work)
+
+        // git writes the index again (a refresh), and fprep reads it.
+        _ = try scratch.git(["status", "--porcelain"], in: work)
+        #expect(Self.listing(Self.entries(of: try repository.index())) == expected)
+    }
+
+    /// A missing or mismatched shared file is one clear error, not a crash.
+    @Test func aMissingSharedIndexIsAClearError() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        try Data("x\n".utf8).write(to: URL(fileURLWithPath: work + "/a"))
+        try scratch.git(["add", "a"], in: work)
+        try scratch.git(["update-index", "--split-index"], in: work)
+        for name in try Self.sharedFiles(work) { try FileManager.default.removeItem(atPath: work + "/.git/" + name) }
+        do {
+            _ = try Repository(openingAt: work).index()
+            Issue.record("an index naming a missing shared file was read")
+        } catch let error as GitError {
+            #expect(error.message.contains("shared index") && error.message.contains("fprep repair"), "\(error.message)")
+        }
+    }
+
+    /// EWAH bitmaps round-trip: empty, dense runs, a long gap, word edges.
+    @Test func bitmapsRoundTrip() throws {
+        var random = SeededRandom(seed: 7)
+        var sets: [[Int]] = [[], [0], [63], [64], [0, 1, 2, 63, 64, 65, 127, 128], Array(0..<1000), [5, 1 << 20, (1 << 20) + 1]]
+        for _ in 0..<50 {
+            var set = Set<Int>()
+            let span = Int(random.next() % 5000) + 1
+            for _ in 0..<Int(random.next() % 200) { set.insert(Int(random.next() % UInt64(span))) }
+            sets.append(set.sorted())
+        }
+        for positions in sets {
+            let bytes = EWAH.encode(positions)
+            let (decoded, used) = try bytes.withUnsafeBytes { try EWAH.decode($0.baseAddress!, length: $0.count) }
+            #expect(decoded == positions)
+            #expect(used == bytes.count)
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for seeded tests.
+struct SeededRandom {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
