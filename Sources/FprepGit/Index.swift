@@ -285,14 +285,7 @@ public final class Index {
         }
         stamp = FileStamp(path: filePath)
         adoptWrittenFile()
-        // The shared file this index no longer names (git keeps such files
-        // two weeks for readers that opened the old index; fprep's own
-        // commands hold the replica's lock, and a shared index is 119 MB at
-        // 10^6 entries).
-        if let previousShared, previousShared.path != storage.shared?.path {
-            unlink(previousShared.path)
-            if storage.shared == nil { unlink(SharedIndexFile.offsetsTable(beside: filePath)) }
-        }
+        SharedIndexFile.removeUnused(beside: filePath, current: storage.shared?.path, replaced: previousShared?.path)
     }
 
     /// The header and every entry, in path order, to `file`; where each

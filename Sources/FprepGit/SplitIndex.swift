@@ -66,6 +66,23 @@ public enum SharedIndexFile {
         folder(of: indexPath) + "fprep-sharedindex-offsets"
     }
 
+    /// Removes the shared files the index at `indexPath` does not name
+    /// (`current`): the one this write `replaced` at once, any other once
+    /// it is a minute old (one a crash left between a shared file's rename
+    /// and the index's; a younger one may be a git command's, about to be
+    /// named). git keeps such files two weeks for readers of the old index;
+    /// fprep's commands hold the replica's lock, and a shared index is
+    /// 119 MB at 10^6 entries.
+    static func removeUnused(beside indexPath: String, current: String?, replaced: String?) {
+        let now = time(nil)
+        for path in all(beside: indexPath) where path != current {
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue }
+            if path == replaced || now - info.st_mtim.tv_sec >= 60 { unlink(path) }
+        }
+        if current == nil { unlink(offsetsTable(beside: indexPath)) }
+    }
+
     /// Every shared index file in the folder of `indexPath` (not temporaries).
     static func all(beside indexPath: String) -> [String] {
         let folder = folder(of: indexPath)

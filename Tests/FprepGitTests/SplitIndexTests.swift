@@ -142,6 +142,34 @@ import Testing
         #expect(Self.listing(Self.entries(of: try repository.index())) == expected)
     }
 
+    /// A write removes the shared file it replaced and any left over (a
+    /// crash between a shared file's rename and the index's) once a minute
+    /// old; a young one, which a git command may be about to name, stays.
+    @Test func leftoverSharedFilesGo() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        let repository = try Repository(openingAt: work)
+        try repository.config().set("core.splitIndex", "true")
+        let id = try Array("x\n".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        let index = try repository.index()
+        try index.add(IndexEntry(path: Array("a".utf8), id: id, mode: 0o100644, skipWorktree: false))
+        try index.write()
+        let current = try Self.sharedFiles(work)
+        #expect(current.count == 1)
+        let old = work + "/.git/sharedindex." + String(repeating: "1", count: 40)
+        let young = work + "/.git/sharedindex." + String(repeating: "2", count: 40)
+        for path in [old, young] { try Data("left over".utf8).write(to: URL(fileURLWithPath: path)) }
+        var times = utimbuf(actime: time(nil) - 120, modtime: time(nil) - 120)
+        utime(old, &times)
+        try index.add(IndexEntry(path: Array("b".utf8), id: id, mode: 0o100644, skipWorktree: false))
+        try index.write()
+        let after = try Self.sharedFiles(work)
+        #expect(after.count == 2 && after.contains("sharedindex." + String(repeating: "2", count: 40)), "\(after)")
+        #expect(!after.contains("sharedindex." + String(repeating: "1", count: 40)))
+        #expect(try scratch.git(["ls-files"], in: work) == "a\nb")
+    }
+
     /// A missing or mismatched shared file is one clear error, not a crash.
     @Test func aMissingSharedIndexIsAClearError() throws {
         let scratch = try Scratch()
