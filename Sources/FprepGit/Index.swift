@@ -258,10 +258,13 @@ public final class Index {
     /// written then). A split index writes its changed entries only, and
     /// its shared file again once they pass a fifth of it.
     public func write() throws {
-        if try writeInPlace() { return }
+        // An index that should be split and is not yet is split now (one
+        // whole write), not patched in place.
+        let splits = SplitIndexPolicy(setting: splitSetting()).splits(entries: slots.count)
+        if !(splits && storage.shared == nil), try writeInPlace() { return }
         settle()
         let previousShared = storage.shared
-        if SplitIndexPolicy(setting: splitSetting()).splits(entries: slots.count) {
+        if splits {
             if let base = storage.shared, let changes = changes(since: base),
                (changes.added.count + changes.deleted.count) * 5 <= base.slots.count {
                 try writeSplit(base: base, added: changes.added, deleted: changes.deleted)

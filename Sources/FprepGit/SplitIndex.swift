@@ -251,13 +251,18 @@ extension IndexStorage {
                         failure: (String) -> GitError) throws -> (IndexStorage, [Int32]) {
         let sharedPath = SharedIndexFile.path(beside: indexPath, checksum: link.sharedChecksum)
         let name = String(sharedPath.split(separator: "/").last ?? "")
+        // Without its shared file the index cannot be read at all (git
+        // stops too): it is made again from the commit, and fprep's next
+        // sync puts the placeholders' marks back (see "git in the replica").
+        func lost(_ why: String) -> GitError {
+            GitError(code: .invalid, message: "the index '\(indexPath)' names the shared index '\(name)', which \(why); remove '\(indexPath)', run 'git read-tree HEAD' in the replica, then 'fprep sync'",
+                     function: "index read")
+        }
         let fd = open(sharedPath, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw failure("names the shared index '\(name)', which cannot be opened (\(String(cString: strerror(errno))))") }
+        guard fd >= 0 else { throw lost("cannot be opened (\(String(cString: strerror(errno))))") }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_size >= 32, info.st_size < Int(Int32.max) / 2 else {
-            throw failure("names the shared index '\(name)', which is truncated or too large")
-        }
+        guard fstat(fd, &info) == 0, info.st_size >= 32, info.st_size < Int(Int32.max) / 2 else { throw lost("is truncated or too large") }
         let sharedSize = Int(info.st_size)
         let page = Int(sysconf(Int32(_SC_PAGESIZE)))
         let sharedSpan = (sharedSize + page - 1) / page * page
@@ -279,7 +284,7 @@ extension IndexStorage {
         let shared = IndexStorage(base: UnsafeRawPointer(region), count: sharedSize) {}
         guard memcmp(shared.base, "DIRC", 4) == 0,
               memcmp(shared.base + sharedSize - 20, link.sharedChecksum, 20) == 0 else {
-            throw failure("names the shared index '\(name)', whose content does not match its name")
+            throw lost("does not match its name (damaged)")
         }
         let version = shared.u32(4)
         let sharedCount = Int(shared.u32(8))

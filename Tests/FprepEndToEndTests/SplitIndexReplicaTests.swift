@@ -72,6 +72,20 @@ import Testing
             let status = try box.fprepJSON(["status"], cwd: replica)
             #expect((status["changes"] as? [Any])?.isEmpty == true, "no local change: \(status)")
 
+            // The shared file lost: one clear line, and the way back it names
+            // loses nothing and pushes nothing.
+            for name in Self.sharedFiles(replica) { try FileManager.default.removeItem(atPath: replica + "/.git/" + name) }
+            let refused = try box.fprep(["status"], cwd: replica)
+            #expect(refused.status != 0 && refused.stderr.contains("git read-tree HEAD"), "\(refused)")
+            #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
+            let tip = try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path)
+            try FileManager.default.removeItem(atPath: replica + "/.git/index")
+            try box.gitOK(["read-tree", "HEAD"], cwd: replica)
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path) == tip, "nothing pushed")
+            try Self.expectIndexIsAnchor(box, replica, "read again from the commit")
+            #expect(try box.gitOK(["ls-files", "-v", "d03"], cwd: replica).split(separator: "\n").allSatisfy { $0.hasPrefix("S ") })
+
             // `core.splitIndex = false`: the next write is whole, and the shared file goes.
             try box.gitOK(["config", "core.splitIndex", "false"], cwd: replica)
             try box.fprepOK(["materialize", "d00/f000.bin"], cwd: replica)

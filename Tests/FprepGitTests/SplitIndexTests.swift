@@ -183,7 +183,7 @@ import Testing
             _ = try Repository(openingAt: work).index()
             Issue.record("an index naming a missing shared file was read")
         } catch let error as GitError {
-            #expect(error.message.contains("shared index") && error.message.contains("fprep repair"), "\(error.message)")
+            #expect(error.message.contains("shared index") && error.message.contains("git read-tree HEAD"), "\(error.message)")
         }
     }
 
