@@ -260,9 +260,12 @@ public final class Index {
     public func write() throws {
         // An index that should be split and is not yet is split now (one
         // whole write), not patched in place.
-        let splits = SplitIndexPolicy(setting: splitSetting()).splits(entries: slots.count)
-        if !(splits && storage.shared == nil), try writeInPlace() { return }
         settle()
+        let splits = SplitIndexPolicy(setting: splitSetting()).splits(entries: slots.count)
+        if !(splits && storage.shared == nil), try writeInPlace() {
+            SharedIndexFile.removeUnused(beside: filePath, current: nil, replaced: nil)
+            return
+        }
         let previousShared = storage.shared
         if splits {
             if let base = storage.shared, let changes = changes(since: base),
@@ -309,7 +312,7 @@ public final class Index {
             let slot = slots[i]
             if slot < 0 || !hasExtendedFlags(slot) {
                 encoded.removeAll(keepingCapacity: true)
-                encodeIndexEntry(slot < 0 ? owned[Int(~slot)] : decode(slot), into: &encoded)
+                if slot < 0 { encodeIndexEntry(owned[Int(~slot)], into: &encoded) } else { widen(slot, into: &encoded) }
                 try file.append(encoded)
                 offsets.append(UInt32(position))
                 position += encoded.count
@@ -371,10 +374,17 @@ public final class Index {
             var position = header.count
             var encoded: [UInt8] = []
             for slot in added {
-                encoded.removeAll(keepingCapacity: true)
-                encodeIndexEntry(decode(slot), into: &encoded)
-                try file.append(encoded)
                 offsets.append(UInt32(position))
+                if slot >= 0 {
+                    // As read (git's conflict stages and flags kept).
+                    let size = storage.entrySize(at: Int(slot))
+                    try file.append(UnsafeRawBufferPointer(start: storage.base + Int(slot), count: size))
+                    position += size
+                    continue
+                }
+                encoded.removeAll(keepingCapacity: true)
+                encodeIndexEntry(owned[Int(~slot)], into: &encoded)
+                try file.append(encoded)
                 position += encoded.count
             }
             try file.append(LinkExtension(sharedChecksum: base.checksum, deleted: deleted, replaced: []).encoded())
@@ -523,6 +533,21 @@ public final class Index {
         self.stamp = FileStamp(path: filePath)
         checksum = newChecksum
         return true
+    }
+
+    /// An entry of the file without the extended flags word (git writes
+    /// none when no extended flag is set), with it: every other bit as read,
+    /// the conflict stage and assume-valid among them (an `IndexEntry`
+    /// carries neither).
+    private func widen(_ slot: Int32, into output: inout [UInt8]) {
+        let at = Int(slot)
+        let start = output.count
+        output.append(contentsOf: UnsafeRawBufferPointer(start: storage.base + at, count: 60))
+        appendBigEndian(&output, storage.u16(at + 60) | 0x4000)
+        appendBigEndian(&output, UInt16(0))
+        output.append(contentsOf: storage.path(at: at))
+        let size = (output.count - start + 8) & ~7
+        output.append(contentsOf: repeatElement(0, count: start + size - output.count))
     }
 
     private func encoded(_ entry: IndexEntry) -> [UInt8] {
@@ -716,19 +741,22 @@ public final class IndexStream {
         var header = Array("DIRC".utf8)
         appendBigEndian(&header, UInt32(3))
         appendBigEndian(&header, UInt32(count))
+        var entriesFile: IndexFileWriter?
         do {
             if split {
                 let temporary = SharedIndexFile.folder(of: path) + SharedIndexFile.temporaryName
                 unlink(temporary)
-                file = try IndexFileWriter(path: temporary)
+                entriesFile = try IndexFileWriter(path: temporary)
             } else {
-                file = lockFile
+                entriesFile = lockFile
             }
-            try file.append(header)
+            try entriesFile?.append(header)
         } catch {
+            if split { entriesFile?.abandon() }
             lockFile.abandon()
             throw error
         }
+        file = entriesFile ?? lockFile
         position = header.count
         offsets.reserveCapacity(count)
         encoded.reserveCapacity(256)
@@ -1059,11 +1087,11 @@ final class IndexStorage {
         // Extensions: optional ones (uppercase) are skipped; of the
         // mandatory ones, which change what the entries mean, fprep reads
         // the split index's link and refuses any other (a sparse index).
-        var link: LinkExtension?
+        var link: LinkExtension.Raw?
         try skipExtensions(file, from: at, end: end) { signature, start, length in
             guard signature == LinkExtension.signature, link == nil else { throw unsupported(String(decoding: signature, as: UTF8.self)) }
             do {
-                link = try LinkExtension.parse(file.base, at: start, length: length)
+                link = try LinkExtension.Raw(file.base, at: start, length: length)
             } catch {
                 throw failure("has a damaged link to its shared index")
             }

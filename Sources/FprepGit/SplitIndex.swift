@@ -67,18 +67,20 @@ public enum SharedIndexFile {
     }
 
     /// Removes the shared files the index at `indexPath` does not name
-    /// (`current`): the one this write `replaced` at once, any other once
-    /// it is a minute old (one a crash left between a shared file's rename
-    /// and the index's; a younger one may be a git command's, about to be
-    /// named). git keeps such files two weeks for readers of the old index;
-    /// fprep's commands hold the replica's lock, and a shared index is
-    /// 119 MB at 10^6 entries.
+    /// (`current`) once they are a minute old: the one this write
+    /// `replaced` is dated now (a git command that read the old index a
+    /// moment ago still opens it: git keeps such files two weeks), another
+    /// one a crash left between a shared file's rename and the index's is
+    /// old, and a younger one may be a git command's about to be named.
+    /// The next write after that minute removes them (a shared index is
+    /// 119 MB at 10^6 entries).
     static func removeUnused(beside indexPath: String, current: String?, replaced: String?) {
+        if let replaced, replaced != current { utimensat(AT_FDCWD, replaced, nil, 0) }
         let now = time(nil)
         for path in all(beside: indexPath) where path != current {
             var info = stat()
             guard lstat(path, &info) == 0 else { continue }
-            if path == replaced || now - info.st_mtim.tv_sec >= 60 { unlink(path) }
+            if now - info.st_mtim.tv_sec >= 60 { unlink(path) }
         }
         if current == nil { unlink(offsetsTable(beside: indexPath)) }
     }
@@ -100,9 +102,20 @@ public enum SharedIndexFile {
 }
 
 extension Index {
-    /// The shared index files beside the index at `path` (normally none or
-    /// one): what a reader of the index reads too.
-    public static func sharedFiles(_ path: String) -> [String] { SharedIndexFile.all(beside: path) }
+    /// What a command that looks a few paths up in the index at `path`
+    /// reads of it: the index, its entries' offsets tables, and a shared
+    /// file up to `sharedLimit` bytes. A larger one (119 MB at 10^6
+    /// entries) is left to be read where the lookups land: read whole, it
+    /// held up the fetch it was meant to overlap (0.6 s against git's
+    /// 0.27 s at 10^6 files).
+    public static func readAheadFiles(_ path: String, sharedLimit: Int = 32 << 20) -> [String] {
+        var files = [path, EntryOffsets.path(beside: path), SharedIndexFile.offsetsTable(beside: path)]
+        for shared in SharedIndexFile.all(beside: path) {
+            var info = stat()
+            if stat(shared, &info) == 0, Int(info.st_size) <= sharedLimit { files.append(shared) }
+        }
+        return files
+    }
 }
 
 /// The "link" extension: the shared index's checksum, then the bitmaps of
@@ -115,16 +128,32 @@ struct LinkExtension {
 
     static let signature = Array("link".utf8)
 
-    /// Reads the extension's data (`length` bytes at `at`); positions at or
-    /// past `limit` are refused by the caller, which knows the shared count.
-    static func parse(_ base: UnsafeRawPointer, at: Int, length: Int) throws -> LinkExtension {
-        guard length >= 20 else { throw EWAH.Malformed() }
-        let checksum = Array(UnsafeRawBufferPointer(start: base + at, count: 20))
-        guard length > 20 else { return LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []) }
-        let (deleted, used) = try EWAH.decode(base + at + 20, length: length - 20)
-        let (replaced, rest) = try EWAH.decode(base + at + 20 + used, length: length - 20 - used)
-        guard used + rest == length - 20 else { throw EWAH.Malformed() }
-        return LinkExtension(sharedChecksum: checksum, deleted: deleted, replaced: replaced)
+    /// The extension's data as read: the checksum names the shared file;
+    /// the bitmaps are decoded once its entry count bounds them.
+    struct Raw {
+        let sharedChecksum: [UInt8]
+        let bitmaps: [UInt8]
+
+        init(_ base: UnsafeRawPointer, at: Int, length: Int) throws {
+            guard length >= 20 else { throw EWAH.Malformed() }
+            sharedChecksum = Array(UnsafeRawBufferPointer(start: base + at, count: 20))
+            bitmaps = Array(UnsafeRawBufferPointer(start: base + at + 20, count: length - 20))
+        }
+
+        /// The bitmaps, every position below `entries` (a damaged run of set
+        /// bits is refused before it is spelled out).
+        func decoded(entries: Int) throws -> LinkExtension {
+            guard !bitmaps.isEmpty else { return LinkExtension(sharedChecksum: sharedChecksum, deleted: [], replaced: []) }
+            return try bitmaps.withUnsafeBytes { raw in
+                guard let base = raw.baseAddress else { throw EWAH.Malformed() }
+                let (deleted, used) = try EWAH.decode(base, length: raw.count, limit: entries)
+                let (replaced, rest) = try EWAH.decode(base + used, length: raw.count - used, limit: entries)
+                guard used + rest == raw.count, deleted.allSatisfy({ $0 < entries }), replaced.allSatisfy({ $0 < entries }) else {
+                    throw EWAH.Malformed()
+                }
+                return LinkExtension(sharedChecksum: sharedChecksum, deleted: deleted, replaced: replaced)
+            }
+        }
     }
 
     /// The whole extension: signature, length, data.
@@ -193,7 +222,7 @@ enum EWAH {
     }
 
     /// The set positions of the bitmap at `base` and the bytes it took.
-    static func decode(_ base: UnsafeRawPointer, length: Int, limit: Int = 1 << 31) throws -> ([Int], Int) {
+    static func decode(_ base: UnsafeRawPointer, length: Int, limit: Int) throws -> ([Int], Int) {
         func u32(_ at: Int) -> Int { Int(UInt32(bigEndian: base.loadUnaligned(fromByteOffset: at, as: UInt32.self))) }
         guard length >= 12 else { throw Malformed() }
         let count = u32(4)
@@ -247,9 +276,9 @@ extension IndexStorage {
     /// whose first part maps the shared file and whose second holds the
     /// main file's entries, each with its path (a replacement takes the
     /// shared entry's), so every entry is read in place, as from one file.
-    static func merging(main: IndexStorage, mainSlots: [Int32], link: LinkExtension, indexPath: String, mainChecksum: [UInt8],
+    static func merging(main: IndexStorage, mainSlots: [Int32], link raw: LinkExtension.Raw, indexPath: String, mainChecksum: [UInt8],
                         failure: (String) -> GitError) throws -> (IndexStorage, [Int32]) {
-        let sharedPath = SharedIndexFile.path(beside: indexPath, checksum: link.sharedChecksum)
+        let sharedPath = SharedIndexFile.path(beside: indexPath, checksum: raw.sharedChecksum)
         let name = String(sharedPath.split(separator: "/").last ?? "")
         // Without its shared file the index cannot be read at all (git
         // stops too): it is made again from the commit, and fprep's next
@@ -264,78 +293,101 @@ extension IndexStorage {
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_size >= 32, info.st_size < Int(Int32.max) / 2 else { throw lost("is truncated or too large") }
         let sharedSize = Int(info.st_size)
+        // The shared file on its own first: its entries say how large the
+        // second part must be (each replacement takes a shared path).
+        guard let alone = mmap(nil, sharedSize, PROT_READ, MAP_PRIVATE, fd, 0), alone != MAP_FAILED else {
+            throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
+        }
+        let shared = IndexStorage(base: UnsafeRawPointer(alone), count: sharedSize) { munmap(alone, sharedSize) }
+        guard memcmp(shared.base, "DIRC", 4) == 0,
+              memcmp(shared.base + sharedSize - 20, raw.sharedChecksum, 20) == 0 else {
+            throw lost("does not match its name (damaged)")
+        }
+        let version = shared.u32(4)
+        let sharedCount = Int(shared.u32(8))
+        let end = sharedSize - 20
+        func noExtension(_ signature: [UInt8], _: Int, _: Int) throws {
+            throw failure("names a shared index with the '\(String(decoding: signature, as: UTF8.self))' extension, which fprep does not support")
+        }
+        // Where the shared entries are read from: the file, or for version 4
+        // (paths compressed against each other; git writes it only when
+        // asked to) a buffer of them re-encoded.
+        let entries: IndexStorage
+        let sharedSlots: [Int32]
+        if version == 4 {
+            let (decoded, offsets, at) = try decodeVersion4(shared, entries: sharedCount, end: end, failure: failure)
+            try skipExtensions(shared, from: at, end: end, noExtension)
+            entries = decoded
+            sharedSlots = offsets
+        } else {
+            guard version == 2 || version == 3 else { throw failure("names a shared index of version \(version), which fprep does not read") }
+            entries = shared
+            if let offsets = EntryOffsets.read(table: SharedIndexFile.offsetsTable(beside: indexPath), for: shared, entries: sharedCount, end: end) {
+                sharedSlots = offsets
+            } else {
+                let (offsets, at, stripped) = try walkEntries(shared, version: version, entries: sharedCount, end: end, failure: failure)
+                guard !stripped else { throw failure("names a shared index with an entry without a path") }
+                try skipExtensions(shared, from: at, end: end, noExtension)
+                sharedSlots = offsets
+            }
+        }
+        let link: LinkExtension
+        do {
+            link = try raw.decoded(entries: sharedCount)
+        } catch {
+            throw failure("has a damaged link to its shared index")
+        }
+        guard link.replaced.count <= mainSlots.count else { throw failure("has a link to its shared index that does not fit it") }
+        // The second part, exactly: each replacement's fixed part with the
+        // shared entry's path, then the added entries as they are.
+        var extraSize = 8
+        for (k, position) in link.replaced.enumerated() {
+            let fixed = main.pathStart(Int(mainSlots[k])) - Int(mainSlots[k])
+            extraSize += (fixed + entries.path(at: Int(sharedSlots[position])).count + 8) & ~7
+        }
+        for k in link.replaced.count..<mainSlots.count { extraSize += main.entrySize(at: Int(mainSlots[k])) }
+
         let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        if version == 4 {
+            let decodedSpan = (entries.count + 7) & ~7
+            let size = decodedSpan + extraSize
+            guard size < Int(Int32.max) else { throw failure("with its shared index is larger than 2 GiB") }
+            let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
+            buffer.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+            buffer.copyMemory(from: entries.base, byteCount: entries.count)
+            let storage = IndexStorage(base: UnsafeRawPointer(buffer), count: size) { buffer.deallocate() }
+            return try merge(into: storage, writableAt: buffer + decodedSpan, capacity: extraSize, sharedEnd: decodedSpan, sharedSlots: sharedSlots,
+                             main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
+        }
+        // One range: the shared file mapped again at its start (the same
+        // pages), the second part after it.
         let sharedSpan = (sharedSize + page - 1) / page * page
-        // The main file's entries, and a path for each replacement (at most
-        // 4 KiB each), bound the second part; only what is used is touched.
-        let extraBound = main.count + link.replaced.count * 4104 + 8
-        let extraSpan = (extraBound + page - 1) / page * page
+        let extraSpan = (extraSize + page - 1) / page * page
         let total = sharedSpan + extraSpan
         guard total < Int(Int32.max) else { throw failure("with its shared index is larger than 2 GiB") }
         guard let region = mmap(nil, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), region != MAP_FAILED else {
             throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
         }
-        var storage = IndexStorage(base: UnsafeRawPointer(region), count: total) { munmap(region, total) }
+        let storage = IndexStorage(base: UnsafeRawPointer(region), count: total) { munmap(region, total) }
         guard mmap(region, sharedSize, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) != MAP_FAILED,
               mmap(region + sharedSpan, extraSpan, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) != MAP_FAILED else {
             throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
         }
-        // The shared file on its own, for its header and entries.
-        let shared = IndexStorage(base: UnsafeRawPointer(region), count: sharedSize) {}
-        guard memcmp(shared.base, "DIRC", 4) == 0,
-              memcmp(shared.base + sharedSize - 20, link.sharedChecksum, 20) == 0 else {
-            throw lost("does not match its name (damaged)")
-        }
-        let version = shared.u32(4)
-        let sharedCount = Int(shared.u32(8))
-        var sharedSlots: [Int32]
-        var sharedEnd = sharedSpan
-        if version == 4 {
-            // Paths compressed against each other: re-encoded into a buffer
-            // of their own, followed by the second part (rare: git writes
-            // version 4 only when asked to).
-            let (decoded, offsets, _) = try decodeVersion4(shared, entries: sharedCount, end: sharedSize - 20, failure: failure)
-            let decodedSpan = (decoded.count + 7) & ~7
-            let size = decodedSpan + extraBound
-            let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
-            buffer.initializeMemory(as: UInt8.self, repeating: 0, count: size)
-            buffer.copyMemory(from: decoded.base, byteCount: decoded.count)
-            storage = IndexStorage(base: UnsafeRawPointer(buffer), count: size) { buffer.deallocate() }
-            sharedSlots = offsets
-            sharedEnd = decodedSpan
-            return try merge(into: storage, writableAt: buffer + decodedSpan, sharedEnd: sharedEnd, sharedSlots: sharedSlots,
-                             main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
-        }
-        guard version == 2 || version == 3 else { throw failure("names a shared index of version \(version), which fprep does not read") }
-        if let offsets = EntryOffsets.read(table: SharedIndexFile.offsetsTable(beside: indexPath), for: shared,
-                                           entries: sharedCount, end: sharedSize - 20) {
-            sharedSlots = offsets
-        } else {
-            let (offsets, at, stripped) = try walkEntries(shared, version: version, entries: sharedCount, end: sharedSize - 20, failure: failure)
-            guard !stripped else { throw failure("names a shared index with an entry without a path") }
-            try skipExtensions(shared, from: at, end: sharedSize - 20) { signature, _, _ in
-                throw failure("names a shared index with the '\(String(decoding: signature, as: UTF8.self))' extension, which fprep does not support")
-            }
-            sharedSlots = offsets
-        }
-        return try merge(into: storage, writableAt: region + sharedSpan, sharedEnd: sharedEnd, sharedSlots: sharedSlots,
+        return try merge(into: storage, writableAt: region + sharedSpan, capacity: extraSize, sharedEnd: sharedSpan, sharedSlots: sharedSlots,
                          main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
     }
 
     /// Copies the main file's entries after the shared ones and merges the
     /// two orders: shared entries not deleted (replaced ones by their
     /// replacement), added entries at their place by path and stage.
-    private static func merge(into storage: IndexStorage, writableAt extra: UnsafeMutableRawPointer, sharedEnd: Int, sharedSlots: [Int32],
+    private static func merge(into storage: IndexStorage, writableAt extra: UnsafeMutableRawPointer, capacity: Int, sharedEnd: Int, sharedSlots: [Int32],
                               main: IndexStorage, mainSlots: [Int32], link: LinkExtension, sharedPath: String, mainChecksum: [UInt8],
                               failure: (String) -> GitError) throws -> (IndexStorage, [Int32]) {
         let sharedCount = sharedSlots.count
-        guard link.replaced.count <= mainSlots.count,
-              link.deleted.allSatisfy({ $0 < sharedCount }), link.replaced.allSatisfy({ $0 < sharedCount }) else {
-            throw failure("has a link to its shared index that does not fit it")
-        }
         var slots = sharedSlots
         var used = 0
-        func place(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        func place(_ bytes: UnsafeRawBufferPointer) throws -> Int32 {
+            guard used + bytes.count <= capacity else { throw failure("has entries that do not fit their own sizes") }
             let at = sharedEnd + used
             if let source = bytes.baseAddress { (extra + used).copyMemory(from: source, byteCount: bytes.count) }
             used += bytes.count
@@ -354,14 +406,14 @@ extension IndexStorage {
             bytes[61] = UInt8(flags & 0xFF)
             bytes += path
             bytes += [UInt8](repeating: 0, count: ((fixed + path.count + 8) & ~7) - fixed - path.count)
-            slots[position] = bytes.withUnsafeBytes { place($0) }
+            slots[position] = try bytes.withUnsafeBytes { try place($0) }
         }
         // Added entries: copied as they are, then put in order.
         var added: [Int32] = []
         for k in link.replaced.count..<mainSlots.count {
             let at = Int(mainSlots[k])
             guard !main.path(at: at).isEmpty else { throw failure("has an added entry without a path") }
-            added.append(place(UnsafeRawBufferPointer(start: main.base + at, count: main.entrySize(at: at))))
+            added.append(try place(UnsafeRawBufferPointer(start: main.base + at, count: main.entrySize(at: at))))
         }
         let merged = IndexStorage(base: storage.base, count: sharedEnd + used) { [storage] in withExtendedLifetime(storage) {} }
         func order(_ a: Int32, _ b: Int32) -> Int {

@@ -107,7 +107,7 @@ extension Replica {
         // Read while the fetch waits on the remote: the index is read whole
         // once the trees are in, and the diff reads old trees all over the
         // packs of commits and trees.
-        if incoming { ReadAhead.start([gitDirectory + "/index"] + Index.sharedFiles(gitDirectory + "/index") + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
+        if incoming { ReadAhead.start(Index.readAheadFiles(gitDirectory + "/index") + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
         var report = SyncReport()
         let startAnchor = anchor
         let garbageThreshold = try garbageThreshold()
