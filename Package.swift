@@ -182,7 +182,7 @@ let package = Package(
         // What the test targets share: whether a server they started (not
         // another test's) listens on its port.
         .target(name: "FprepTestSupport", path: "Tests/FprepTestSupport"),
-        .testTarget(name: "FprepGitTests", dependencies: ["FprepGit"]),
+        .testTarget(name: "FprepGitTests", dependencies: ["FprepGit", "FprepModel"]),
         .testTarget(name: "FprepCoreTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport"]),
         // The APNs tests' peer is a real HTTP/2 server over TLS, written with the same NIO stack.
         .testTarget(name: "FprepServerTests", dependencies: [
@@ -194,7 +194,7 @@ let package = Package(
             .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
-        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport", "fprep", "fprep-full", .product(name: "Crypto", package: "swift-crypto")],
+        .testTarget(name: "FprepEndToEndTests", dependencies: ["FprepCore", "FprepGit", "FprepTestSupport", "FprepModel", "fprep", "fprep-full", .product(name: "Crypto", package: "swift-crypto")],
                     exclude: ["Golden"]),
         .testTarget(name: "FprepModelTests", dependencies: ["FprepModel", "fprep", "fprep-full"], exclude: ["Cases"]),
     ],

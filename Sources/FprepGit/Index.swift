@@ -275,19 +275,7 @@ public final class Index {
                 try writeShared()
             }
         } else {
-            let lock = filePath + ".lock"
-            let file = try IndexFileWriter(path: lock)
-            let offsets: [UInt32]
-            let checksum: [UInt8]
-            do {
-                offsets = try writeEntries(to: file)
-                checksum = try file.finish()
-            } catch {
-                file.abandon()
-                throw error
-            }
-            try installIndexFile(lock: lock, at: filePath, checksum: checksum, offsets: offsets)
-            self.checksum = checksum
+            try writeIndexFile { try writeEntries(to: $0) }
         }
         stamp = FileStamp(path: filePath)
         adoptWrittenFile()
@@ -362,11 +350,8 @@ public final class Index {
     /// Writes `.git/index` as the changes to `base`: the added entries and
     /// the link to it with the bitmap of its entries deleted.
     private func writeSplit(base: SharedIndexBase, added: [Int32], deleted: [Int]) throws {
-        let lock = filePath + ".lock"
-        let file = try IndexFileWriter(path: lock)
-        var offsets: [UInt32] = []
-        let checksum: [UInt8]
-        do {
+        try writeIndexFile { file in
+            var offsets: [UInt32] = []
             var header = Array("DIRC".utf8)
             appendBigEndian(&header, UInt32(3))
             appendBigEndian(&header, UInt32(added.count))
@@ -388,6 +373,19 @@ public final class Index {
                 position += encoded.count
             }
             try file.append(LinkExtension(sharedChecksum: base.checksum, deleted: deleted, replaced: []).encoded())
+            return offsets
+        }
+    }
+
+    /// Writes `index.lock` with `body` (which returns where each entry
+    /// starts), then moves it over the index.
+    private func writeIndexFile(_ body: (IndexFileWriter) throws -> [UInt32]) throws {
+        let lock = filePath + ".lock"
+        let file = try IndexFileWriter(path: lock)
+        let offsets: [UInt32]
+        let checksum: [UInt8]
+        do {
+            offsets = try body(file)
             checksum = try file.finish()
         } catch {
             file.abandon()
@@ -418,17 +416,7 @@ public final class Index {
                 shared.abandon()
                 throw error
             }
-            let sharedPath = SharedIndexFile.path(beside: filePath, checksum: sharedChecksum)
-            CrashPoint.reach()
-            guard rename(temporary, sharedPath) == 0 else {
-                throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
-            }
-            EntryOffsets.write(offsets, indexChecksum: sharedChecksum, table: SharedIndexFile.offsetsTable(beside: filePath))
-            var header = Array("DIRC".utf8)
-            appendBigEndian(&header, UInt32(3))
-            appendBigEndian(&header, UInt32(0))
-            try file.append(header)
-            try file.append(LinkExtension(sharedChecksum: sharedChecksum, deleted: [], replaced: []).encoded())
+            try nameSharedFile(temporary, checksum: sharedChecksum, offsets: offsets, linkingIn: file, indexPath: filePath)
             checksum = try file.finish()
         } catch {
             file.abandon()
@@ -805,18 +793,7 @@ public final class IndexStream {
         do {
             checksum = try file.finish(flush: split)
             if split {
-                let temporary = file.path
-                let sharedPath = SharedIndexFile.path(beside: filePath, checksum: checksum)
-                CrashPoint.reach()
-                guard rename(temporary, sharedPath) == 0 else {
-                    throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
-                }
-                EntryOffsets.write(offsets, indexChecksum: checksum, table: SharedIndexFile.offsetsTable(beside: filePath))
-                var header = Array("DIRC".utf8)
-                appendBigEndian(&header, UInt32(3))
-                appendBigEndian(&header, UInt32(0))
-                try lockFile.append(header)
-                try lockFile.append(LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []).encoded())
+                try nameSharedFile(file.path, checksum: checksum, offsets: offsets, linkingIn: lockFile, indexPath: filePath)
                 installed = []
             }
         } catch {
@@ -841,6 +818,23 @@ public final class IndexStream {
         file.abandon()
         if split { lockFile.abandon() }
     }
+}
+
+/// Gives a finished shared index (on the disk) its name, records its
+/// entries' offsets, and writes into `lock` the index that links to it with
+/// nothing changed.
+private func nameSharedFile(_ temporary: String, checksum: [UInt8], offsets: [UInt32], linkingIn lock: IndexFileWriter,
+                            indexPath: String) throws {
+    CrashPoint.reach()
+    guard rename(temporary, SharedIndexFile.path(beside: indexPath, checksum: checksum)) == 0 else {
+        throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
+    }
+    EntryOffsets.write(offsets, indexChecksum: checksum, table: SharedIndexFile.offsetsTable(beside: indexPath))
+    var header = Array("DIRC".utf8)
+    appendBigEndian(&header, UInt32(3))
+    appendBigEndian(&header, UInt32(0))
+    try lock.append(header)
+    try lock.append(LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []).encoded())
 }
 
 /// A new index file: bytes written through a buffer, their SHA-1 computed

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import FprepModel
 
 // The agent's change journal: with `fprep agent` serving a replica, status
 // and sync look only at what changed since the last scan. Its answer must
@@ -50,7 +51,7 @@ struct JournalTests {
 
             // A fixed seed in CI; FPREP_JOURNAL_SEED tries others.
             let seed = ProcessInfo.processInfo.environment["FPREP_JOURNAL_SEED"].flatMap(UInt64.init) ?? 20261125
-            var random = SeededRandom(seed: seed)
+            var random = SplitMix64(seed: seed)
             var journaled = 0
             for round in 0..<14 {
                 var done: [String] = []
@@ -188,18 +189,4 @@ private func append(_ path: String, _ text: String) -> Bool {
     defer { close(fd) }
     let bytes = Array(text.utf8)
     return bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
-}
-
-/// A small deterministic generator (SplitMix64): one seed, one sequence.
-struct SeededRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import FprepModel
 @testable import FprepGit
 
 /// The split index (`SplitIndex.swift`) against git itself: what fprep
@@ -51,7 +52,7 @@ import Testing
         try scratch.git(["init", "-q", "-b", "main", "work"])
         let repository = try Repository(openingAt: work)
         try repository.config().set("core.splitIndex", "true")
-        var random = SeededRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let ids = try (0..<8).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
         func path(_ n: Int) -> [UInt8] {
             Array(("d\(n % 7)/" + (n % 3 == 0 ? "sub/" : "") + String(repeating: "x", count: n % 13 + 1) + "\(n)").utf8)
@@ -252,7 +253,7 @@ import Testing
 
     /// EWAH bitmaps round-trip: empty, dense runs, a long gap, word edges.
     @Test func bitmapsRoundTrip() throws {
-        var random = SeededRandom(seed: 7)
+        var random = SplitMix64(seed: 7)
         var sets: [[Int]] = [[], [0], [63], [64], [0, 1, 2, 63, 64, 65, 127, 128], Array(0..<1000), [5, 1 << 20, (1 << 20) + 1]]
         for _ in 0..<50 {
             var set = Set<Int>()
@@ -266,18 +267,5 @@ import Testing
             #expect(decoded == positions)
             #expect(used == bytes.count)
         }
-    }
-}
-
-/// A small deterministic generator (SplitMix64) for seeded tests.
-struct SeededRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
