@@ -287,9 +287,7 @@ public final class Index {
     /// bytes, straight from the mapping. An entry git wrote without the
     /// extended flags is written with them (see `encodeIndexEntry`).
     private func writeEntries(to file: IndexFileWriter) throws -> [UInt32] {
-        var header = Array("DIRC".utf8)
-        appendBigEndian(&header, UInt32(3))
-        appendBigEndian(&header, UInt32(slots.count))
+        let header = indexHeader(entries: slots.count)
         try file.append(header)
         var offsets: [UInt32] = []
         offsets.reserveCapacity(slots.count)
@@ -352,9 +350,7 @@ public final class Index {
     private func writeSplit(base: SharedIndexBase, added: [Int32], deleted: [Int]) throws {
         try writeIndexFile { file in
             var offsets: [UInt32] = []
-            var header = Array("DIRC".utf8)
-            appendBigEndian(&header, UInt32(3))
-            appendBigEndian(&header, UInt32(added.count))
+            let header = indexHeader(entries: added.count)
             try file.append(header)
             var position = header.count
             var encoded: [UInt8] = []
@@ -651,6 +647,15 @@ public final class Index {
     }
 }
 
+/// The 12 bytes that start an index file fprep writes: "DIRC", version 3,
+/// the entry count.
+private func indexHeader(entries: Int) -> [UInt8] {
+    var header = Array("DIRC".utf8)
+    appendBigEndian(&header, UInt32(3))
+    appendBigEndian(&header, UInt32(entries))
+    return header
+}
+
 private func appendBigEndian<T: FixedWidthInteger>(_ output: inout [UInt8], _ value: T) {
     withUnsafeBytes(of: value.bigEndian) { output.append(contentsOf: $0) }
 }
@@ -726,9 +731,7 @@ public final class IndexStream {
         declared = count
         self.split = split
         lockFile = try IndexFileWriter(path: lock)
-        var header = Array("DIRC".utf8)
-        appendBigEndian(&header, UInt32(3))
-        appendBigEndian(&header, UInt32(count))
+        let header = indexHeader(entries: count)
         var entriesFile: IndexFileWriter?
         do {
             if split {
@@ -788,27 +791,21 @@ public final class IndexStream {
             abandon()
             throw GitError(code: .invalid, message: "\(offsets.count) index entries written, \(declared) announced", function: "index write")
         }
-        let checksum: [UInt8]
-        var installed = offsets
+        let written: [UInt8]
         do {
-            checksum = try file.finish(flush: split)
+            let checksum = try file.finish(flush: split)
             if split {
                 try nameSharedFile(file.path, checksum: checksum, offsets: offsets, linkingIn: lockFile, indexPath: filePath)
-                installed = []
+                written = try lockFile.finish()
+            } else {
+                written = checksum
             }
         } catch {
             abandon()
             throw error
         }
-        let written: [UInt8]
-        do {
-            written = split ? try lockFile.finish() : checksum
-        } catch {
-            abandon()
-            throw error
-        }
         ended = true
-        try installIndexFile(lock: lock, at: filePath, checksum: written, offsets: installed)
+        try installIndexFile(lock: lock, at: filePath, checksum: written, offsets: split ? [] : offsets)
     }
 
     /// Removes the unfinished file (the index stays as it was).
@@ -830,10 +827,7 @@ private func nameSharedFile(_ temporary: String, checksum: [UInt8], offsets: [UI
         throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
     }
     EntryOffsets.write(offsets, indexChecksum: checksum, table: SharedIndexFile.offsetsTable(beside: indexPath))
-    var header = Array("DIRC".utf8)
-    appendBigEndian(&header, UInt32(3))
-    appendBigEndian(&header, UInt32(0))
-    try lock.append(header)
+    try lock.append(indexHeader(entries: 0))
     try lock.append(LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []).encoded())
 }
 
