@@ -11,8 +11,9 @@ import Glibc
 /// folder marks, and the worker's own writes (fills, syncs) are told apart
 /// by their process id. Folders that arrive (made, moved in, or laid out
 /// by a sync) are marked as they come; a folder moved within the replica
-/// makes every folder be marked again, since the paths known for them
-/// changed. A change says "sync soon" (the worker's own writes and pure
+/// keeps its marks, and the paths known for it and the folders below it
+/// are rewritten (an overflow, or a folder whose mark failed, makes every
+/// folder be marked again). A change says "sync soon" (the worker's own writes and pure
 /// writes of a file still open do not), and every change goes into the
 /// replica's `ChangeJournal`, which commands ask instead of scanning; a
 /// lost event (an overflow) is a gap in it, which costs one full scan.
@@ -187,15 +188,31 @@ final class ChangeWatch: @unchecked Sendable {
                         }
                     }
                     guard event.mask & UInt64(FPREP_CHANGE_ON_FOLDER) != 0 else { continue }
-                    if event.mask & UInt64(FPREP_CHANGE_MOVED) != 0 { remark = true }
-                    if event.mask & UInt64(FPREP_CHANGE_ARRIVED) != 0, let parent = folders[Self.key(event)] {
-                        let name = withUnsafeBytes(of: event.name) { Array($0.prefix(Int(event.name_length))) }
-                        if !name.isEmpty { arrived.append(parent.isEmpty ? name : parent + [0x2F] + name) }
+                    guard event.mask & UInt64(FPREP_CHANGE_MOVED | FPREP_CHANGE_ARRIVED) != 0 else { continue }
+                    // A folder's marks go with it (they are on its inode);
+                    // only the paths known for it and the folders below change.
+                    let moved = event.mask & UInt64(FPREP_CHANGE_MOVED) != 0
+                    guard let parent, !name.isEmpty else {
+                        if moved { remark = true }
+                        continue
+                    }
+                    // The folders whose mark failed are known by path only.
+                    if moved, !unmarked.isEmpty {
+                        remark = true
+                        continue
+                    }
+                    let path = parent.isEmpty ? name : parent + [0x2F] + name
+                    if event.mask & UInt64(FPREP_CHANGE_MOVED_FROM) != 0 { detach(path) }
+                    if event.mask & UInt64(FPREP_CHANGE_MOVED_TO) != 0 {
+                        if !reattach(at: path) { arrived.append(path) }
+                    } else if event.mask & UInt64(FPREP_CHANGE_CREATED) != 0 {
+                        arrived.append(path)
                     }
                 }
             }
             if remark {
                 folders = [:]
+                detached = [:]
                 unmarked = []
                 markTree(below: [])
             } else {
@@ -213,6 +230,54 @@ final class ChangeWatch: @unchecked Sendable {
                 onLeftOut()
             }
         }
+    }
+
+    /// Folders moved away from where `folders` knew them (handle → old
+    /// path), until the other half of the move says where they went; those
+    /// moved out of the replica stay here, unknown: an event from one is a
+    /// gap in the journal.
+    private var detached: [[UInt8]: [UInt8]] = [:]
+
+    /// The folder at `path` and those below it moved away.
+    private func detach(_ path: [UInt8]) {
+        for (key, known) in folders where Self.isAtOrBelow(known, path) {
+            folders[key] = nil
+            detached[key] = known
+        }
+    }
+
+    /// A folder arrived at `path` by a move: when it is one followed
+    /// already, it and the folders below it are known at their new paths
+    /// (rewritten, not walked and marked again: moving one folder of a
+    /// large tree made the worker walk every folder); false when it came
+    /// from outside (or is gone again), to be marked as new.
+    private func reattach(at path: [UInt8]) -> Bool {
+        var handle = fprep_change_event()
+        let name = path.map { CChar(bitPattern: $0) } + [0]
+        guard fprep_changes_folder_handle(rootFD, name, &handle) == 0 else { return false }
+        let key = Self.key(handle)
+        if let old = detached[key] {
+            for (moved, known) in detached where Self.isAtOrBelow(known, old) {
+                detached[moved] = nil
+                folders[moved] = path + known.dropFirst(old.count)
+            }
+            return true
+        }
+        if let old = folders[key] {
+            // Its move away was not seen (the events came in another order).
+            for (moved, known) in folders where Self.isAtOrBelow(known, old) {
+                folders[moved] = path + known.dropFirst(old.count)
+            }
+            return true
+        }
+        return false
+    }
+
+    /// Whether `path` is `folder` or a path below it.
+    private static func isAtOrBelow(_ path: [UInt8], _ folder: [UInt8]) -> Bool {
+        if folder.isEmpty { return true }
+        guard path.count >= folder.count, path.starts(with: folder) else { return false }
+        return path.count == folder.count || path[folder.count] == 0x2F
     }
 
     /// Marks the folder at `start` (relative to the root; [] the root) and

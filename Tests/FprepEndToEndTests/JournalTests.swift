@@ -79,11 +79,25 @@ struct JournalTests {
                         rename(at(file), at(target))
                         done.append("move \(file) \(target)")
                     case 4:
+                        // A folder moved, to the top or into another one,
+                        // then a change below it at its new place (the
+                        // journal must know the folders below by their new paths).
                         guard !folder.isEmpty, folder.count > 1 else { continue }
                         let source = String(folder.dropLast())
-                        let target = "folder-\(round)-\(random.below(1000))"
-                        rename(at(source), at(target))
+                        let others = folders.filter { $0 != source && !$0.hasPrefix(source + "/") }
+                        let into = others.isEmpty || random.below(2) == 0 ? "" : others[random.below(others.count)] + "/"
+                        let target = into + "folder-\(round)-\(random.below(1000))"
+                        guard rename(at(source), at(target)) == 0 else { continue }
                         done.append("move folder \(source) \(target)")
+                        let inside = listing(at(target))
+                        if let below = inside.folders.isEmpty ? nil : inside.folders[random.below(inside.folders.count)] {
+                            let name = target + "/" + below + "/after-move-\(round).txt"
+                            try Data("after the move\n".utf8).write(to: URL(fileURLWithPath: at(name)))
+                            done.append("create \(name)")
+                        } else if let file = inside.files.first {
+                            #expect(append(at(target + "/" + file), "after the move \(round)\n"), "append to \(target)/\(file)")
+                            done.append("append \(target)/\(file)")
+                        }
                     case 5:
                         let made = "made-\(round)/inner"
                         try FileManager.default.createDirectory(atPath: at(made), withIntermediateDirectories: true)

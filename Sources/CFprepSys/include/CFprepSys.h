@@ -311,14 +311,17 @@ int fprep_changes_mark_folder(int group, int dirfd, const char *path);
  * with the handle of the folder `path` beneath `dirfd`, as events carry it. */
 int fprep_changes_folder_handle(int dirfd, const char *path, struct fprep_change_event *event);
 /* The bits of fprep_change_event.mask a follower reads (the kernel's
- * FAN_Q_OVERFLOW, FAN_ONDIR, FAN_CREATE | FAN_MOVED_TO, and FAN_MOVED_FROM
- * | FAN_MOVED_TO). */
+ * FAN_Q_OVERFLOW, FAN_ONDIR, FAN_CREATE, FAN_MOVED_FROM, FAN_MOVED_TO, and
+ * their unions). */
 enum {
     FPREP_CHANGE_OVERFLOW = 0x00004000,
     FPREP_CHANGE_MODIFIED = 0x00000002,
     FPREP_CHANGE_ON_FOLDER = 0x40000000,
     FPREP_CHANGE_ARRIVED = 0x00000100 | 0x00000080,
     FPREP_CHANGE_MOVED = 0x00000040 | 0x00000080,
+    FPREP_CHANGE_MOVED_FROM = 0x00000040,
+    FPREP_CHANGE_MOVED_TO = 0x00000080,
+    FPREP_CHANGE_CREATED = 0x00000100,
 };
 /* Reads the pending changes (at most `capacity`, which must cover 8 KiB of
  * events: 256); returns how many, or -1 with errno (EAGAIN: none). */

@@ -122,6 +122,16 @@ extension Replica {
             }
         }
 
+        // The moment the scan began, once what it found is committed: kept
+        // as the sync ends, whether it succeeds or not (an offline sync
+        // still moves it). Not at once: as the command's first write to the
+        // store it waited for SQLite to sync its log (up to 47 ms in
+        // `fprep-bench sync --agent`), where the sync's own first record
+        // pays that once anyway; lost to a power cut, it only makes the next
+        // scan look at more files.
+        var checkedPlaceholders: (seconds: Int64, nanoseconds: Int64)?
+        defer { if let checkedPlaceholders { try? PlaceholderCheck.record(checkedPlaceholders, in: store) } }
+
         // 1. What git did here (commits on the branch, an index it wrote)
         //    is taken in; then the local changes become a commit on top
         //    of the anchor.
@@ -194,8 +204,9 @@ extension Replica {
                 report.conflicts += committed.conflicts
             }
             // Every placeholder the scan passed was one when it began, and
-            // what it found changed is committed now.
-            try PlaceholderCheck.record(scanner.started, in: store)
+            // what it found changed is committed now: recorded as the sync
+            // ends (see `checkedPlaceholders`).
+            checkedPlaceholders = scanner.started
             Trace.mark("local commit")
         }
 
