@@ -72,7 +72,7 @@ extension LocalScanner {
         var parts = [fprep_scan_result](repeating: fprep_scan_result(), count: Int(FPREP_SCAN_MAX_PARTS))
         var flags = (skipped: 0, submodules: 0)
         let status = index.withEntryLayout { base, offsets -> Int32 in
-            flags = Self.countFlags(base, offsets)
+            if countsItems { flags = Self.countFlags(base, offsets) }
             guard !ordered.isEmpty else { return 0 }
             let subset = ordered.map { offsets[$0] }
             return subset.withUnsafeBufferPointer {
@@ -108,16 +108,18 @@ extension LocalScanner {
         }
 
         // Counts: an entry not looked at is as its flags say.
-        var counts: [ItemState: Int] = [:]
-        counts[.dataless] = flags.skipped
-        counts[.materialized] = index.count - flags.skipped - flags.submodules
-        for position in ordered {
-            guard let entry = index.entry(at: position), FileMode(raw: entry.mode) != .submodule else { continue }
-            counts[entry.skipWorktree ? .dataless : .materialized, default: 0] -= 1
+        if countsItems {
+            var counts: [ItemState: Int] = [:]
+            counts[.dataless] = flags.skipped
+            counts[.materialized] = index.count - flags.skipped - flags.submodules
+            for position in ordered {
+                guard let entry = index.entry(at: position), FileMode(raw: entry.mode) != .submodule else { continue }
+                counts[entry.skipWorktree ? .dataless : .materialized, default: 0] -= 1
+            }
+            for (state, n) in tally { counts[state, default: 0] += n }
+            set.counts = counts.filter { $0.value > 0 }
+            set.items = counts.values.reduce(0, +)
         }
-        for (state, n) in tally { counts[state, default: 0] += n }
-        set.counts = counts.filter { $0.value > 0 }
-        set.items = counts.values.reduce(0, +)
         set.folderCount = record.folderCount
         set.treeBytes = record.treeBytes
 

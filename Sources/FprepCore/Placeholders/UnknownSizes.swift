@@ -105,10 +105,17 @@ extension Replica {
     /// next sync, which keeps those bytes as a conflict copy and lays out the
     /// placeholder again. Journaled: after a crash, the next command takes
     /// each path as what its bytes on disk say. `always` looks even when no
-    /// layout noted unknown sizes (repair). Returns how many it laid out.
+    /// layout noted unknown sizes (repair). `lookWithoutNote`: a command
+    /// that walked the whole tree anyway (a sync's full scan) also looks
+    /// when nothing noted them, while there are few; one whose cost follows
+    /// the change (a sync through the agent's journal, `sync --incoming`)
+    /// looks only on the note: the look reads every entry of the index
+    /// (5–7 ms at 10^5 files, 48–66 ms at 10^6, the pages of a cold index).
+    /// Returns how many it laid out.
     @discardableResult
-    public func layOutLearnedSizes(always: Bool = false) throws -> Int {
+    public func layOutLearnedSizes(always: Bool = false, lookWithoutNote: Bool = true) throws -> Int {
         let pending = try store.meta(UnknownSizes.pendingKey) == "1"
+        guard always || pending || lookWithoutNote else { return 0 }
         let index = try repository.index()
         // Without the note, still a look when it is cheap (few 0-byte
         // placeholders): a path that laid one out without noting it is

@@ -167,11 +167,14 @@ extension Replica {
         // The scan's journal point, for the record this sync leaves (see
         // `JournalRecord`); an incoming sync carries the last record over.
         var journalScanner: LocalScanner?
+        // Whether the scan looked at every file (not the agent's journal).
+        var scannedEverything = false
         let indexBefore = incoming ? Index.checksumOnDisk(gitDirectory + "/index") : nil
         if !incoming {
             var scanned = try repository.index()
             try realignIndexGitWrote(scanned)
             var scanner = LocalScanner(replica: self, index: scanned)
+            scanner.countsItems = false
             // A copy made just now may not be in the agent's journal yet.
             var scan = try scanner.scan(usingJournal: heldCopies.isEmpty)
             journalScanner = scanner
@@ -198,6 +201,7 @@ extension Replica {
                 report.keptLocal += deferred
                 report.waitingForWriters = deferred.map(\.path)
             }
+            scannedEverything = !scan.fromJournal
             Trace.mark("scan")
             if let committed = try LocalCommitter(replica: self).commit(scan, index: scanned) {
                 report.localChanges = committed.changes
@@ -283,7 +287,7 @@ extension Replica {
             }
         }
         // Placeholders laid out before their size was known get it.
-        try layOutLearnedSizes()
+        try layOutLearnedSizes(lookWithoutNote: scannedEverything)
         // What the sync brought or moved under a pin gets its content.
         report.pinnedMaterialized = materializePinned()
         // Tags and favorites of every device, merged.
