@@ -34,6 +34,35 @@ struct GitNeighbourTests {
         }
     }
 
+    @Test("git read-tree or git reset rewrites the index without fprep's bits: the placeholders are no change (status, sync), a mode or bytes changed still are",
+          arguments: ["read-tree HEAD", "reset -q"])
+    func indexRewrittenByGitIsNoChange(_ command: String) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote()
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            try box.sh("git \(command)", cwd: replica)
+            // Every placeholder as the clone made it: no change, counted dataless.
+            var status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status.objects("changes").isEmpty, "\(status)")
+            #expect(status.int("modified") == 0 && status.int("dataless") == 6, "\(status)")
+            // A placeholder's mode, and a materialized file's bytes, changed
+            // after git's rewrite: those are changes.
+            try box.sh("chmod +x docs/readme.md && echo edited > a.txt", cwd: replica)
+            status = try box.fprepJSON(["status"], cwd: replica)
+            let changes = status.objects("changes").map { "\($0.string("kind") ?? "?") \($0.string("path") ?? "?")" }.sorted()
+            #expect(changes == ["modeChanged docs/readme.md", "modified a.txt"], "\(changes)")
+            // The sync pushes those two and nothing else; git sees no change after it.
+            let report = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(report.objects("localChanges").count == 2, "\(report)")
+            let pushed = try box.gitOK(["diff", "--name-status", remote.commit, "main"], cwd: remote.path)
+            #expect(pushed.split(separator: "\n").sorted() == ["M\ta.txt", "M\tdocs/readme.md"], "\(pushed)")
+            #expect(try box.gitOK(["status", "--porcelain"], cwd: replica).isEmpty)
+            #expect(try box.gitOK(["ls-files", "-v", "docs/deep/tool"], cwd: replica).hasPrefix("S "))
+        }
+    }
+
     /// Ways git can be made to read a placeholder and commit what it read.
     static let placeholderCommits: [(name: String, script: String, written: Bool)] = [
         ("no-skip-worktree, then commit -a", "git update-index --no-skip-worktree a.txt && git commit -qam 'read a placeholder'", false),

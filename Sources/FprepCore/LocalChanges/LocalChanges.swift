@@ -103,8 +103,7 @@ struct LocalChangeSet {
         if stat.isSpecial { return recordSpecial(path, stat) }
         switch classifier.placeholderChange(of: entry, stat: stat) {
         case .mode(let mode):
-            written.append(Write(path: path, id: entry.id, mode: mode, placeholder: true))
-            changes.append(LocalChange(kind: .modeChanged, path: path.description, from: nil))
+            recordModeChange(path, entry.id, mode)
         case .written:
             writtenPlaceholders.append(entry)
             changes.append(LocalChange(kind: .writtenWhileDataless, path: path.description, from: nil))
@@ -112,6 +111,12 @@ struct LocalChangeSet {
             written.append(Write(path: path, id: nil, mode: stat.gitMode, placeholder: false))
             changes.append(LocalChange(kind: .modified, path: path.description, from: nil))
         }
+    }
+
+    /// A placeholder whose execute bit changed: the same blob, a new mode.
+    mutating func recordModeChange(_ path: RepoPath, _ blob: ObjectID, _ mode: FileMode) {
+        written.append(Write(path: path, id: blob, mode: mode, placeholder: true))
+        changes.append(LocalChange(kind: .modeChanged, path: path.description, from: nil))
     }
 
     /// A placeholder behind an entry that says content (see
@@ -219,7 +224,9 @@ struct LocalScanner {
     func scan(usingJournal: Bool = false) throws -> LocalChangeSet {
         if usingJournal {
             let record = JournalRecord.load(replica)
-            switch AgentLink.journalChanges(replicaRoot: replica.root, since: record?.point) {
+            let answer = AgentLink.journalChanges(replicaRoot: replica.root, since: record?.point)
+            Trace.mark("journal asked")
+            switch answer {
             case .since(let now, let paths)?:
                 journal.point = now
                 if let record, let set = try scanJournaled(record, changed: paths) { return set }
@@ -375,7 +382,10 @@ struct LocalScanner {
                     bytes += try collectNew(path, into: &added, set: &set)
                     continue
                 }
-                try recordChanged(entry, at: path, stat, sizes: sizes, classifier: classifier, in: &set)
+                if try recordChanged(entry, at: path, stat, sizes: sizes, classifier: classifier, in: &set) {
+                    modified -= 1
+                    dataless += 1
+                }
             }
         }
         return [.materialized: clean, .dataless: dataless, .modified: modified, .deleted: gone]
@@ -523,7 +533,10 @@ struct LocalScanner {
                         continue
                     }
                     let itemPath = RepoPath(bytes: path)
-                    try recordChanged(entry, at: itemPath, stat, sizes: sizes, classifier: classifier, in: &set)
+                    if try recordChanged(entry, at: itemPath, stat, sizes: sizes, classifier: classifier, in: &set) {
+                        set.counts[.modified, default: 0] -= 1
+                        set.counts[.dataless, default: 0] += 1
+                    }
                 } else if stat.isDirectory {
                     // A folder with tracked items is walked whatever the
                     // rules say (tracked files stay tracked); its untracked
@@ -618,9 +631,23 @@ struct LocalScanner {
     /// placeholder another replica made stays here; one moved or copied
     /// over it (marks of another blob, or over content) is that blob; else
     /// the classifier says what a program did to it.
+    /// Returns true when it is no change at all: the placeholder of the
+    /// entry's own blob, whole, behind an entry git wrote without fprep's
+    /// bit and stat data (`git read-tree`, `git reset`: the classifier,
+    /// which compares the entry's recorded size, cannot tell), counted as
+    /// dataless, its entry written again as the placeholder's.
+    @discardableResult
     private func recordChanged(_ entry: IndexEntry, at path: RepoPath, _ stat: FileStat, sizes: (ObjectID) throws -> BlobInfo?,
-                               classifier: StateClassifier, in set: inout LocalChangeSet) throws {
+                               classifier: StateClassifier, in set: inout LocalChangeSet) throws -> Bool {
         let marked = try markedPlaceholder(path, stat, sizes: sizes)
+        if let marked, !marked.foreign, marked.writtenInto == nil, marked.blob == entry.id, !entry.skipWorktree {
+            guard stat.gitMode.raw == entry.mode else {
+                set.recordModeChange(path, entry.id, stat.gitMode)
+                return false
+            }
+            set.recordPlaceholderEntry(entry)
+            return true
+        }
         if let marked, marked.foreign {
             set.recordForeign(path)
         } else if let marked, !entry.skipWorktree || marked.blob != entry.id {
@@ -628,6 +655,7 @@ struct LocalScanner {
         } else {
             set.recordModified(entry, stat, classifier: classifier)
         }
+        return false
     }
 
     /// New items whose path the remote would refuse (`TreeEntryRules`: a

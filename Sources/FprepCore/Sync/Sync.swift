@@ -170,8 +170,10 @@ extension Replica {
         // Whether the scan looked at every file (not the agent's journal).
         var scannedEverything = false
         let indexBefore = incoming ? Index.checksumOnDisk(gitDirectory + "/index") : nil
+        Trace.mark("git's state")
         if !incoming {
             var scanned = try repository.index()
+            Trace.mark("index to scan")
             try realignIndexGitWrote(scanned)
             var scanner = LocalScanner(replica: self, index: scanned)
             scanner.countsItems = false
