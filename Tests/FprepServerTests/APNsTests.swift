@@ -164,7 +164,7 @@ struct APNsTests {
             server.executableURL = URL(fileURLWithPath: "/usr/sbin/nghttpd")
             server.arguments = ["-v", "-d", certificates.folder + "/docroot", "--address", "127.0.0.1", String(port),
                                 certificates.keyFile, certificates.certificateFile]
-            FileManager.default.createFile(atPath: logFile, contents: nil)
+            _ = FileManager.default.createFile(atPath: logFile, contents: nil)
             server.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
             server.standardError = FileHandle.nullDevice
             try server.run()

@@ -1,4 +1,5 @@
 import CFprepSys
+import Dispatch
 import FoundationEssentials
 import Glibc
 import FprepGit
@@ -414,13 +415,19 @@ func parallelFor(_ count: Int, threads: Int, _ body: (Int) -> Void) {
 /// Asks the kernel to start reading files a command will read soon, so the
 /// disk works while the command waits on something else (the network).
 enum ReadAhead {
+    /// On a thread of its own: the advice returns once the reads are
+    /// queued, but queueing tens of megabytes waits for the disk's queue
+    /// (17–29 ms at the start of a cold `sync --incoming` at 10^5 files,
+    /// before its fetch could start).
     static func start(_ paths: [String]) {
-        for path in paths {
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { continue }
-            // Asynchronous: returns once the reads are queued.
-            _ = posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)
-            close(fd)
+        guard !paths.isEmpty else { return }
+        DispatchQueue.global(qos: .utility).async {
+            for path in paths {
+                let fd = open(path, O_RDONLY | O_CLOEXEC)
+                guard fd >= 0 else { continue }
+                _ = posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)
+                close(fd)
+            }
         }
     }
 

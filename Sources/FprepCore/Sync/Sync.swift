@@ -105,9 +105,10 @@ extension Replica {
         TestGate.sync.pass()
         Trace.mark("start")
         // Read while the fetch waits on the remote: the index is read whole
-        // once the trees are in, and the diff reads old trees all over the
-        // packs of commits and trees.
-        if incoming { ReadAhead.start(Index.readAheadFiles(gitDirectory + "/index") + ReadAhead.treePacks(gitDirectory: gitDirectory)) }
+        // once the trees are in (a both-ways sync reads it at once, for its
+        // scan), and the diff reads old trees all over the packs of commits
+        // and trees.
+        ReadAhead.start((incoming ? Index.readAheadFiles(gitDirectory + "/index") : []) + ReadAhead.treePacks(gitDirectory: gitDirectory))
         var report = SyncReport()
         let startAnchor = anchor
         let garbageThreshold = try garbageThreshold()
