@@ -10,10 +10,7 @@ struct GitNeighbourTests {
     @Test("a plain git commit in the replica is local work: status says so, sync pushes it with its history")
     func gitCommitIsPushed() throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let (remote, replica) = try box.standardReplica(materializing: ["a.txt"])
             try box.sh("echo 'edited with git' > a.txt && echo new > new.txt && git add a.txt new.txt && git commit -qm 'made with git'",
                        cwd: replica)
             let status = try box.fprep(["status"], cwd: replica)
@@ -38,10 +35,7 @@ struct GitNeighbourTests {
           arguments: ["read-tree HEAD", "reset -q"])
     func indexRewrittenByGitIsNoChange(_ command: String) throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let (remote, replica) = try box.standardReplica(materializing: ["a.txt"])
             try box.sh("git \(command)", cwd: replica)
             // Every placeholder as the clone made it: no change, counted dataless.
             var status = try box.fprepJSON(["status"], cwd: replica)
@@ -75,10 +69,7 @@ struct GitNeighbourTests {
     func gitCommitOfPlaceholderIsNotPushed(_ which: Int) throws {
         let way = Self.placeholderCommits[which]
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "docs/readme.md"], cwd: replica)
+            let (remote, replica) = try box.standardReplica(materializing: ["docs/readme.md"])
             try box.sh("echo 'edited too' > docs/readme.md && git add docs/readme.md && \(way.script)", cwd: replica)
             let made = try box.gitOK(["rev-parse", "main"], cwd: replica)
             let status = try box.fprep(["status"], cwd: replica)
@@ -134,10 +125,7 @@ struct GitNeighbourTests {
     @Test("git reset --hard to an older commit: the files it changed are changes, the branch goes back to the anchor, commits made after the reset are kept")
     func gitResetIsSeen() throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let (remote, replica) = try box.standardReplica(materializing: ["a.txt"])
             try box.sh("echo second > a.txt", cwd: replica)
             try box.fprepOK(["sync"], cwd: replica)
             // Back to the first version with git, and a commit on top of it.

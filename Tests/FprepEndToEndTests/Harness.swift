@@ -746,6 +746,16 @@ extension Sandbox {
     func clone(_ url: String, _ directory: String, extra: [String] = []) throws -> [String: Any] {
         try fprepJSON(["clone", url, directory] + extra)
     }
+
+    /// A remote of the standard tree and its replica at `replica`, with
+    /// `materialized` given their content.
+    func standardReplica(materializing materialized: [String] = []) throws -> (remote: Remote, replica: String) {
+        let remote = try makeRemote()
+        let replica = at("replica")
+        _ = try clone(remote.path, replica)
+        if !materialized.isEmpty { try fprepOK(["materialize"] + materialized, cwd: replica) }
+        return (remote, replica)
+    }
 }
 
 extension Dictionary where Key == String, Value == Any {

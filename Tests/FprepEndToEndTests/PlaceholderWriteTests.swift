@@ -242,7 +242,8 @@ struct PlaceholderWriteTests {
             gethostname(&host, host.count)
             let formatter = ISO8601DateFormatter()
             formatter.formatOptions = [.withFullDate]
-            let copy = "a (conflict \(String(cString: host)) \(formatter.string(from: Date()))).txt"
+            let hostName = String(decoding: host.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let copy = "a (conflict \(hostName) \(formatter.string(from: Date()))).txt"
             #expect(link(one + "/a.txt", one + "/" + copy) == 0)
             try box.sh("setfattr -x user.fprep.state a.txt && setfattr -x user.fprep.blob a.txt", cwd: one)
             let report = try box.fprepJSON(["sync"], cwd: one)

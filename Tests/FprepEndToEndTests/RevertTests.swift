@@ -10,10 +10,7 @@ struct RevertTests {
     @Test("an edit stored nowhere else is refused without --force; --dry-run lists it; --force puts the anchor's version back")
     func editNeedsForce() throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let replica = box.at("replica")
-            _ = try box.clone(remote.path, replica)
-            try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+            let (remote, replica) = try box.standardReplica(materializing: ["a.txt"])
             try box.sh("echo 'my edit' > a.txt", cwd: replica)
             let refused = try box.fprep(["revert", "a.txt"], cwd: replica)
             expectOneLineError(refused, status: 1, mentioning: ["a.txt", "--force", "nothing was changed"])
