@@ -13,8 +13,8 @@ import Glibc
 /// by a sync) are marked as they come; a folder moved within the replica
 /// keeps its marks, and the paths known for it and the folders below it
 /// are rewritten (an overflow, or a folder whose mark failed, makes every
-/// folder be marked again). A change says "sync soon" (the worker's own writes and pure
-/// writes of a file still open do not), and every change goes into the
+/// folder be marked again). A change says "sync soon" (the worker's own
+/// writes and pure writes of a file still open do not), and every change goes into the
 /// replica's `ChangeJournal`, which commands ask instead of scanning; a
 /// lost event (an overflow) is a gap in it, which costs one full scan.
 final class ChangeWatch: @unchecked Sendable {

@@ -631,6 +631,7 @@ struct LocalScanner {
     /// placeholder another replica made stays here; one moved or copied
     /// over it (marks of another blob, or over content) is that blob; else
     /// the classifier says what a program did to it.
+    ///
     /// Returns true when it is no change at all: the placeholder of the
     /// entry's own blob, whole, behind an entry git wrote without fprep's
     /// bit and stat data (`git read-tree`, `git reset`: the classifier,
