@@ -340,36 +340,6 @@ public enum Cloner {
     }
 }
 
-/// Work on another thread whose result (or error) a caller waits for.
-final class BackgroundWork: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private var error: Error?
-    private var waited = false
-
-    init(_ work: @escaping () throws -> Void) {
-        let unchecked = UncheckedClosure(work)
-        DispatchQueue.global().async { [self] in
-            do { try unchecked.body() } catch { self.error = error }
-            done.signal()
-        }
-    }
-
-    /// Blocks until the work is over; rethrows its error.
-    func wait() throws {
-        if !waited {
-            done.wait()
-            waited = true
-        }
-        if let error { throw error }
-    }
-}
-
-/// A closure handed to one other thread and used only there.
-private struct UncheckedClosure: @unchecked Sendable {
-    let body: () throws -> Void
-    init(_ body: @escaping () throws -> Void) { self.body = body }
-}
-
 extension Replica {
     /// The plan of a layout that a killed clone left unfinished: the sizes
     /// the clone was still storing are read again first.

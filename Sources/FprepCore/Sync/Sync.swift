@@ -171,6 +171,23 @@ extension Replica {
         // Whether the scan looked at every file (not the agent's journal).
         var scannedEverything = false
         let indexBefore = incoming ? Index.checksumOnDisk(gitDirectory + "/index") : nil
+        // The remote's tip this replica last took in (or pushed), read
+        // before any fetch: a tip that is not in the remote's history any
+        // more means the remote rewrote it (a force-push). Kept in the
+        // store, not read from the tracking ref, which a fetch moves even
+        // when the sync then fails.
+        func lastRemoteTip() throws -> ObjectID? {
+            try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:)) ?? repository.referenceTarget("refs/remotes/origin/" + branch)
+        }
+        let lastRemoteAtStart = try lastRemoteTip()
+        // The first fetch runs while the scan and the local commit do: it
+        // only moves the tracking refs and adds objects, which neither
+        // reads, so the scan costs no time beyond the remote's answer.
+        // Always waited for, so no git process outlives the command.
+        var earlyFetch: BackgroundWork? = incoming ? nil : BackgroundWork { [gitDirectory, branch] in
+            try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
+        }
+        defer { try? earlyFetch?.wait() }
         Trace.mark("git's state")
         if !incoming {
             var scanned = try repository.index()
@@ -219,14 +236,14 @@ extension Replica {
 
         // 2. Fetch, then merge, lay out and push until the push lands.
         for attempt in 1...5 {
-            // The remote's tip this replica last took in (or pushed): a tip
-            // that is not in the remote's history any more means the remote
-            // rewrote it (a force-push). Kept in the store, not read from the
-            // tracking ref, which a fetch moves even when the sync then fails.
-            let lastRemote = try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:))
-                ?? repository.referenceTarget("refs/remotes/origin/" + branch)
+            let lastRemote = attempt == 1 ? lastRemoteAtStart : try lastRemoteTip()
             do {
-                try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
+                if let early = earlyFetch {
+                    earlyFetch = nil
+                    try early.wait()
+                } else {
+                    try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
+                }
             } catch is Transport.BranchNotFound {
                 guard lastRemote == nil else {
                     throw FprepError("the branch '\(branch)' no longer exists on the remote '\(remoteURL)'; the replica is unchanged")
