@@ -123,6 +123,26 @@ extension Replica {
             }
         }
 
+        // The remote's tip this replica last took in (or pushed), read
+        // before any fetch: a tip that is not in the remote's history any
+        // more means the remote rewrote it (a force-push). Kept in the
+        // store, not read from the tracking ref, which a fetch moves even
+        // when the sync then fails.
+        func lastRemoteTip() throws -> ObjectID? {
+            try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:)) ?? repository.referenceTarget("refs/remotes/origin/" + branch)
+        }
+        let lastRemoteAtStart = try lastRemoteTip()
+        // The first fetch runs while this replica's own side is taken in
+        // (git's commits, the scan, the local commit): it only moves the
+        // tracking refs and adds objects, which none of that reads, so they
+        // cost no time beyond the remote's answer. Waited for before the
+        // clean-up above (defers run last first), and always, so no git
+        // process outlives the command.
+        var earlyFetch: BackgroundWork? = BackgroundWork { [gitDirectory, branch] in
+            try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
+        }
+        defer { try? earlyFetch?.wait() }
+
         // The moment the scan began, once what it found is committed: kept
         // as the sync ends, whether it succeeds or not (an offline sync
         // still moves it). Not at once: as the command's first write to the
@@ -171,23 +191,6 @@ extension Replica {
         // Whether the scan looked at every file (not the agent's journal).
         var scannedEverything = false
         let indexBefore = incoming ? Index.checksumOnDisk(gitDirectory + "/index") : nil
-        // The remote's tip this replica last took in (or pushed), read
-        // before any fetch: a tip that is not in the remote's history any
-        // more means the remote rewrote it (a force-push). Kept in the
-        // store, not read from the tracking ref, which a fetch moves even
-        // when the sync then fails.
-        func lastRemoteTip() throws -> ObjectID? {
-            try store.meta(Self.remoteTipKey).flatMap(ObjectID.init(hex:)) ?? repository.referenceTarget("refs/remotes/origin/" + branch)
-        }
-        let lastRemoteAtStart = try lastRemoteTip()
-        // The first fetch runs while the scan and the local commit do: it
-        // only moves the tracking refs and adds objects, which neither
-        // reads, so the scan costs no time beyond the remote's answer.
-        // Always waited for, so no git process outlives the command.
-        var earlyFetch: BackgroundWork? = incoming ? nil : BackgroundWork { [gitDirectory, branch] in
-            try Transport.fetchTrees(gitDirectory: gitDirectory, branch: branch)
-        }
-        defer { try? earlyFetch?.wait() }
         Trace.mark("git's state")
         if !incoming {
             var scanned = try repository.index()
