@@ -216,6 +216,24 @@ public final class Index {
         return try slots.withUnsafeBufferPointer { try body(base, $0) }
     }
 
+    /// Calls `body` for each entry in the index's order with its position,
+    /// its first 60 bytes as git lays them out (times, device, inode, mode,
+    /// owner, size, object id: everything but the flags and the path) and
+    /// its path, read in place: for a caller that compares a whole index
+    /// with what it saw before and decodes only what changed. Stops when
+    /// `body` returns false; nil while entries added or removed here are not
+    /// written and read back.
+    public func forEachEntryInPlace(_ body: (_ position: Int, _ fixed: UnsafeRawBufferPointer, _ path: UnsafeBufferPointer<UInt8>) throws -> Bool) rethrows -> Bool? {
+        guard pending.isEmpty, owned.isEmpty else { return nil }
+        for (position, slot) in slots.enumerated() {
+            let at = Int(slot)
+            guard at >= 0, at + 62 <= storage.count else { return nil }
+            let fixed = UnsafeRawBufferPointer(start: storage.base + at, count: 60)
+            guard try body(position, fixed, storage.path(at: at)) else { return false }
+        }
+        return true
+    }
+
     /// The fields a count reads from an entry of `withEntryLayout` in place,
     /// without decoding the entry (git's layout: big-endian, flags at 60).
     public struct EntryFields {
@@ -600,6 +618,9 @@ public final class Index {
         }
         return low
     }
+
+    /// Whether path `a` sorts before path `b` in git's order (bytes, unsigned).
+    public static func precedes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool { compareBytes(a, b) < 0 }
 
     static func compareBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
         let common = min(a.count, b.count)

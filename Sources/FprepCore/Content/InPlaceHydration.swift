@@ -113,18 +113,19 @@ public enum InPlaceHydration {
 /// agent marks 100, where a full listing made both walk all 10^5 each time
 /// the index changed: 2.3 s of CPU).
 public struct PlaceholderListing: Sendable {
-    private struct Seen: Equatable, Sendable {
-        let id: ObjectID
-        let mode: UInt32
-        let stat: StatData
-        let watchable: Bool
-    }
-
     /// The dataless file entries of the last listing, in the index's order
-    /// (by path bytes), and what each was: compared by merging, as both
-    /// sides are sorted (a dictionary of 10^5 paths cost more than the probes it saved).
+    /// (by path bytes): each one's path, its first 60 bytes as git lays
+    /// them out (object id, mode and stat data: what a change to the entry
+    /// changes), and whether its file was a placeholder. Compared by
+    /// merging, as both sides are sorted (a dictionary of 10^5 paths cost
+    /// more than the probes it saved), and in the index's own bytes, so only
+    /// entries that changed are decoded (decoding all 10^5 after every
+    /// index write was most of the agent's CPU after a sync).
     private var paths: [[UInt8]] = []
-    private var seen: [Seen] = []
+    private var fixed: [UInt8] = []
+    private var watchable: [Bool] = []
+
+    private static let fixedSize = 60
 
     public init() {}
 
@@ -140,53 +141,126 @@ public struct PlaceholderListing: Sendable {
         }
     }
 
+    /// One dataless file entry of the index being listed.
+    private struct Listed {
+        var path: [UInt8]
+        var fixed: ArraySlice<UInt8>
+        /// Its position in the index when it must be decoded (new or
+        /// changed); nil when the listing before saw it as it is.
+        var changedAt: Int?
+        var watchableBefore = false
+    }
+
     fileprivate mutating func update(_ index: Index, probe: ([IndexEntry]) -> [Bool]) -> Changes {
-        var entries: [IndexEntry] = []
+        var changes = Changes()
+        let listed = Self.inPlace(index, against: self, gone: &changes.gone) ?? decoded(index, gone: &changes.gone)
+        // Only the new and changed entries are decoded, and probed on disk.
+        let changed = listed.indices.compactMap { k in listed[k].changedAt.flatMap { index.entry(at: $0) }.map { (k, $0) } }
+        let probed = probe(changed.map(\.1))
+        var newWatchable = listed.map(\.watchableBefore)
+        for (n, (k, entry)) in changed.enumerated() where n < probed.count {
+            newWatchable[k] = probed[n]
+            if probed[n] { changes.watch.append(WatchedPlaceholder(path: RepoPath(bytes: entry.path), blob: entry.id)) }
+        }
+        var newPaths: [[UInt8]] = []
+        var newFixed: [UInt8] = []
+        newPaths.reserveCapacity(listed.count)
+        newFixed.reserveCapacity(listed.count * Self.fixedSize)
+        for item in listed {
+            newPaths.append(item.path)
+            newFixed += item.fixed
+        }
+        paths = newPaths
+        fixed = newFixed
+        watchable = newWatchable
+        return changes
+    }
+
+    /// The merge, in the index's bytes; nil when they cannot be read in
+    /// place or are out of order (git keeps the index sorted; one that is
+    /// not is not trusted to be, and is decoded and sorted).
+    private static func inPlace(_ index: Index, against before: PlaceholderListing, gone: inout [RepoPath]) -> [Listed]? {
+        var listed: [Listed] = []
+        listed.reserveCapacity(before.paths.count)
+        var goneHere: [RepoPath] = []
+        var previous = 0
+        var last: UnsafeBufferPointer<UInt8>?
+        let complete = index.forEachEntryInPlace { position, entryBytes, path in
+            if let last, !Index.precedes(last, path) { return false }
+            last = path
+            let fields = Index.EntryFields(entryBytes.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            guard fields.skipWorktree, FileMode(raw: fields.mode).isFile else { return true }
+            while previous < before.paths.count, before.paths[previous].withUnsafeBufferPointer({ Index.precedes($0, path) }) {
+                if before.watchable[previous] { goneHere.append(RepoPath(bytes: before.paths[previous])) }
+                previous += 1
+            }
+            if previous < before.paths.count, before.paths[previous].elementsEqual(path) {
+                let start = previous * fixedSize
+                let kept = before.fixed[start..<start + fixedSize]
+                let same = kept.withUnsafeBytes { memcmp($0.baseAddress!, entryBytes.baseAddress!, fixedSize) == 0 }
+                if same {
+                    listed.append(Listed(path: before.paths[previous], fixed: kept, changedAt: nil, watchableBefore: before.watchable[previous]))
+                } else {
+                    if before.watchable[previous] { goneHere.append(RepoPath(bytes: before.paths[previous])) }
+                    listed.append(Listed(path: before.paths[previous], fixed: ArraySlice(entryBytes), changedAt: position))
+                }
+                previous += 1
+            } else {
+                listed.append(Listed(path: Array(path), fixed: ArraySlice(entryBytes), changedAt: position))
+            }
+            return true
+        }
+        guard complete == true else { return nil }
+        for rest in previous..<before.paths.count where before.watchable[rest] { goneHere.append(RepoPath(bytes: before.paths[rest])) }
+        gone += goneHere
+        return listed
+    }
+
+    /// The same merge over decoded entries, sorted first.
+    private func decoded(_ index: Index, gone: inout [RepoPath]) -> [Listed] {
+        var entries: [(position: Int, entry: IndexEntry)] = []
         entries.reserveCapacity(paths.count)
         for position in 0..<index.count {
             guard let entry = index.entry(at: position), entry.skipWorktree, FileMode(raw: entry.mode).isFile else { continue }
-            entries.append(entry)
+            entries.append((position, entry))
         }
-        // git keeps the index sorted; one that is not is not trusted to be.
-        if zip(entries, entries.dropFirst()).contains(where: { !$0.path.lexicographicallyPrecedes($1.path) }) {
-            entries.sort { $0.path.lexicographicallyPrecedes($1.path) }
-        }
-        var changes = Changes()
-        // Each entry's record from the listing before, when nothing of it changed.
-        var kept = [Seen?](repeating: nil, count: entries.count)
+        entries.sort { $0.entry.path.lexicographicallyPrecedes($1.entry.path) }
+        var listed: [Listed] = []
         var previous = 0
-        for (position, entry) in entries.enumerated() {
+        for (position, entry) in entries {
             while previous < paths.count, paths[previous].lexicographicallyPrecedes(entry.path) {
-                if seen[previous].watchable { changes.gone.append(RepoPath(bytes: paths[previous])) }
+                if watchable[previous] { gone.append(RepoPath(bytes: paths[previous])) }
                 previous += 1
             }
-            guard previous < paths.count, paths[previous] == entry.path else { continue }
-            let before = seen[previous]
-            previous += 1
-            if before.id == entry.id, before.mode == entry.mode, before.stat == entry.stat {
-                kept[position] = before
-            } else if before.watchable {
-                changes.gone.append(RepoPath(bytes: entry.path))
+            let bytes = ArraySlice(Self.fixedBytes(of: entry))
+            if previous < paths.count, paths[previous] == entry.path {
+                let start = previous * Self.fixedSize
+                if fixed[start..<start + Self.fixedSize] == bytes {
+                    listed.append(Listed(path: entry.path, fixed: bytes, changedAt: nil, watchableBefore: watchable[previous]))
+                } else {
+                    if watchable[previous] { gone.append(RepoPath(bytes: entry.path)) }
+                    listed.append(Listed(path: entry.path, fixed: bytes, changedAt: position))
+                }
+                previous += 1
+            } else {
+                listed.append(Listed(path: entry.path, fixed: bytes, changedAt: position))
             }
         }
-        for rest in previous..<paths.count where seen[rest].watchable { changes.gone.append(RepoPath(bytes: paths[rest])) }
+        for rest in previous..<paths.count where watchable[rest] { gone.append(RepoPath(bytes: paths[rest])) }
+        return listed
+    }
 
-        let changed = entries.indices.filter { kept[$0] == nil }
-        var probed = probe(changed.map { entries[$0] }).makeIterator()
-        var current: [Seen] = []
-        current.reserveCapacity(entries.count)
-        for (position, entry) in entries.enumerated() {
-            if let before = kept[position] {
-                current.append(before)
-                continue
-            }
-            let watchable = probed.next() ?? false
-            current.append(Seen(id: entry.id, mode: entry.mode, stat: entry.stat, watchable: watchable))
-            if watchable { changes.watch.append(WatchedPlaceholder(path: RepoPath(bytes: entry.path), blob: entry.id)) }
-        }
-        paths = entries.map(\.path)
-        seen = current
-        return changes
+    /// An entry's first 60 bytes as git lays them out.
+    private static func fixedBytes(of entry: IndexEntry) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(fixedSize)
+        func put(_ value: UInt32) { withUnsafeBytes(of: value.bigEndian) { bytes += $0 } }
+        let stat = entry.stat
+        put(UInt32(bitPattern: stat.ctimeSeconds)); put(stat.ctimeNanoseconds)
+        put(UInt32(bitPattern: stat.mtimeSeconds)); put(stat.mtimeNanoseconds)
+        put(stat.device); put(stat.inode); put(entry.mode); put(stat.uid); put(stat.gid); put(stat.fileSize)
+        bytes += entry.id.bytes
+        return bytes
     }
 }
 
