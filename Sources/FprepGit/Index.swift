@@ -86,6 +86,9 @@ public final class Index {
     /// the same path, where that entry stands in the file: what a write in
     /// place overwrites. nil once an edit cannot be written in place.
     private var fileOffsets: [Int: Int32]? = [:]
+    /// `slots` are the entries as read from the file, in the storage's
+    /// order: what the storage's lookup fences describe.
+    private var slotsAsRead = false
 
     private enum Edit {
         case put(IndexEntry)
@@ -139,6 +142,7 @@ public final class Index {
         let (storage, slots) = try IndexStorage.read(filePath)
         self.storage = storage
         self.slots = slots
+        slotsAsRead = true
         checksum = storage.checksum
         mappingIsFile = storage.isFile
     }
@@ -148,6 +152,9 @@ public final class Index {
     public func lastWrittenByFprep() -> Bool {
         EntryOffsets.describes(indexPath: filePath)
     }
+
+    /// How many entries the shared file of a split index holds (nil for a whole index).
+    var sharedEntryCount: Int? { storage.shared?.slots.count }
 
     public var count: Int {
         settle()
@@ -159,6 +166,7 @@ public final class Index {
         pending = [:]
         owned = []
         slots = []
+        slotsAsRead = false
         fileOffsets = nil
     }
 
@@ -459,6 +467,7 @@ public final class Index {
         nonisolated(unsafe) let old = storage
         storage = fresh
         slots = freshSlots
+        slotsAsRead = false
         owned = []
         mappingIsFile = fresh.isFile
         fileOffsets = [:]
@@ -596,6 +605,7 @@ public final class Index {
         }
         merged.append(contentsOf: slots[i...])
         slots = merged
+        slotsAsRead = false
     }
 
     /// The position of the stage-0 entry for `path` in `slots` as they are.
@@ -612,6 +622,14 @@ public final class Index {
     /// The first position whose path is not before `key`.
     private func lowerBound(_ key: UnsafeBufferPointer<UInt8>) -> Int {
         var low = 0, high = slots.count
+        // The entries as read from a split index with fences: one run of
+        // them, its bytes asked for at once (see `SharedIndexFences`).
+        if let fences = storage.lookupFences, fences.count == slots.count, slotsAsRead {
+            let run = fences.candidates(for: key)
+            low = run.lowerBound
+            high = run.upperBound
+            storage.willNeed(slots[low..<high])
+        }
         while low < high {
             let middle = (low + high) / 2
             if withPath(slots[middle], { Self.compareBytes($0, key) }) < 0 { low = middle + 1 } else { high = middle }
@@ -848,6 +866,8 @@ private func nameSharedFile(_ temporary: String, checksum: [UInt8], offsets: [UI
         throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
     }
     EntryOffsets.write(offsets, indexChecksum: checksum, table: SharedIndexFile.offsetsTable(beside: indexPath))
+    SharedIndexFences.write(sharedPath: SharedIndexFile.path(beside: indexPath, checksum: checksum), offsets: offsets, checksum: checksum,
+                            table: SharedIndexFences.path(beside: indexPath))
     try lock.append(indexHeader(entries: 0))
     try lock.append(LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []).encoded())
 }
@@ -1009,6 +1029,9 @@ final class IndexStorage {
     var checksum: [UInt8] = []
     /// For a split index: which entries are its shared index's.
     var shared: SharedIndexBase?
+    /// For a split index whose shared file has fences: where a path's
+    /// entry can be among the entries as read (see `SharedIndexFences`).
+    var lookupFences: LookupFences?
     private let release: () -> Void
 
     init(base: UnsafeRawPointer, count: Int, release: @escaping () -> Void) {
@@ -1022,6 +1045,21 @@ final class IndexStorage {
     static var empty: IndexStorage {
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: 8, alignment: 8)
         return IndexStorage(base: UnsafeRawPointer(buffer), count: 0) { buffer.deallocate() }
+    }
+
+    /// Asks for the pages of the shared file's entries among `slots` at
+    /// once, before a search touches them (see `SharedIndexFences`).
+    func willNeed(_ slots: ArraySlice<Int32>) {
+        guard let end = shared?.end else { return }
+        var low = Int.max, high = -1
+        for slot in slots where slot >= 0 && Int(slot) < end {
+            low = min(low, Int(slot))
+            high = max(high, Int(slot))
+        }
+        guard high >= 0 else { return }
+        let start = low & ~4095
+        let stop = min(end, high + 64 + 4096)
+        if stop > start { _ = madvise(UnsafeMutableRawPointer(mutating: base + start), stop - start, MADV_WILLNEED) }
     }
 
     @inline(__always) func u32(_ at: Int) -> UInt32 { UInt32(bigEndian: base.loadUnaligned(fromByteOffset: at, as: UInt32.self)) }

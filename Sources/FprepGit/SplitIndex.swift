@@ -82,7 +82,10 @@ public enum SharedIndexFile {
             guard lstat(path, &info) == 0 else { continue }
             if now - info.st_mtim.tv_sec >= 60 { unlink(path) }
         }
-        if current == nil { unlink(offsetsTable(beside: indexPath)) }
+        if current == nil {
+            unlink(offsetsTable(beside: indexPath))
+            unlink(SharedIndexFences.path(beside: indexPath))
+        }
     }
 
     /// Every shared index file in the folder of `indexPath` (not temporaries).
@@ -109,7 +112,7 @@ extension Index {
     /// held up the fetch it was meant to overlap (0.6 s against git's
     /// 0.27 s at 10^6 files).
     public static func readAheadFiles(_ path: String, sharedLimit: Int = 32 << 20) -> [String] {
-        var files = [path, EntryOffsets.path(beside: path), SharedIndexFile.offsetsTable(beside: path)]
+        var files = [path, EntryOffsets.path(beside: path), SharedIndexFile.offsetsTable(beside: path), SharedIndexFences.path(beside: path)]
         for shared in SharedIndexFile.all(beside: path) {
             var info = stat()
             if stat(shared, &info) == 0, Int(info.st_size) <= sharedLimit { files.append(shared) }
@@ -293,6 +296,16 @@ extension IndexStorage {
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_size >= 32, info.st_size < Int(Int32.max) / 2 else { throw lost("is truncated or too large") }
         let sharedSize = Int(info.st_size)
+        // Only the pages this read touches are asked for, before they are
+        // touched: a fault in the mapping would read the device's whole
+        // read-ahead around it (8 MB here), most of a large shared file
+        // over a few faults (see `SharedIndexFences`).
+        func willNeed(_ from: Int, _ to: Int) {
+            let start = max(0, min(from, sharedSize)), end = max(start, min(to, sharedSize))
+            if end > start { _ = posix_fadvise(fd, off_t(start), off_t(end - start), POSIX_FADV_WILLNEED) }
+        }
+        willNeed(0, 4096)
+        willNeed(sharedSize - 8192, sharedSize)
         // The shared file on its own first: its entries say how large the
         // second part must be (each replacement takes a shared path).
         guard let alone = mmap(nil, sharedSize, PROT_READ, MAP_PRIVATE, fd, 0), alone != MAP_FAILED else {
@@ -314,6 +327,7 @@ extension IndexStorage {
         // asked to) a buffer of them re-encoded.
         let entries: IndexStorage
         let sharedSlots: [Int32]
+        var fences: SharedIndexFences?
         if version == 4 {
             let (decoded, offsets, at) = try decodeVersion4(shared, entries: sharedCount, end: end, failure: failure)
             try skipExtensions(shared, from: at, end: end, noExtension)
@@ -322,6 +336,7 @@ extension IndexStorage {
         } else {
             guard version == 2 || version == 3 else { throw failure("names a shared index of version \(version), which fprep does not read") }
             entries = shared
+            fences = SharedIndexFences.read(beside: indexPath, checksum: raw.sharedChecksum, entries: sharedCount)
             if let offsets = EntryOffsets.read(table: SharedIndexFile.offsetsTable(beside: indexPath), for: shared, entries: sharedCount, end: end) {
                 sharedSlots = offsets
             } else {
@@ -340,6 +355,9 @@ extension IndexStorage {
         guard link.replaced.count <= mainSlots.count else { throw failure("has a link to its shared index that does not fit it") }
         // The second part, exactly: each replacement's fixed part with the
         // shared entry's path, then the added entries as they are.
+        if version != 4 {
+            for position in link.replaced { willNeed(Int(sharedSlots[position]), Int(sharedSlots[position]) + 64 + 4096) }
+        }
         var extraSize = 8
         for (k, position) in link.replaced.enumerated() {
             let fixed = main.pathStart(Int(mainSlots[k])) - Int(mainSlots[k])
@@ -357,7 +375,8 @@ extension IndexStorage {
             buffer.copyMemory(from: entries.base, byteCount: entries.count)
             let storage = IndexStorage(base: UnsafeRawPointer(buffer), count: size) { buffer.deallocate() }
             return try merge(into: storage, writableAt: buffer + decodedSpan, capacity: extraSize, sharedEnd: decodedSpan, sharedSlots: sharedSlots,
-                             main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
+                             main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum,
+                             fences: fences, willNeed: willNeed, failure: failure)
         }
         // One range: the shared file mapped again at its start (the same
         // pages), the second part after it.
@@ -374,7 +393,8 @@ extension IndexStorage {
             throw failure("cannot be mapped: \(String(cString: strerror(errno)))")
         }
         return try merge(into: storage, writableAt: region + sharedSpan, capacity: extraSize, sharedEnd: sharedSpan, sharedSlots: sharedSlots,
-                         main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum, failure: failure)
+                         main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum,
+                             fences: fences, willNeed: willNeed, failure: failure)
     }
 
     /// Copies the main file's entries after the shared ones and merges the
@@ -382,6 +402,7 @@ extension IndexStorage {
     /// replacement), added entries at their place by path and stage.
     private static func merge(into storage: IndexStorage, writableAt extra: UnsafeMutableRawPointer, capacity: Int, sharedEnd: Int, sharedSlots: [Int32],
                               main: IndexStorage, mainSlots: [Int32], link: LinkExtension, sharedPath: String, mainChecksum: [UInt8],
+                              fences: SharedIndexFences?, willNeed: (Int, Int) -> Void,
                               failure: (String) -> GitError) throws -> (IndexStorage, [Int32]) {
         let sharedCount = sharedSlots.count
         var slots = sharedSlots
@@ -430,6 +451,14 @@ extension IndexStorage {
         inserts.reserveCapacity(added.count)
         for slot in added {
             var low = 0, high = sharedCount
+            if let fences {
+                // Its fence run, with slack for other stages of one path
+                // (see `LookupFences`), read in one request.
+                let k = fences.run(of: merged.path(at: Int(slot)))
+                low = k < 0 ? 0 : max(0, k * fences.interval - LookupFences.slack)
+                high = min(sharedCount, (k + 1) * fences.interval + LookupFences.slack)
+                if low < high { willNeed(Int(slots[low]), Int(slots[high - 1]) + 64 + 4096) }
+            }
             while low < high {
                 let middle = (low + high) / 2
                 if order(slots[middle], slot) < 0 { low = middle + 1 } else { high = middle }
@@ -456,6 +485,24 @@ extension IndexStorage {
             result.append(insert.slot)
         }
         copy(upTo: sharedCount)
+        if let fences {
+            // Where the merge's walk stood as it came to each fence's entry.
+            var reached: [Int] = [], insertedAt: [Int] = []
+            reached.reserveCapacity(fences.paths.count)
+            insertedAt.reserveCapacity(fences.paths.count)
+            var skippedBefore = 0, insertedUpTo = 0
+            for k in 0..<fences.paths.count {
+                let position = k * fences.interval
+                while skippedBefore < skipped.count, skipped[skippedBefore] < position { skippedBefore += 1 }
+                var before = insertedUpTo
+                while before < inserts.count, inserts[before].before < position { before += 1 }
+                insertedUpTo = before
+                while insertedUpTo < inserts.count, inserts[insertedUpTo].before == position { insertedUpTo += 1 }
+                reached.append(position - skippedBefore + insertedUpTo)
+                insertedAt.append(insertedUpTo - before)
+            }
+            merged.lookupFences = LookupFences(fences: fences, reached: reached, insertedAt: insertedAt, count: result.count)
+        }
         merged.checksum = mainChecksum
         merged.shared = SharedIndexBase(checksum: link.sharedChecksum, path: sharedPath, slots: sharedSlots, end: sharedEnd)
         return (merged, result)

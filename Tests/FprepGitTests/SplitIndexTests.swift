@@ -46,7 +46,13 @@ import FprepModel
     /// the shared file is written again), each round written split and
     /// checked: read back by fprep and by git, entry for entry with the
     /// model, the checksums verified by `git fsck`, one shared file left.
+    /// Shared files get fences every 4 entries (see `SharedIndexFences`), so
+    /// lookups and the merge of added entries go through many runs.
     @Test(arguments: [1, 2, 3]) func whatFprepWritesSplitGitReads(seed: UInt64) throws {
+        try SharedIndexFences.$writingInterval.withValue(4) { try splitRounds(seed: seed) }
+    }
+
+    func splitRounds(seed: UInt64) throws {
         let scratch = try Scratch()
         let work = scratch.path + "/work"
         try scratch.git(["init", "-q", "-b", "main", "work"])
@@ -95,6 +101,17 @@ import FprepModel
             let rereadEntries = Self.entries(of: reread)
             #expect(Self.listing(rereadEntries) == expected, "round \(round): read back")
             for e in rereadEntries { #expect(model[e.path]?.stat == e.stat, "round \(round): stat of \(String(decoding: e.path, as: UTF8.self))") }
+            // Every path looked up, present or not (one sorting just after
+            // each, and before the first), as a sync looks its changes up.
+            let checksum = try #require(named.split(separator: ".").last.map(String.init))
+            #expect(SharedIndexFences.read(beside: work + "/.git/index", checksum: ObjectID(hex: checksum)?.bytes ?? [],
+                                           entries: try #require(reread.sharedEntryCount)) != nil, "round \(round): the shared file has fences")
+            for n in 0..<410 {
+                let found = reread.entry(path: path(n))
+                #expect(found?.id == model[path(n)]?.id && found?.stat == model[path(n)]?.stat, "round \(round): lookup of \(String(decoding: path(n), as: UTF8.self))")
+                #expect(reread.entry(path: path(n) + [0x21]) == nil && reread.contains(path(n)) == (model[path(n)] != nil))
+            }
+            #expect(reread.entry(path: Array("a".utf8)) == nil && reread.entry(path: Array("zz".utf8)) == nil)
             let git = try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init)
             #expect(git == expected, "round \(round): git's view")
             if round % 8 == 7 { _ = try scratch.git(["fsck", "--no-dangling"], in: work) }
