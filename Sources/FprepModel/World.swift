@@ -243,6 +243,15 @@ final class World {
             placeholderTokens.remove(token)
             note("  the agent failed the write with EIO (its content could not be had): nothing written")
             return false
+        } catch let error as ModelError where withAgent && actor == .dev1
+                    && ["Is a directory", "Not a directory", "No such file or directory"].contains(where: error.description.contains) {
+            // The agent's own sync took in the remote's change of this item
+            // (a file made a folder, moved, deleted) between the pick and the
+            // open, as it may for any program: the write never happened.
+            written.removeValue(forKey: token)
+            placeholderTokens.remove(token)
+            note("  the agent's sync changed the item before the write (\(error.description)): nothing written")
+            return false
         }
     }
 
