@@ -457,7 +457,7 @@ extension IndexStorage {
                 let k = fences.run(of: merged.path(at: Int(slot)))
                 low = k < 0 ? 0 : max(0, k * fences.interval - LookupFences.slack)
                 high = min(sharedCount, (k + 1) * fences.interval + LookupFences.slack)
-                if low < high { willNeed(Int(slots[low]), Int(slots[high - 1]) + 64 + 4096) }
+                if low < high { willNeed(Int(sharedSlots[low]), Int(sharedSlots[high - 1]) + 64 + 4096) }  // where they are in the file, replaced or not
             }
             while low < high {
                 let middle = (low + high) / 2
