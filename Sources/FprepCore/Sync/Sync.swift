@@ -123,6 +123,13 @@ extension Replica {
             }
         }
 
+        // Refused before the fetch starts: it says so at once, even when the
+        // remote is slow to answer.
+        let head = try gitHeadState()
+        if head.otherBranch != nil, let elsewhere = head.elsewhere {
+            throw FprepError(.usage, "\(elsewhere); run 'git switch \(branch)' in the replica, then 'fprep sync' (nothing was changed)")
+        }
+
         // The remote's tip this replica last took in (or pushed), read
         // before any fetch: a tip that is not in the remote's history any
         // more means the remote rewrote it (a force-push). Kept in the
@@ -156,10 +163,6 @@ extension Replica {
         // 1. What git did here (commits on the branch, an index it wrote)
         //    is taken in; then the local changes become a commit on top
         //    of the anchor.
-        let head = try gitHeadState()
-        if head.otherBranch != nil, let elsewhere = head.elsewhere {
-            throw FprepError(.usage, "\(elsewhere); run 'git switch \(branch)' in the replica, then 'fprep sync' (nothing was changed)")
-        }
         if head.elsewhere != nil, let tip = try repository.referenceTarget("refs/heads/" + branch),
            let anchor, try !repository.isAncestor(tip, of: anchor) {
             // Commits made with git on a history that left the anchor (a
