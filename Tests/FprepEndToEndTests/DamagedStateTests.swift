@@ -119,11 +119,12 @@ struct DamagedStateTests {
         try withSandbox { box in
             let (remote, replica) = try Self.replica(box, nodes: ["d/a.txt": .text("a\n"), "d/b.txt": .text("b\n"), "c.txt": .text("c\n")])
             try Data("the user's edit\n".utf8).write(to: URL(fileURLWithPath: replica + "/d/a.txt"))
-            // Killed while it waits on the fetch: the local commit is made
-            // and recorded (in the WAL), nothing is pushed.
-            let (wrapper, marker) = try ReconcileCrashTests.wrapper(in: box, trigger: " fetch ")
+            // Killed while it waits on the push: the local commit is made
+            // and recorded (in the WAL), nothing is pushed. (Not on the
+            // fetch: it starts with the sync, beside the local commit.)
+            let (wrapper, marker) = try ReconcileCrashTests.wrapper(in: box, trigger: " push ")
             let process = try box.spawnFprep(["sync"], cwd: replica, env: ["FPREP_GIT": wrapper])
-            #expect(waitUntil { FileManager.default.fileExists(atPath: marker) }, "the sync never reached its fetch")
+            #expect(waitUntil { FileManager.default.fileExists(atPath: marker) }, "the sync never reached its push")
             let children = Shell.childProcesses(of: process.pid)
             _ = process.kill9()
             for child in children { kill(child, SIGKILL) }
