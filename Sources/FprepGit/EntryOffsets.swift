@@ -110,11 +110,13 @@ enum EntryOffsets {
         return checksum == Array(header[8..<28])
     }
 
-    private static func append(_ bytes: inout [UInt8], _ value: UInt32) {
+    /// A 32-bit big-endian number appended (the layout of fprep's tables beside the index).
+    static func append(_ bytes: inout [UInt8], _ value: UInt32) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
-    private static func u32(_ bytes: [UInt8], _ at: Int) -> UInt32 {
+    /// The 32-bit big-endian number at `at`.
+    static func u32(_ bytes: [UInt8], _ at: Int) -> UInt32 {
         (UInt32(bytes[at]) << 24) | (UInt32(bytes[at + 1]) << 16) | (UInt32(bytes[at + 2]) << 8) | UInt32(bytes[at + 3])
     }
 }

@@ -1047,6 +1047,10 @@ final class IndexStorage {
         return IndexStorage(base: UnsafeRawPointer(buffer), count: 0) { buffer.deallocate() }
     }
 
+    /// How far past its start an entry's bytes are asked for: its fixed
+    /// part and a path of up to 4 KiB (a hint; a longer path is read when touched).
+    static let entryReach = 64 + 4096
+
     /// Asks for the pages of the shared file's entries among `slots` at
     /// once, before a search touches them (see `SharedIndexFences`).
     func willNeed(_ slots: ArraySlice<Int32>) {
@@ -1058,7 +1062,7 @@ final class IndexStorage {
         }
         guard high >= 0 else { return }
         let start = low & ~4095
-        let stop = min(end, high + 64 + 4096)
+        let stop = min(end, high + Self.entryReach)
         if stop > start { _ = madvise(UnsafeMutableRawPointer(mutating: base + start), stop - start, MADV_WILLNEED) }
     }
 

@@ -108,13 +108,16 @@ struct SharedIndexFences {
         return low - 1
     }
 
-    private static func append(_ bytes: inout [UInt8], _ value: UInt32) {
-        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    /// The shared positions among which the first entry not before `key`
+    /// is, in a shared index of `count` entries.
+    func sharedCandidates(for key: UnsafeBufferPointer<UInt8>, count: Int) -> Range<Int> {
+        let k = run(of: key)
+        let low = k < 0 ? 0 : max(0, k * interval - LookupFences.slack)
+        return low..<max(low, min(count, (k + 1) * interval + LookupFences.slack))
     }
 
-    private static func u32(_ bytes: [UInt8], _ at: Int) -> UInt32 {
-        (UInt32(bytes[at]) << 24) | (UInt32(bytes[at + 1]) << 16) | (UInt32(bytes[at + 2]) << 8) | UInt32(bytes[at + 3])
-    }
+    private static func append(_ bytes: inout [UInt8], _ value: UInt32) { EntryOffsets.append(&bytes, value) }
+    private static func u32(_ bytes: [UInt8], _ at: Int) -> UInt32 { EntryOffsets.u32(bytes, at) }
 }
 
 /// The fences of a merged split index: for each fence run, where its

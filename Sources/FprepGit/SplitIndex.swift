@@ -356,7 +356,7 @@ extension IndexStorage {
         // The second part, exactly: each replacement's fixed part with the
         // shared entry's path, then the added entries as they are.
         if version != 4 {
-            for position in link.replaced { willNeed(Int(sharedSlots[position]), Int(sharedSlots[position]) + 64 + 4096) }
+            for position in link.replaced { willNeed(Int(sharedSlots[position]), Int(sharedSlots[position]) + IndexStorage.entryReach) }
         }
         var extraSize = 8
         for (k, position) in link.replaced.enumerated() {
@@ -394,7 +394,7 @@ extension IndexStorage {
         }
         return try merge(into: storage, writableAt: region + sharedSpan, capacity: extraSize, sharedEnd: sharedSpan, sharedSlots: sharedSlots,
                          main: main, mainSlots: mainSlots, link: link, sharedPath: sharedPath, mainChecksum: mainChecksum,
-                             fences: fences, willNeed: willNeed, failure: failure)
+                         fences: fences, willNeed: willNeed, failure: failure)
     }
 
     /// Copies the main file's entries after the shared ones and merges the
@@ -454,10 +454,10 @@ extension IndexStorage {
             if let fences {
                 // Its fence run, with slack for other stages of one path
                 // (see `LookupFences`), read in one request.
-                let k = fences.run(of: merged.path(at: Int(slot)))
-                low = k < 0 ? 0 : max(0, k * fences.interval - LookupFences.slack)
-                high = min(sharedCount, (k + 1) * fences.interval + LookupFences.slack)
-                if low < high { willNeed(Int(sharedSlots[low]), Int(sharedSlots[high - 1]) + 64 + 4096) }  // where they are in the file, replaced or not
+                let run = fences.sharedCandidates(for: merged.path(at: Int(slot)), count: sharedCount)
+                (low, high) = (run.lowerBound, run.upperBound)
+                // Where they are in the file, replaced or not.
+                if low < high { willNeed(Int(sharedSlots[low]), Int(sharedSlots[high - 1]) + IndexStorage.entryReach) }
             }
             while low < high {
                 let middle = (low + high) / 2
