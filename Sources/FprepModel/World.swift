@@ -725,6 +725,12 @@ final class World {
                 throw Failure(step: nil, invariant: "zeros-committed", detail: "\(show(path)) in the remote holds NUL bytes nobody wrote")
             }
         }
+        // A hook that failed left some push's sizes out of the manifest (a
+        // device then shows the file at 0 bytes): said here by name, not
+        // found later as a placeholder of the wrong size.
+        if let log = readFile(remotePath + "/fprep-hook.log"), !log.isEmpty {
+            throw Failure(step: nil, invariant: "hook-error", detail: "the remote's hook logged: " + text(log).prefix(600))
+        }
         for device in [Actor.dev1, .dev2] { try compare(device, with: remote) }
         for device in [Actor.dev1, .dev2] { try checkPins(device) }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import FprepGit
 @testable import FprepCore
@@ -85,6 +86,66 @@ import FprepGit
         }
         #expect(commits == 3)
         #expect(Set(try SizeManifest.entries(repository, from: tip, stoppingAt: nil).map(\.0)).count == count)
+    }
+
+    /// Hooks of pushes that land at once, and a device's push of its own
+    /// sizes, write the manifest's ref together; one that finds the ref
+    /// locked or moved waits and writes on the new tip. With the lock held
+    /// while four writers start (as receive-pack holds it), each must list
+    /// its blobs once the lock goes: the retries that did not wait gave up
+    /// within microseconds and lost the push's sizes.
+    @Test func writersThatFindTheRefBusyWaitAndLoseNothing() throws {
+        let folder = NSTemporaryDirectory() + "fprep-manifest-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let repository = try Repository(creatingBareAt: folder, initialBranch: "main")
+        func tree(_ texts: [String], in repository: Repository) throws -> (ObjectID, [ObjectID]) {
+            let builder = try repository.treeBuilder()
+            var ids: [ObjectID] = []
+            for (i, text) in texts.enumerated() {
+                let id = try Array(text.utf8).withUnsafeBytes { try repository.writeBlob($0) }
+                try builder.insert(name: Array("f\(i)".utf8), id: id, mode: .blob)
+                ids.append(id)
+            }
+            return (try builder.write(), ids)
+        }
+        let (first, _) = try tree(["start"], in: repository)
+        try SizeManifest.extend(repository, from: nil, to: first, time: 1)
+        let writers = 4
+        var trees: [(ObjectID, [ObjectID])] = []
+        for w in 0..<writers { trees.append(try tree((0..<3).map { "writer \(w) blob \($0)" }, in: repository)) }
+
+        // Held as git's receive-pack holds it while it updates the ref.
+        let lock = folder + "/" + SizeManifest.reference + ".lock"
+        #expect(FileManager.default.createFile(atPath: lock, contents: Data()))
+        let busy = DispatchSemaphore(value: 0)
+        let done = DispatchGroup()
+        let failures = Mutex<[String]>([])
+        for (w, (tree, _)) in trees.enumerated() {
+            DispatchQueue.global().async(group: done) {
+                var told = false
+                do {
+                    // A repository of its own, as each hook process opens one.
+                    let own = try Repository(openingAt: folder)
+                    try SizeManifest.extend(own, from: first, to: tree, time: Int64(10 + w)) {
+                        if !told { told = true; busy.signal() }
+                    }
+                } catch {
+                    failures.withLock { $0.append("writer \(w): \(error)") }
+                }
+                if !told { busy.signal() }
+            }
+        }
+        for _ in 0..<writers {
+            #expect(busy.wait(timeout: .now() + 60) == .success, "a writer neither found the ref busy nor ended")
+        }
+        try FileManager.default.removeItem(atPath: lock)
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(failures.withLock { $0 } == [])
+        let tip = try #require(try repository.referenceTarget(SizeManifest.reference))
+        let listed = Set(try SizeManifest.entries(repository, from: tip, stoppingAt: nil).map(\.0))
+        for (w, (_, ids)) in trees.enumerated() {
+            #expect(ids.allSatisfy(listed.contains), "writer \(w)'s blobs are not all in the manifest")
+        }
     }
 
     @Test func parseSkipsMalformedLines() {

@@ -25,23 +25,36 @@ public enum SizeManifest {
     /// blobs (the remote). Returns how many blobs it listed.
     @discardableResult
     public static func extend(_ repository: Repository, from old: ObjectID?, to new: ObjectID,
-                              time: Int64, times: [ObjectID: Int64] = [:]) throws -> Int {
+                              time: Int64, times: [ObjectID: Int64] = [:], whenBusy: () -> Void = {}) throws -> Int {
         let listing = try lines(repository, from: old, to: new, time: time, times: times)
         let (seen, lines) = (listing.blobs, listing.lines)
         guard !seen.isEmpty else { return 0 }
-        // Two pushes may extend the manifest at once: retry on a moved tip.
-        for attempt in 1...5 {
+        // Other writers of the ref run at once: another push's hook, and a
+        // device's push of its own sizes, whose receive-pack holds the ref's
+        // lock meanwhile. A moved tip or a held lock is a wait and a retry on
+        // the new tip, for up to `busyPatience`: retrying at once gave up
+        // within microseconds of a lock held for milliseconds, and the push's
+        // sizes were never listed.
+        let deadline = Date().addingTimeInterval(busyPatience)
+        var pause: useconds_t = 1_000
+        while true {
             let tip = try repository.referenceTarget(reference)
             guard let commit = try append(lines, to: tip, in: repository, time: time) else { return seen.count }
             do {
                 try repository.updateReference(reference, to: commit, expecting: tip, message: "fprep: size manifest")
                 return seen.count
-            } catch where attempt < 5 {
-                continue
+            } catch let error as GitError where [.locked, .modified, .exists].contains(error.code) && Date() < deadline {
+                whenBusy()
+                usleep(pause)
+                pause = min(pause * 2, 100_000)
             }
         }
-        return seen.count
     }
+
+    /// How long `extend` waits for the manifest's ref while other writers
+    /// hold or move it (git's own wait for a ref's lock is 0.1 s; a hook
+    /// that waits longer holds up only the push that ran it).
+    static let busyPatience: TimeInterval = 10
 
     /// The manifest lines of the blobs that appear between the trees `old`
     /// and `new` (every blob of `new` when `old` is nil), sizes from the
