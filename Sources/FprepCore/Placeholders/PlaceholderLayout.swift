@@ -33,7 +33,11 @@ struct PlaceholderLayout {
         let group = DispatchGroup()
         let root = self.root
         for _ in 0..<workers {
-            DispatchQueue.global().async(group: group) {
+            // Threads of their own: they wait on the queue and the disk, and
+            // the clone's fetch and recorder wait beside them (`DedicatedThread`).
+            group.enter()
+            DedicatedThread.start {
+                defer { group.leave() }
                 while let batch = queue.take() {
                     // After a failure the rest is only drained: the walk stops soon.
                     guard failures.first == nil else { continue }
