@@ -228,32 +228,6 @@ private final class ReplicaSlot: @unchecked Sendable {
     }
 }
 
-/// A thread of its own, for a loop that blocks (never a dispatch worker,
-/// which the hydrations need).
-final class BlockingThread {
-    private final class Body {
-        let run: @Sendable () -> Void
-        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-    }
-
-    private var handle = pthread_t()
-
-    init(_ run: @escaping @Sendable () -> Void) throws {
-        let body = Unmanaged.passRetained(Body(run)).toOpaque()
-        let result = pthread_create(&handle, nil, { raw in
-            guard let raw else { return nil }
-            Unmanaged<Body>.fromOpaque(raw).takeRetainedValue().run()
-            return nil
-        }, body)
-        guard result == 0 else {
-            Unmanaged<Body>.fromOpaque(body).release()
-            throw FprepError("cannot start a thread: \(String(cString: strerror(result)))")
-        }
-    }
-
-    func join() { _ = pthread_join(handle, nil) }
-}
-
 /// An error as the text after "cannot serve ROOT: ": its message, without
 /// the "fprep: cannot start the agent: " of a refusal.
 func describe(_ error: any Error) -> String {

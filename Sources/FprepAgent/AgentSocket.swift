@@ -16,7 +16,6 @@ final class AgentSocket: @unchecked Sendable {
     /// Answers what changed since a point (the change journal).
     private let journal: @Sendable (JournalToken?) -> JournalAnswer?
     private var thread: BlockingThread?
-    private let connections = DispatchQueue(label: "fprep.agent.worker.socket", attributes: .concurrent)
 
     init(replicaRoot root: String, journal: @escaping @Sendable (JournalToken?) -> JournalAnswer?,
          watch: @escaping @Sendable ([WatchedPlaceholder], pid_t) -> Bool) throws {
@@ -58,7 +57,8 @@ final class AgentSocket: @unchecked Sendable {
                 return
             }
             _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
-            connections.async { [self] in serve(connection) }
+            // A command's connection lasts as long as it runs, mostly waiting.
+            BlockingThread.start { [self] in serve(connection) }
         }
     }
 

@@ -491,7 +491,6 @@ public enum AgentWorker {
                 }()))
             }
         }
-        let hydrations = DispatchQueue(label: "fprep.agent.worker.hydrate", attributes: .concurrent)
         let listings = DispatchQueue(label: "fprep.agent.worker.list")
         let readAheads = DispatchQueue(label: "fprep.agent.worker.readahead")
         let underWay = DispatchGroup()
@@ -507,7 +506,11 @@ public enum AgentWorker {
                     continue
                 }
                 let id = message.id
-                hydrations.async(group: underWay) {
+                // Each on a thread of its own: a hydration waits on its fetch,
+                // and one reader's must not wait for another's.
+                underWay.enter()
+                BlockingThread.start {
+                    defer { underWay.leave() }
                     let reply = hydrate(placeholder, through: descriptor, root: root)
                     close(descriptor)
                     channel.send(WorkerMessage(kind: reply.kind, id: id, body: reply.body))

@@ -30,7 +30,6 @@ final class EventLoop: @unchecked Sendable {
     private var awaited: Set<FileKey> = []
     /// What workers finished, for the loop to answer.
     private let finished = Mutex<[(FileKey, Hydrator.Outcome, Double)]>([])
-    private let workers = DispatchQueue(label: "fprep.agent.hydrate", attributes: .concurrent)
     /// Fetches ahead for programs walking a folder (nil: off).
     var readAhead: ReadAhead?
     /// Programs refused hydration: their accesses fail with EIO.
@@ -170,7 +169,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// One file's own hydration, through the descriptor of an access to it
-    /// (the very file, wherever it is now), on a worker thread.
+    /// (the very file, wherever it is now), on a thread of its own.
     private func hydrate(_ key: FileKey, _ placeholder: WatchedPlaceholder, through eventFD: Int32) {
         // The worker's own descriptor: the event's is closed when it is
         // answered, which may come first (a reader's bound passed).
@@ -181,7 +180,9 @@ final class EventLoop: @unchecked Sendable {
         }
         let hydrator = self.hydrator
         let group = self.group
-        workers.async { [self] in
+        // A thread of its own: the hydration waits on the worker's fetch,
+        // and no reader's may wait for another's (`BlockingThread`).
+        BlockingThread.start { [self] in
             let outcome = hydrator.hydrate(placeholder, through: fd)
             switch outcome {
             case .hydrated, .notAPlaceholder: group.unmark(fd)
@@ -202,7 +203,7 @@ final class EventLoop: @unchecked Sendable {
         for (key, file, size) in batch { running[key] = Job(file, started: now, bound: bound(size: size), readAhead: true) }
         let group = self.group
         let indexWritten = hydrator.indexWritten
-        workers.async { [self] in
+        BlockingThread.start { [self] in
             readAhead.run(batch.map { ($0.key, $0.file) }, group: group, indexWritten: indexWritten) { [self] outcomes in
                 let end = monotonicNow()
                 finished.withLock { $0.append(contentsOf: outcomes.map { ($0.0, $0.1, end) }) }

@@ -112,9 +112,13 @@ struct ModelTests {
                     """)
             }
             if report.contains(agentKnownIssue) {
-                // Open, and seen only under load (seed 4 once in a CI run,
-                // seed 11030 once in 60 long cases; neither again in 47
-                // replays): reported as known, every other failure as one.
+                // Seen only under load (seed 4 twice in CI runs, seeds 11030
+                // and 2003 in long runs; never in replays). A cause found on
+                // 11-28: the remote's hook gave up on the size manifest's ref
+                // while a device's push held its lock, so the blob's size was
+                // never listed (fixed; the final check now also fails on any
+                // line in the hook's log). Kept as known until long runs show
+                // it gone: every other failure is reported as one.
                 withKnownIssue("a placeholder left at 0 bytes for a blob whose size is known (with the agent syncing)", isIntermittent: true) { record() }
             } else {
                 record()

@@ -34,9 +34,9 @@ struct PlaceholderLayout {
         let root = self.root
         for _ in 0..<workers {
             // Threads of their own: they wait on the queue and the disk, and
-            // the clone's fetch and recorder wait beside them (`DedicatedThread`).
+            // the clone's fetch and recorder wait beside them (`BlockingThread`).
             group.enter()
-            DedicatedThread.start {
+            BlockingThread.start {
                 defer { group.leave() }
                 while let batch = queue.take() {
                     // After a failure the rest is only drained: the walk stops soon.

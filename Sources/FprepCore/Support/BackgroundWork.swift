@@ -2,7 +2,7 @@ import Dispatch
 import FprepGit
 
 /// Work on another thread whose result (or error) a caller waits for: a
-/// thread of its own (`DedicatedThread`), as such work mostly waits.
+/// thread of its own (`BlockingThread`), as such work mostly waits.
 ///
 /// It runs with the caller's task-local settings (the `git` executable and
 /// the commit dates a test fixed), which a thread of its own would not
@@ -16,7 +16,7 @@ final class BackgroundWork: @unchecked Sendable {
         let unchecked = UncheckedClosure(work)
         let git = GitCommand.executable
         let dates = CommitDates.fixed
-        DedicatedThread.start { [self] in
+        BlockingThread.start { [self] in
             do {
                 try GitCommand.$executable.withValue(git) {
                     try CommitDates.$fixed.withValue(dates) { try unchecked.body() }

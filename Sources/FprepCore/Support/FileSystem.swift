@@ -421,7 +421,7 @@ enum ReadAhead {
     /// before its fetch could start).
     static func start(_ paths: [String]) {
         guard !paths.isEmpty else { return }
-        DedicatedThread.start {
+        BlockingThread.start {
             for path in paths {
                 let fd = open(path, O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else { continue }

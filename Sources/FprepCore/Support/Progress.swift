@@ -29,8 +29,8 @@ public final class TransferWatch: @unchecked Sendable {
     public init(folder: String, phase: String, total: Int64, progress: any ProgressReporter) {
         let started = monotonicSeconds()
         // Mostly asleep between looks: a thread of its own, not one of
-        // Dispatch's few (see `DedicatedThread`).
-        DedicatedThread.start { [stopped, done] in
+        // Dispatch's few (see `BlockingThread`).
+        BlockingThread.start { [stopped, done] in
             // The rate counts from the first byte: before it, the remote
             // prepares the pack (compressing 200 MB took it 8 s), and a rate
             // over that wait would promise minutes for seconds of transfer.
