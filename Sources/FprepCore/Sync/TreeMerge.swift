@@ -20,8 +20,10 @@ public struct Conflict: Sendable, Codable, Equatable {
 ///   otherwise the remote's version keeps the name and the local one is kept
 ///   beside it as `NAME (conflict DEVICE DATE).EXT`;
 /// - edit against delete keeps the edited file;
-/// - rename against edit puts the edit at the new name; a file renamed
-///   differently on both devices is kept at both names;
+/// - rename against edit puts the edit at the new name (a file moved the
+///   same way here, with a new file made at its old name, is not an edit:
+///   the new file keeps the old name); a file renamed differently on both
+///   devices is kept at both names;
 /// - two new files at one path both survive (the local one as a copy).
 ///
 /// Renames are exact (same blob id), found without reading content; only
@@ -141,13 +143,29 @@ struct TreeMerge {
                     return
                 }
             }
+            // Another of this device's items was already put here in this
+            // merge: replacing it would lose it without a word.
+            if case .put(let id, let mode) = edits[path.bytes], id != entry.id || mode != entry.mode {
+                try keepBoth(path, ours: entry, reason: clash)
+                return
+            }
             edits[path.bytes] = .put(entry.id, entry.mode)
         }
+
+        // What this device's own tree holds at the paths its changes name.
+        var ourNew: [RepoPath: TreeEntry] = [:]
+        for update in mine.updated { ourNew[update.path] = update.new }
+        for move in mine.moved where !move.isFolder { ourNew[move.to] = move.entry }
 
         // Local updates (new and changed items).
         for update in mine.updated {
             let path = update.path
-            if let (to, moved) = theirMoved[path] {
+            if let (to, moved) = theirMoved[path], ourNew[to]?.id == moved.id, ourNew[to]?.mode == moved.mode {
+                // Moved the same way here too, and a new item made at the
+                // old name: not an edit of the moved file, which is at its
+                // new name on both sides; the new item keeps its own name.
+                try place(path, update.new, clash: "made here at a name the file that was there left on both devices")
+            } else if let (to, moved) = theirMoved[path] {
                 try place(to, update.new, clash: "moved on the remote onto a folder, changed here", replacing: moved)  // the edit goes to the new name
             } else if let theirs = theirUpdated[path] {
                 if theirs.id == update.new.id && theirs.mode == update.new.mode { continue }
