@@ -727,9 +727,12 @@ final class World {
         }
         // A hook that failed left some push's sizes out of the manifest (a
         // device then shows the file at 0 bytes): said here by name, not
-        // found later as a placeholder of the wrong size.
-        if let log = readFile(remotePath + "/fprep-hook.log"), !log.isEmpty {
-            throw Failure(step: nil, invariant: "hook-error", detail: "the remote's hook logged: " + text(log).prefix(600))
+        // found later as a placeholder of the wrong size. The push signals'
+        // outbox is not modelled (a hook running while the world takes the
+        // remote away cannot reach it), so its lines do not count.
+        let hookLines = text(readFile(remotePath + "/fprep-hook.log") ?? []).split(separator: "\n").filter { !$0.contains("outbox") }
+        if !hookLines.isEmpty {
+            throw Failure(step: nil, invariant: "hook-error", detail: "the remote's hook logged: " + hookLines.joined(separator: " | ").prefix(600))
         }
         for device in [Actor.dev1, .dev2] { try compare(device, with: remote) }
         for device in [Actor.dev1, .dev2] { try checkPins(device) }
