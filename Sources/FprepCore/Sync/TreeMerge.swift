@@ -160,13 +160,15 @@ struct TreeMerge {
         // Local updates (new and changed items).
         for update in mine.updated {
             let path = update.path
-            if let (to, moved) = theirMoved[path], ourNew[to]?.id == moved.id, ourNew[to]?.mode == moved.mode {
-                // Moved the same way here too, and a new item made at the
-                // old name: not an edit of the moved file, which is at its
-                // new name on both sides; the new item keeps its own name.
-                try place(path, update.new, clash: "made here at a name the file that was there left on both devices")
-            } else if let (to, moved) = theirMoved[path] {
-                try place(to, update.new, clash: "moved on the remote onto a folder, changed here", replacing: moved)  // the edit goes to the new name
+            if let (to, moved) = theirMoved[path] {
+                if ourNew[to]?.id == moved.id, ourNew[to]?.mode == moved.mode {
+                    // Moved the same way here too, and a new item made at the
+                    // old name: not an edit of the moved file, which is at its
+                    // new name on both sides; the new item keeps its own name.
+                    try place(path, update.new, clash: "made here at a name the file that was there left on both devices")
+                } else {
+                    try place(to, update.new, clash: "moved on the remote onto a folder, changed here", replacing: moved)  // the edit goes to the new name
+                }
             } else if let theirs = theirUpdated[path] {
                 if theirs.id == update.new.id && theirs.mode == update.new.mode { continue }
                 if let old = update.old, old.mode.isFile, update.new.mode.isFile, theirs.mode.isFile {
