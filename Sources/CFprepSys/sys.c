@@ -379,10 +379,26 @@ struct prefetch_job {
     const char *const *paths;
 };
 
+/* A file's on-disk inode read into the cache along with its lookup. A
+ * lookup alone does not read the inode's block when the inode itself is
+ * still in memory (the agent's marks keep every watched placeholder's
+ * there, while the block cache goes), and the sync's first change to the
+ * file (a rename, its attributes read or set) then reads that block, one
+ * file after another; reading the attributes kept in the inode (the
+ * placeholder's blob id) reads it here, on the prefetch's threads. A
+ * folder without attributes is not read that way: ext4 answers from
+ * memory. */
 static void prefetch_one(void *context, size_t i) {
     struct prefetch_job *job = context;
+    int fd = openat(job->dirfd, job->paths[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
     struct stat st;
-    (void)fstatat(job->dirfd, job->paths[i], &st, AT_SYMLINK_NOFOLLOW);
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        char proc[32], value[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        (void)getxattr(proc, "user.fprep.blob", value, sizeof value);
+    }
+    close(fd);
 }
 
 void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads) {

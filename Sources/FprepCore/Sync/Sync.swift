@@ -1290,33 +1290,19 @@ struct SyncApplier {
         /// returns the jobs where a file appeared meanwhile (nothing made).
         func run(applier: inout SyncApplier) throws -> [Job] {
             guard !jobs.isEmpty else { return [] }
-            var errors = [Int32](repeating: 0, count: jobs.count)
-            // C strings and ids that live until the threads are done.
-            let strings = jobs.map { job in (allocatedCString(job.temporary), allocatedCString(job.path.name), job.entry.id.bytes) }
-            defer { for (temporary, name, _) in strings { temporary.deallocate(); name.deallocate() } }
-            try errors.withUnsafeMutableBufferPointer { errorSlots in
-                guard let firstSlot = errorSlots.baseAddress else { return }
-                var raw: [fprep_placeholder_job] = []
-                var ids: [UnsafeMutablePointer<UInt8>] = []
-                defer { for id in ids { id.deallocate() } }
-                for (i, job) in jobs.enumerated() {
-                    let id = UnsafeMutablePointer<UInt8>.allocate(capacity: 20)
-                    id.initialize(from: strings[i].2, count: 20)
-                    ids.append(id)
-                    raw.append(fprep_placeholder_job(dirfd: job.folder.fd, temporary: strings[i].0, name: strings[i].1,
-                                                     mode: job.entry.mode == .executable ? 0o777 : 0o666, size: off_t(job.size),
-                                                     blob_id: id, mtime_sec: job.mtime, error: firstSlot + i, create_only: 1))
-                }
-                let threads = Int32(min(16, raw.count))
-                fprep_create_placeholders(raw, raw.count, threads)
-                // Watched by the agent (if one serves) before any program can open them by name.
-                applier.replica.letAgentWatch(zip(jobs, errorSlots).compactMap { job, error in
-                    error == 0 ? WatchedPlaceholder(path: job.path, blob: job.entry.id, markAt: job.path.parent.appending(job.temporary)) : nil
-                })
-                fprep_rename_placeholders(raw, raw.count, threads)
-                if let failed = errorSlots.firstIndex(where: { $0 != 0 && $0 != EEXIST }) {
-                    throw SystemError("create placeholder", jobs[failed].path.description, errorSlots[failed])
-                }
+            let made = TemporaryPlaceholders(jobs.map {
+                TemporaryPlaceholders.Item(folder: $0.folder, temporary: $0.temporary, name: $0.path.name, mode: $0.entry.mode,
+                                           size: $0.size, blob: $0.entry.id, mtime: $0.mtime)
+            })
+            made.create()
+            // Watched by the agent (if one serves) before any program can open them by name.
+            applier.replica.letAgentWatch(zip(jobs, made.errors).compactMap { job, error in
+                error == 0 ? WatchedPlaceholder(path: job.path, blob: job.entry.id, markAt: job.path.parent.appending(job.temporary)) : nil
+            })
+            made.renameIntoPlace()
+            let errors = made.errors
+            if let failed = errors.firstIndex(where: { $0 != 0 && $0 != EEXIST }) {
+                throw SystemError("create placeholder", jobs[failed].path.description, errors[failed])
             }
             var inTheWay: [Job] = []
             for (job, error) in zip(jobs, errors) {
@@ -1428,32 +1414,46 @@ struct SyncApplier {
         return kept
     }
 
-    /// Placeholders that replace the old placeholders of changed files: each
-    /// is made first, the agent is asked once to watch them all (a request
-    /// per file cost a round trip through its worker each: 40 changed files,
-    /// 40–90 ms), then each goes in place through `SafeReplace`, one by one.
+    /// Placeholders that replace the old placeholders of changed files: all
+    /// are made first, together (`TemporaryPlaceholders`), the agent is
+    /// asked once to watch them all (a request per file cost a round trip
+    /// through its worker each: 40 changed files, 40–90 ms), then each goes
+    /// in place through `SafeReplace`, one by one.
     struct ReplacementBatch {
-        var made: [MadePlaceholder] = []
+        var queued: [MadePlaceholder] = []
 
-        /// Makes the placeholder of `update` when its old version is a
+        /// Queues the placeholder of `update` when its old version is a
         /// placeholder to be replaced by one; false otherwise.
         mutating func take(_ update: ChangeSet.Update, _ state: Local, applier: inout SyncApplier) throws -> Bool {
             guard case .old(.dataless) = state, update.new.mode == .blob || update.new.mode == .executable,
                   !applier.writesContent(state, update.new.id, at: update.path) else { return false }
             try applier.makeFolders(update.path.parent)
             let folder = try applier.replica.rootFolder.folder(update.path.parent)
-            made.append(try applier.makePlaceholder(update, state, in: folder,
-                                                    temporary: ContentOperations.temporaryName(for: update.path.name, token: applier.token),
-                                                    info: try applier.sizes(update.new.id)))
+            let info = try applier.sizes(update.new.id)
+            queued.append(MadePlaceholder(update: update, state: state, folder: folder,
+                                          temporary: ContentOperations.temporaryName(for: update.path.name, token: applier.token),
+                                          size: max(info?.size ?? 0, 0), mtime: info?.mtime ?? applier.commitTime))
             return true
         }
 
-        /// Has the agent watch them, then puts each in place.
+        /// Makes them, has the agent watch them, then puts each in place.
         func run(applier: inout SyncApplier) throws -> [Skipped] {
-            guard !made.isEmpty else { return [] }
-            applier.replica.letAgentWatch(made.map(\.watched))
+            guard !queued.isEmpty else { return [] }
+            let made = TemporaryPlaceholders(queued.map {
+                TemporaryPlaceholders.Item(folder: $0.folder, temporary: $0.temporary, name: $0.update.path.name,
+                                           mode: $0.update.new.mode, size: $0.size, blob: $0.update.new.id, mtime: $0.mtime)
+            })
+            made.create()
+            let errors = made.errors
+            if let failed = errors.firstIndex(where: { $0 != 0 }) {
+                made.removeMade()
+                throw SystemError("create placeholder", queued[failed].update.path.description, errors[failed])
+            }
+            Trace.mark("replacements made")
+            applier.replica.letAgentWatch(queued.map(\.watched))
+            Trace.mark("replacements watched")
             var kept: [Skipped] = []
-            for placeholder in made {
+            for placeholder in queued {
                 if let skipped = try applier.place(placeholder) { kept.append(skipped) }
             }
             return kept
