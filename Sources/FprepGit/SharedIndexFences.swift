@@ -145,3 +145,52 @@ struct LookupFences {
         return low..<max(low, high)
     }
 }
+
+/// Where each fence's path stands among an index's entries as they are
+/// now, edits merged in memory included: for fence k, the first entry not
+/// before its path lies in `low[k]...high[k]`. Made from the fences of the
+/// entries as read (`LookupFences`: a few entries of slack each way), then
+/// shifted by each batch of edits the index merges: that position moves by
+/// the entries added and removed at paths before the fence's path, and by
+/// nothing else, so the bounds stay exact in width however many batches
+/// come. Without them every lookup after an edit searched all the entries
+/// (a cold index: a page read for most steps of each search).
+struct FenceBounds {
+    let fences: SharedIndexFences
+    private(set) var low: [Int]
+    private(set) var high: [Int]
+    /// The entries' count they describe.
+    private(set) var count: Int
+
+    init?(_ lookup: LookupFences, count: Int) {
+        guard lookup.count == count, lookup.reached.count == lookup.fences.paths.count,
+              lookup.insertedAt.count == lookup.reached.count else { return nil }
+        fences = lookup.fences
+        low = zip(lookup.reached, lookup.insertedAt).map { max(0, $0 - $1 - LookupFences.slack) }
+        high = lookup.reached.map { $0 + LookupFences.slack }
+        self.count = count
+    }
+
+    /// The positions among which the first entry not before `key` is.
+    func candidates(for key: UnsafeBufferPointer<UInt8>) -> Range<Int> {
+        let k = fences.run(of: key)
+        let from = min(count, k < 0 ? 0 : low[k])
+        let to = k + 1 < high.count ? min(count, high[k + 1] + 1) : count
+        return from..<max(from, to)
+    }
+
+    /// Follows a batch of edits merged into the entries: per edited path
+    /// (in path order), how many entries it added (negative: removed).
+    mutating func shift(by changes: [(path: [UInt8], added: Int)]) {
+        var next = 0, delta = 0
+        for k in fences.paths.indices {
+            while next < changes.count, changes[next].path.lexicographicallyPrecedes(fences.paths[k]) {
+                delta += changes[next].added
+                next += 1
+            }
+            low[k] = max(0, low[k] + delta)
+            high[k] += delta
+        }
+        count += changes.reduce(0) { $0 + $1.added }
+    }
+}

@@ -131,6 +131,65 @@ import FprepModel
         #expect(try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init) == Self.listing(Array(model.values)))
     }
 
+    /// Lookups between batches of edits made in memory (never written in
+    /// between), as a sync looks up paths after its scan changed a few
+    /// entries: each batch is merged into the entries read, and the fences'
+    /// bounds must follow every merge (`FenceBounds`), or a lookup would
+    /// miss an entry that is there or find one that is gone. Every path,
+    /// present or not, is looked up after each batch and checked against
+    /// the model; fences every 4 entries, so most lookups go through them.
+    @Test(arguments: [4, 5, 6]) func lookupsBetweenEditsMadeInMemory(seed: UInt64) throws {
+        try SharedIndexFences.$writingInterval.withValue(4) {
+            let scratch = try Scratch()
+            let work = scratch.path + "/work"
+            try scratch.git(["init", "-q", "-b", "main", "work"])
+            let repository = try Repository(openingAt: work)
+            try repository.config().set("core.splitIndex", "true")
+            var random = SplitMix64(seed: seed)
+            let ids = try (0..<4).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
+            func path(_ n: Int) -> [UInt8] { Array(("d\(n % 5)/" + String(repeating: "y", count: n % 7 + 1) + "\(n)").utf8) }
+            func entry(_ n: Int) -> IndexEntry {
+                IndexEntry(path: path(n), id: ids[Int(random.next() % 4)], mode: 0o100644,
+                           stat: StatData(ctime: (1_700_000_000, 0), mtime: (1_700_000_000, 0), device: 1, inode: Int64(n),
+                                          uid: 0, gid: 0, size: Int64(random.next() % 100)),
+                           skipWorktree: true)
+            }
+            var model: [[UInt8]: IndexEntry] = [:]
+            let first = try repository.index()
+            for n in stride(from: 0, to: 600, by: 2) {
+                let e = entry(n)
+                try first.add(e)
+                model[e.path] = e
+            }
+            try first.write()
+            for round in 0..<6 {
+                let index = try repository.index()
+                #expect(index.sharedEntryCount != nil, "round \(round): a split index")
+                for batch in 0..<5 {
+                    for _ in 0..<(Int(random.next() % 40) + 1) {
+                        let n = Int(random.next() % 610)
+                        if random.next() % 3 == 0 {
+                            try index.remove(path: path(n))
+                            model[path(n)] = nil
+                        } else {
+                            let e = entry(n)
+                            try index.add(e)
+                            model[e.path] = e
+                        }
+                    }
+                    for n in 0..<615 {
+                        let found = index.entry(path: path(n))
+                        #expect(found?.id == model[path(n)]?.id && found?.stat == model[path(n)]?.stat,
+                                "round \(round), batch \(batch): lookup of \(String(decoding: path(n), as: UTF8.self))")
+                    }
+                    #expect(index.count == model.count, "round \(round), batch \(batch): count")
+                }
+                try index.write()
+                #expect(Self.listing(Self.entries(of: try repository.index())) == Self.listing(Array(model.values)), "round \(round): read back")
+            }
+        }
+    }
+
     /// git's own split index: changed entries as replacements (entries
     /// without a path), removed ones in the delete bitmap, new ones added.
     /// fprep reads what git lists; then fprep writes its own split against

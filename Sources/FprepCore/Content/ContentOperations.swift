@@ -126,6 +126,7 @@ struct ContentOperations {
         }
 
         let index = try replica.repository.index()
+        index.willLookUp(items.map(\.0.bytes))
         let entries: [IndexEntry]
         do {
             entries = try fileEntries(items, index: index)

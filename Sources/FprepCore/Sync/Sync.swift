@@ -557,6 +557,7 @@ extension Replica {
         var applier = try SyncApplier(replica: self, changes: changes, commitTime: toCommit.time, anchor: target.hex,
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
         applier.flushWholeFilesystem = unflushedObjects
+        applier.index.willLookUp(touched.map(\.bytes))
         if resuming, journal.token != nil { applier.removeStaleTemporaries() }
         Trace.mark("read index")
         var report: SyncReport
