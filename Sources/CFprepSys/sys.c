@@ -377,32 +377,51 @@ int fprep_holds_no_data_at(int dirfd, const char *path) {
 struct prefetch_job {
     int dirfd;
     const char *const *paths;
+    int folders_change;
 };
 
 /* A file's on-disk inode read into the cache along with its lookup. A
  * lookup alone does not read the inode's block when the inode itself is
  * still in memory (the agent's marks keep every watched placeholder's
- * there, while the block cache goes), and the sync's first change to the
- * file (a rename, its attributes read or set) then reads that block, one
- * file after another; reading the attributes kept in the inode (the
- * placeholder's blob id) reads it here, on the prefetch's threads. A
- * folder without attributes is not read that way: ext4 answers from
- * memory. */
+ * there, and every folder's, while the block cache goes), and the
+ * command's first change to the file (a rename, its attributes read or
+ * set, a link) then reads that block, one file after another; reading the
+ * attributes kept in the inode (the placeholder's blob id) reads it here,
+ * on the prefetch's threads.
+ *
+ * A folder has no such attributes (ext4 answers from memory), and each
+ * name added to or removed from it writes its inode (its times). When
+ * the caller is about to change a name in each path's folder
+ * (`folders_change`), that folder's access time is set now, which reads
+ * its block here, together with the others: the caller's own change sets
+ * its change and modification times a moment later anyway. */
 static void prefetch_one(void *context, size_t i) {
     struct prefetch_job *job = context;
-    int fd = openat(job->dirfd, job->paths[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        char proc[32], value[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        (void)getxattr(proc, "user.fprep.blob", value, sizeof value);
+    const char *path = job->paths[i];
+    int fd = openat(job->dirfd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            char proc[32], value[64];
+            snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+            (void)getxattr(proc, "user.fprep.blob", value, sizeof value);
+        }
+        close(fd);
     }
-    close(fd);
+    const char *slash = strrchr(path, '/');
+    if (!job->folders_change || slash == NULL || slash == path || (size_t)(slash - path) >= 4096) return;
+    char parent[4096];
+    memcpy(parent, path, (size_t)(slash - path));
+    parent[slash - path] = 0;
+    int folder = openat(job->dirfd, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (folder < 0) return;
+    const struct timespec accessed[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
+    (void)futimens(folder, accessed);
+    close(folder);
 }
 
-void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads) {
-    struct prefetch_job job = { .dirfd = dirfd, .paths = paths };
+void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads, int folders_change) {
+    struct prefetch_job job = { .dirfd = dirfd, .paths = paths, .folders_change = folders_change };
     fprep_parallel_for_disk(count, threads, prefetch_one, &job);
 }
 

@@ -119,7 +119,7 @@ void fprep_rename_placeholders(const struct fprep_placeholder_job *jobs, size_t 
  * cold cache (see fprep_parallel_for_disk): the folder and inode reads of
  * scattered paths then overlap instead of coming one after another. Only a
  * warm-up; nothing is decided from it. */
-void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads);
+void fprep_prefetch_paths(int dirfd, const char *const *paths, size_t count, int threads, int folders_change);
 
 /* Calls job(context, i) for every i below count on up to `threads` threads
  * (this one included), each taking the next i; returns when all are done

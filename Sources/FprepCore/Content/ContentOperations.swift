@@ -114,7 +114,7 @@ struct ContentOperations {
         replica.removeFetchQuarantines()
         let quarantine = replica.stateFolder + "/fetch-" + Self.newToken()
         let namedFew = items.count <= Self.namedOneByOne
-        if namedFew { replica.rootFolder.prefetch(items.map(\.0).filter { !$0.isRoot }) }
+        if namedFew { replica.rootFolder.prefetch(items.map(\.0).filter { !$0.isRoot }, foldersChange: true) }
         let early = !namedFew ? [] : Array(Set(items.compactMap { item -> ObjectID? in
             guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular,
                   Self.holdsNoData(replica.rootFolder, item.0, stat) else { return nil }
@@ -153,7 +153,7 @@ struct ContentOperations {
         var alreadyThere: [RepoPath] = []
         // Scattered files on a cold disk: their lookups wait together, not
         // one after another.
-        replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
+        replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) }, foldersChange: true)
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
         // Placeholders whose index entry says content (see
         // `StateClassifier.isPlaceholder`): filled like the others, their

@@ -78,7 +78,9 @@ struct SafeReplace {
         } catch let refusal as ContentRefusal {
             return .refused(refusal.why)
         }
-        defer { close(fd) }
+        // Handed over once its file has no name left (see `UnlinkedFiles`).
+        var handedOver = false
+        defer { if !handedOver { close(fd) } }
         // Checked before the lease: the check may open the file itself.
         guard isUnchanged(opened) else { return .refused(Self.changed) }
         let leased = Self.takeLease(fd, reading: true)
@@ -148,6 +150,8 @@ struct SafeReplace {
             && (!expectsDataless || fprep_holds_no_data(fd) == 1)
         if untouched {
             unlinkat(folder.fd, cPath(temporary), 0)
+            UnlinkedFiles.close(fd)
+            handedOver = true
             return .replaced(keptAs: nil)
         }
         _ = fprep_clear_placeholder_marks(fd)

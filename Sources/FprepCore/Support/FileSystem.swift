@@ -330,10 +330,12 @@ extension FolderHandle {
     /// Warms the cache for `paths` beneath this folder with lookups, on
     /// several threads when the first ones show a cold cache: a change of
     /// scattered paths then waits for its folder and inode reads together,
-    /// not one by one.
-    func prefetch(_ paths: [RepoPath]) {
+    /// not one by one. `foldersChange`: the caller is about to add or
+    /// remove a name in each path's folder, whose inode is read too (see
+    /// `fprep_prefetch_paths`: its access time is set).
+    func prefetch(_ paths: [RepoPath], foldersChange: Bool = false) {
         guard paths.count > 1 else { return }
-        withCPaths(paths) { fprep_prefetch_paths(fd, $0.baseAddress, $0.count, Int32(min(16, paths.count))) }
+        withCPaths(paths) { fprep_prefetch_paths(fd, $0.baseAddress, $0.count, Int32(min(16, paths.count)), foldersChange ? 1 : 0) }
     }
 }
 

@@ -545,7 +545,7 @@ extension Replica {
         // when the steps below reach them.
         let folder = rootFolder
         let touched = changes.deleted.map(\.0) + changes.moved.flatMap { [$0.from, $0.to] } + changes.updated.map(\.path)
-        let lookups = touched.count > 1 ? BackgroundWork { folder.prefetch(touched) } : nil
+        let lookups = touched.count > 1 ? BackgroundWork { folder.prefetch(touched, foldersChange: true) } : nil
         // Also when a step below throws: no lookup outlives the sync.
         defer { try? lookups?.wait() }
         Trace.mark("prefetch")

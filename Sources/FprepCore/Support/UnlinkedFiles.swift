@@ -1,0 +1,45 @@
+import CFprepSys
+import Glibc
+import Synchronization
+
+/// Descriptors of files with no name left, closed on a thread of their
+/// own. The last close of such a file frees it: its inode (a read of the
+/// inode bitmap on a cold cache) and its blocks (on a filesystem mounted
+/// with `discard`, a discard of each extent that waits for the device), a
+/// millisecond or more a file that a sync removing a few dozen of them
+/// need not wait for.
+///
+/// Only a file whose last name is gone is handed over: a descriptor this
+/// process keeps open on a file that still has a name would make its own
+/// lease on that file (`SafeReplace`) fail later.
+enum UnlinkedFiles {
+    private static let queue = Mutex<(waiting: [Int32], closing: Bool)>(([], false))
+
+    /// Closes `fd`: at once when its file still has a name, else on the
+    /// closer's thread.
+    static func close(_ fd: Int32) {
+        var raw = fprep_stat()
+        guard fprep_fstat(fd, &raw) == 0, raw.nlink == 0 else {
+            _ = Glibc.close(fd)
+            return
+        }
+        let startCloser = queue.withLock { state -> Bool in
+            state.waiting.append(fd)
+            defer { state.closing = true }
+            return !state.closing
+        }
+        if startCloser { BlockingThread.start(drain) }
+    }
+
+    private static func drain() {
+        while true {
+            let taken = queue.withLock { state -> [Int32] in
+                defer { state.waiting = [] }
+                if state.waiting.isEmpty { state.closing = false }
+                return state.waiting
+            }
+            if taken.isEmpty { return }
+            for fd in taken { _ = Glibc.close(fd) }
+        }
+    }
+}
