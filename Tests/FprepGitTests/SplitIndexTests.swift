@@ -15,6 +15,23 @@ import FprepModel
         }
     }
 
+    /// `count` seeded edits of `index`, mirrored in `model`: a removal one
+    /// time in `removeOneIn`, else a put, of one of the first `among` paths.
+    static func applyRandomEdits(_ count: Int, to index: Index, model: inout [[UInt8]: IndexEntry], among: Int, removeOneIn: UInt64,
+                                 next: () -> UInt64, path: (Int) -> [UInt8], entry: (Int) -> IndexEntry) throws {
+        for _ in 0..<count {
+            let n = Int(next() % UInt64(among))
+            if next() % removeOneIn == 0 {
+                try index.remove(path: path(n))
+                model[path(n)] = nil
+            } else {
+                let e = entry(n)
+                try index.add(e)
+                model[e.path] = e
+            }
+        }
+    }
+
     static func entries(of index: Index) -> [IndexEntry] {
         (0..<index.count).compactMap { index.entry(at: $0) }
     }
@@ -74,17 +91,8 @@ import FprepModel
         for round in 0..<40 {
             let index = try repository.index()
             let edits = round == 0 ? 300 : (random.next() % 6 == 0 ? 80 : Int(random.next() % 12) + 1)
-            for _ in 0..<edits {
-                let n = Int(random.next() % 400)
-                if random.next() % 4 == 0 {
-                    try index.remove(path: path(n))
-                    model[path(n)] = nil
-                } else {
-                    let e = entry(n)
-                    try index.add(e)
-                    model[e.path] = e
-                }
-            }
+            try Self.applyRandomEdits(edits, to: index, model: &model, among: 400, removeOneIn: 4,
+                                      next: { random.next() }, path: path, entry: entry)
             let namedBefore = try Self.namedShared(work)
             try Self.ageUnnamed(work)
             try index.write()
@@ -166,17 +174,8 @@ import FprepModel
                 let index = try repository.index()
                 #expect(index.sharedEntryCount != nil, "round \(round): a split index")
                 for batch in 0..<5 {
-                    for _ in 0..<(Int(random.next() % 40) + 1) {
-                        let n = Int(random.next() % 610)
-                        if random.next() % 3 == 0 {
-                            try index.remove(path: path(n))
-                            model[path(n)] = nil
-                        } else {
-                            let e = entry(n)
-                            try index.add(e)
-                            model[e.path] = e
-                        }
-                    }
+                    try Self.applyRandomEdits(Int(random.next() % 40) + 1, to: index, model: &model, among: 610, removeOneIn: 3,
+                                              next: { random.next() }, path: path, entry: entry)
                     for n in 0..<615 {
                         let found = index.entry(path: path(n))
                         #expect(found?.id == model[path(n)]?.id && found?.stat == model[path(n)]?.stat,
