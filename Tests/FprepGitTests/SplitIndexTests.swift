@@ -15,6 +15,16 @@ import FprepModel
         }
     }
 
+    /// A new repository (its work tree `work`) with `core.splitIndex` on.
+    static func splitIndexRepository() throws -> (Scratch, String, Repository) {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work"
+        try scratch.git(["init", "-q", "-b", "main", "work"])
+        let repository = try Repository(openingAt: work)
+        try repository.config().set("core.splitIndex", "true")
+        return (scratch, work, repository)
+    }
+
     /// `count` seeded edits of `index`, mirrored in `model`: a removal one
     /// time in `removeOneIn`, else a put, of one of the first `among` paths.
     static func applyRandomEdits(_ count: Int, to index: Index, model: inout [[UInt8]: IndexEntry], among: Int, removeOneIn: UInt64,
@@ -70,11 +80,7 @@ import FprepModel
     }
 
     func splitRounds(seed: UInt64) throws {
-        let scratch = try Scratch()
-        let work = scratch.path + "/work"
-        try scratch.git(["init", "-q", "-b", "main", "work"])
-        let repository = try Repository(openingAt: work)
-        try repository.config().set("core.splitIndex", "true")
+        let (scratch, work, repository) = try Self.splitIndexRepository()
         var random = SplitMix64(seed: seed)
         let ids = try (0..<8).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
         func path(_ n: Int) -> [UInt8] {
@@ -148,11 +154,7 @@ import FprepModel
     /// the model; fences every 4 entries, so most lookups go through them.
     @Test(arguments: [4, 5, 6]) func lookupsBetweenEditsMadeInMemory(seed: UInt64) throws {
         try SharedIndexFences.$writingInterval.withValue(4) {
-            let scratch = try Scratch()
-            let work = scratch.path + "/work"
-            try scratch.git(["init", "-q", "-b", "main", "work"])
-            let repository = try Repository(openingAt: work)
-            try repository.config().set("core.splitIndex", "true")
+            let (scratch, work, repository) = try Self.splitIndexRepository()
             var random = SplitMix64(seed: seed)
             let ids = try (0..<4).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
             func path(_ n: Int) -> [UInt8] { Array(("d\(n % 5)/" + String(repeating: "y", count: n % 7 + 1) + "\(n)").utf8) }
