@@ -164,7 +164,7 @@ struct AgentSyncTests {
             // The log line comes when the sync's report reaches the agent, a moment after the push.
             #expect(waitUntil { agent.stderrSoFar.contains("left for later (open for writing): big.txt") }, "\(agent.stderrSoFar)")
 
-            FileManager.default.createFile(atPath: go, contents: nil)
+            #expect(FileManager.default.createFile(atPath: go, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             #expect(waitUntil { remoteHas(s, remote, "big.txt") }, "\(agent.stderrSoFar)")
             #expect(try remoteVersions(s, remote, "big.txt") == ["first half\nsecond half"], "only the whole file was ever pushed")
@@ -195,7 +195,7 @@ struct AgentSyncTests {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
             #expect(!names.contains { $0.contains("conflict") }, "\(names)")
             #expect(try s.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing pushed while the program holds it")
-            FileManager.default.createFile(atPath: go, contents: nil)
+            #expect(FileManager.default.createFile(atPath: go, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             #expect(waitUntil { (try? s.git(["grep", "-q", "-F", "LATE-WRITE", "main"], cwd: remote.path))?.status == 0 },
                     "the late write reached the remote: \(agent.stderrSoFar)")

@@ -254,7 +254,7 @@ struct ConcurrentWriterTests {
 
             let result = try box.fprep(["materialize", "bin.dat", "--json"], cwd: replica)
             #expect(result.status == 0, "\(result)")
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             let done = writer.wait(timeout: 30)
             #expect(done.status == 0, "\(done)")
             let count = Int(String(decoding: contents(log) ?? Data(), as: UTF8.self)) ?? 0
@@ -490,7 +490,7 @@ struct ConcurrentWriterTests {
                 let left = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
                 #expect(left.contains { $0.hasPrefix(".a.txt.fprep-") } == written, "held while written, else settled: \(left)")
                 #expect(!left.contains { $0.contains("conflict") }, "written \(written): \(left) \(status)")
-                FileManager.default.createFile(atPath: stop, contents: nil)
+                #expect(FileManager.default.createFile(atPath: stop, contents: nil))
                 if let writer { #expect(writer.wait(timeout: patienceSeconds).status == 0) }
                 try box.fprepOK(["sync"], cwd: replica)
                 let settled = (try? FileManager.default.contentsOfDirectory(atPath: replica)) ?? []
@@ -534,7 +534,7 @@ struct ConcurrentWriterTests {
             // Nor one git shows, or a user's `git add -A` would commit.
             let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
             #expect(!gitStatus.contains(".a.txt.fprep-"), "git status: \(gitStatus)")
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             // An incoming sync settles it too; a written one waits for the
             // next full sync as a conflict copy, and it says so.
@@ -577,7 +577,7 @@ struct ConcurrentWriterTests {
             #expect(report["heldOpen"] as? [String] == ["docs/readme.md"], "\(report)")
             let why = report.objects("keptLocal").first { $0.string("path") == "docs" }?.string("reason")
             #expect(why?.contains("once the programs holding") == true, "\(report)")
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             _ = try syncWithin(box, replica)
             _ = try syncWithin(box, replica)
@@ -626,7 +626,7 @@ struct ConcurrentWriterTests {
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "nothing pushed while the program holds it")
             let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
             #expect(!gitStatus.contains(".readme.md.fprep-"), "git status, the folder renamed: \(gitStatus)")
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             _ = try syncWithin(box, replica)
             let after = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
@@ -648,7 +648,7 @@ struct ConcurrentWriterTests {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
             #expect(names.filter { $0.hasPrefix(".readme.md.fprep-") }.count == 1 && !names.contains { $0.contains("conflict") },
                     "kept while the program holds it: \(names)")
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             _ = try syncWithin(box, replica)
             let after = (try? FileManager.default.contentsOfDirectory(atPath: replica + "/papers")) ?? []
@@ -677,7 +677,7 @@ struct ConcurrentWriterTests {
             #expect(!synced.timedOut && synced.status == 0, "\(synced)")
             #expect(exists(opened), "the writer's open went on")
             // It writes once the sync is over: into the old file, which must have a name.
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             #expect(writer.wait(timeout: patienceSeconds).status == 0)
             try box.fprepOK(["sync"], cwd: replica)
             let after = try Self.kept(box, "LATE-WRITE", replica: replica, remote: remote)
@@ -706,7 +706,7 @@ struct ConcurrentWriterTests {
                 """, ready, go], cwd: replica)
             #expect(waitUntil { exists(ready) }, "the reader holds the files open")
             let report = try syncWithin(box, replica)
-            FileManager.default.createFile(atPath: go, contents: nil)
+            #expect(FileManager.default.createFile(atPath: go, contents: nil))
             let read = reader.wait(timeout: patienceSeconds)
             #expect(read.status == 0 && read.stdoutData == old, "the reader reads the bytes it opened: \(read)")
             #expect((report["conflicts"] as? [Any])?.isEmpty == true && (report["localChanges"] as? [Any])?.isEmpty == true, "\(report)")
@@ -745,7 +745,7 @@ struct ConcurrentWriterTests {
                 try #require(exists(ready), "writer \(n) did not start")
             }
             let report = try syncWithin(box, replica)
-            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(FileManager.default.createFile(atPath: stop, contents: nil))
             var everything = Data()
             var counts: [Int] = []
             for (writer, log) in writers {
@@ -893,7 +893,7 @@ struct GitLockTests {
 
             let result = try box.fprep(["sync"], cwd: replica, timeout: 30)
             expectOneLineError(result, mentioning: ["git is running", "index.lock"])
-            FileManager.default.createFile(atPath: go, contents: nil)
+            #expect(FileManager.default.createFile(atPath: go, contents: nil))
             let committed = commit.wait(timeout: 30)
             #expect(committed.status == 0, "git commit failed: \(committed)")
             #expect(try box.gitOK(["log", "-1", "--format=%s"], cwd: replica, env: ["GIT_NO_LAZY_FETCH": "1"]) == "message")

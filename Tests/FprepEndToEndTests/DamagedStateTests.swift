@@ -234,7 +234,7 @@ struct DamagedStateTests {
             // Another program touches the file while a writing command
             // closes it: that command's close leaves it to be scanned.
             let gate = box.at("close-gate")
-            FileManager.default.createFile(atPath: gate, contents: nil)
+            #expect(FileManager.default.createFile(atPath: gate, contents: nil))
             let pin = try box.spawnFprep(["pin", "d"], cwd: replica, env: ["FPREP_TEST_BEFORE_CLOSE_GATE": gate])
             #expect(waitUntil { exists(gate + ".waiting") }, "the pin waits before its close: \(pin.stderrSoFar)")
             #expect(chmod(database, 0o640) == 0 && chmod(database, 0o644) == 0)

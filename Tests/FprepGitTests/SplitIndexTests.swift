@@ -154,7 +154,9 @@ import FprepModel
     /// the model; fences every 4 entries, so most lookups go through them.
     @Test(arguments: [4, 5, 6]) func lookupsBetweenEditsMadeInMemory(seed: UInt64) throws {
         try SharedIndexFences.$writingInterval.withValue(4) {
-            let (scratch, work, repository) = try Self.splitIndexRepository()
+            // The scratch folder lives as long as the test, the repository in it.
+            let (scratch, _, repository) = try Self.splitIndexRepository()
+            defer { withExtendedLifetime(scratch) {} }
             var random = SplitMix64(seed: seed)
             let ids = try (0..<4).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
             func path(_ n: Int) -> [UInt8] { Array(("d\(n % 5)/" + String(repeating: "y", count: n % 7 + 1) + "\(n)").utf8) }

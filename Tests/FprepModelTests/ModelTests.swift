@@ -105,7 +105,7 @@ struct ModelTests {
             let without = Kind.allCases.filter { !ciKinds.contains($0) }.map(\.rawValue).joined(separator: ",")
             let report = ModelRunner.report(testCase, failure)
             let record = {
-                Issue.record("""
+                _ = Issue.record("""
                     seed \(seed) with the agent fails (replay: fprep-model --agent --seed \(seed) --steps \(ciSteps)\
                     \(without.isEmpty ? "" : " --without \(without)")\(ciLongNames ? "" : " --no-long-names") --verbose):
                     \(report)
