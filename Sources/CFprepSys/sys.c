@@ -398,7 +398,9 @@ struct prefetch_job {
 static void prefetch_one(void *context, size_t i) {
     struct prefetch_job *job = context;
     const char *path = job->paths[i];
-    int fd = openat(job->dirfd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    /* Beneath the replica's root, never through a symlink (a user's link
+     * in place of a folder leads out of the replica), as every open of fprep's. */
+    int fd = fprep_open_beneath(job->dirfd, path, O_PATH | O_NOFOLLOW, 0);
     if (fd >= 0) {
         struct stat st;
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -413,7 +415,7 @@ static void prefetch_one(void *context, size_t i) {
     char parent[4096];
     memcpy(parent, path, (size_t)(slash - path));
     parent[slash - path] = 0;
-    int folder = openat(job->dirfd, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int folder = fprep_open_beneath(job->dirfd, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
     if (folder < 0) return;
     const struct timespec accessed[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
     (void)futimens(folder, accessed);

@@ -205,6 +205,16 @@ struct ForeignFileTests {
             let materialized = try box.fprep(["materialize", "docs/readme.md"], cwd: replica)
             #expect(materialized.status == 0, "\(materialized)")
             #expect(materialized.stdout.contains("'docs' is a symlink where the replica has a folder"), "\(materialized)")
+            // Nor a folder's times through it: a materialize looks ahead at
+            // the folders it is about to change (their access time set),
+            // and a symlink among the folders on the way is never followed.
+            func changed(_ path: String) -> Int {
+                var info = stat()
+                return stat(path, &info) == 0 ? info.st_ctim.tv_sec * 1_000_000_000 + info.st_ctim.tv_nsec : -1
+            }
+            let deepChanged = changed(box.at("elsewhere/deep"))
+            _ = try box.fprep(["materialize", "docs/readme.md", "docs/deep/nested.txt"], cwd: replica)
+            #expect(changed(box.at("elsewhere/deep")) == deepChanged, "a folder's times changed through the symlink")
             let evicted = try box.fprep(["evict", "docs/deep/nested.txt"], cwd: replica)
             expectOneLineError(evicted, status: 2, mentioning: ["'docs' is a symlink where the replica has a folder"])
             // Listing the folder reads nothing through the symlink: its files are not there.
