@@ -627,7 +627,6 @@ public final class Index {
         merged.append(contentsOf: slots[i...])
         fenceBounds?.shift(by: changes)
         slots = merged
-        if let bounds = fenceBounds, bounds.count != slots.count { fenceBounds = nil }
     }
 
     /// The position of the stage-0 entry for `path` in `slots` as they are.

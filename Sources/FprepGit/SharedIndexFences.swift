@@ -122,7 +122,7 @@ struct SharedIndexFences {
 
 /// The fences of a merged split index: for each fence run, where its
 /// entries stand among the merged ones (a few entries of slack each way
-/// for stages of one path), so a lookup searches one run.
+/// for stages of one path), from which `FenceBounds` starts.
 struct LookupFences {
     let fences: SharedIndexFences
     /// For fence k, the merged position the walk of the merge reached when
@@ -136,14 +136,6 @@ struct LookupFences {
     /// Stages of one path: up to three other entries of its path may stand
     /// on either side of a run's bounds.
     static let slack = 4
-
-    /// The merged positions among which the first entry not before `key` is.
-    func candidates(for key: UnsafeBufferPointer<UInt8>) -> Range<Int> {
-        let k = fences.run(of: key)
-        let low = k < 0 ? 0 : max(0, reached[k] - insertedAt[k] - Self.slack)
-        let high = k + 1 < reached.count ? min(count, reached[k + 1] + Self.slack) : count
-        return low..<max(low, high)
-    }
 }
 
 /// Where each fence's path stands among an index's entries as they are

@@ -1385,23 +1385,38 @@ struct SyncApplier {
         let size: Int64
         let mtime: Int64
 
+        /// Its size and date from the blob's known ones (none known: 0
+        /// bytes, the commit's time).
+        init(_ update: ChangeSet.Update, _ state: Local, in folder: FolderHandle, temporary: [UInt8], info: BlobInfo?, commitTime: Int64) {
+            self.update = update
+            self.state = state
+            self.folder = folder
+            self.temporary = temporary
+            size = max(info?.size ?? 0, 0)
+            mtime = info?.mtime ?? commitTime
+        }
+
         var watched: WatchedPlaceholder {
             WatchedPlaceholder(path: update.path, blob: update.new.id, markAt: update.path.parent.appending(temporary))
+        }
+
+        /// What `TemporaryPlaceholders` makes of it.
+        var item: TemporaryPlaceholders.Item {
+            TemporaryPlaceholders.Item(folder: folder, temporary: temporary, name: update.path.name, mode: update.new.mode,
+                                       size: size, blob: update.new.id, mtime: mtime)
         }
     }
 
     /// Makes the placeholder of `update` under `temporary` in `folder`.
     private func makePlaceholder(_ update: ChangeSet.Update, _ state: Local, in folder: FolderHandle, temporary: [UInt8],
                                  info: BlobInfo?) throws -> MadePlaceholder {
-        let new = update.new
-        let size = max(info?.size ?? 0, 0)
-        let mtime = info?.mtime ?? commitTime
-        let created = new.id.bytes.withUnsafeBufferPointer { id in
-            fprep_create_placeholder(folder.fd, cPath(temporary), new.mode == .executable ? 0o777 : 0o666,
-                                     off_t(size), id.baseAddress, id.count, mtime, 0, nil)
+        let made = MadePlaceholder(update, state, in: folder, temporary: temporary, info: info, commitTime: commitTime)
+        let created = update.new.id.bytes.withUnsafeBufferPointer { id in
+            fprep_create_placeholder(folder.fd, cPath(temporary), update.new.mode == .executable ? 0o777 : 0o666,
+                                     off_t(made.size), id.baseAddress, id.count, made.mtime, 0, nil)
         }
         guard created == 0 else { throw SystemError("create placeholder", update.path.description) }
-        return MadePlaceholder(update: update, state: state, folder: folder, temporary: temporary, size: size, mtime: mtime)
+        return made
     }
 
     /// Puts a placeholder the agent watches in place of the old item, and
@@ -1430,20 +1445,16 @@ struct SyncApplier {
                   !applier.writesContent(state, update.new.id, at: update.path) else { return false }
             try applier.makeFolders(update.path.parent)
             let folder = try applier.replica.rootFolder.folder(update.path.parent)
-            let info = try applier.sizes(update.new.id)
-            queued.append(MadePlaceholder(update: update, state: state, folder: folder,
+            queued.append(MadePlaceholder(update, state, in: folder,
                                           temporary: ContentOperations.temporaryName(for: update.path.name, token: applier.token),
-                                          size: max(info?.size ?? 0, 0), mtime: info?.mtime ?? applier.commitTime))
+                                          info: try applier.sizes(update.new.id), commitTime: applier.commitTime))
             return true
         }
 
         /// Makes them, has the agent watch them, then puts each in place.
         func run(applier: inout SyncApplier) throws -> [Skipped] {
             guard !queued.isEmpty else { return [] }
-            let made = TemporaryPlaceholders(queued.map {
-                TemporaryPlaceholders.Item(folder: $0.folder, temporary: $0.temporary, name: $0.update.path.name,
-                                           mode: $0.update.new.mode, size: $0.size, blob: $0.update.new.id, mtime: $0.mtime)
-            })
+            let made = TemporaryPlaceholders(queued.map(\.item))
             made.create()
             let errors = made.errors
             if let failed = errors.firstIndex(where: { $0 != 0 }) {
