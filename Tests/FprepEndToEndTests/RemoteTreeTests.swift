@@ -319,6 +319,33 @@ struct RemoteTreeTests {
         }
     }
 
+    /// The folder fprep lays out for a submodule (its content is not
+    /// supported) goes when the remote deletes the submodule, and a file can
+    /// take its name. Its removal once used a folder handle freed before
+    /// the call that needed its descriptor (EBADF), so the folder stayed.
+    @Test("a submodule the remote deletes leaves no folder behind, and a file the remote puts at its name arrives")
+    func remoteDeletesSubmodule() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: Self.small)
+            _ = try box.addGitlink(to: remote)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            #expect(lstatInfo(replica + "/sub")?.isDirectory == true, "the submodule's folder is laid out")
+            let listing = try box.gitOK(["ls-tree", "main"], cwd: remote.path)
+                .split(separator: "\n").filter { !$0.hasSuffix("\tsub") }.joined(separator: "\n")
+            let tree = try box.gitOK(["mktree"], cwd: remote.path, stdin: Data((listing + "\n").utf8))
+            let commit = try box.gitOK(["commit-tree", "-p", "main", "-m", "drop the submodule", tree], cwd: remote.path)
+            try box.gitOK(["update-ref", "refs/heads/main", commit], cwd: remote.path)
+
+            try box.fprepOK(["sync"], cwd: replica)
+            #expect(lstatInfo(replica + "/sub") == nil, "the submodule's folder stayed")
+            try box.pushToRemote(remote, ["sub": Data("now a file\n".utf8)], message: "a file named sub")
+            let report = try box.fprepJSON(["sync"], cwd: replica)
+            #expect(report.objects("keptLocal").isEmpty, "\(report)")
+            #expect(lstatInfo(replica + "/sub")?.isRegular == true && lstatInfo(replica + "/sub")?.size == 11)
+        }
+    }
+
     @Test("a force-push with no local work is followed: the dropped commits are not pushed back, a backup ref keeps them")
     func forcePushFollowed() throws {
         try withSandbox { box in

@@ -145,4 +145,60 @@ struct SyncCrashTests {
             #expect(!FileManager.default.fileExists(atPath: replica + "/.git/refs/remotes/origin-fprep/sizes.lock"))
         }
     }
+
+    /// A remote change whose moves form a cycle: a folder and a file swap
+    /// names (`d` ↔ `s`), and a symlink takes the name of the folder whose
+    /// file moved to the symlink's name (`q` → `p`, `p/x` → `q/x`). Each
+    /// move lands where another leaves. Found by the model (seed 9137):
+    /// taken in a fixed order, the second move set fprep's own item aside as
+    /// a conflict copy, the index recorded the remote's tree, and the next
+    /// sync pushed renames nobody made.
+    @Test("moves that land where each other leave: the replica takes the remote's tree exactly, sets nothing aside and pushes nothing; killed at each step, the next sync finishes it")
+    func cycleOfMoves() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: [
+                "d/f.txt": .text("f\n"), "d/g.txt": .text("g\n"), "s": .text("s\n"),
+                "p/x": .text("x\n"), "p/y": .text("y\n"), "q": .symlink("p/x"), "keep.txt": .text("keep\n"),
+            ])
+            let old = remote.commit
+            var replicas: [String] = []
+            for i in 0..<24 {
+                let replica = box.at("r\(i)")
+                _ = try box.clone(remote.path, replica)
+                try box.fprepOK(["materialize", "d", "s"], cwd: replica)
+                replicas.append(replica)
+            }
+            try box.pushToRemote(remote, ["q/y": Data("another y, not moved\n".utf8)],
+                                 moves: [("d", "tmp"), ("s", "d"), ("tmp", "s"), ("p", "tmp2"), ("q", "p"), ("tmp2", "q")],
+                                 message: "swap")
+            let new = try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path)
+
+            func expectFollowed(_ replica: String, _ what: String) throws {
+                _ = try Self.expectExactly(box, replica, anchors: [new], what: what)
+                let conflicts = walk(replica, skipping: [".git", ".fprep"]).filter { $0.contains("conflict") }
+                #expect(conflicts.isEmpty, "\(what): set aside: \(conflicts)")
+                #expect(contents(replica + "/s/f.txt") == Data("f\n".utf8) && contents(replica + "/d") == Data("s\n".utf8),
+                        "\(what): materialized content did not follow its moves")
+                #expect(readLink(replica + "/p") == "p/x", "\(what): the symlink did not take the folder's name")
+                try box.fprepOK(["sync"], cwd: replica)
+                #expect(try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path) == new,
+                        "\(what): the next sync pushed a change nobody made")
+            }
+
+            try box.fprepOK(["sync"], cwd: replicas[0])
+            try expectFollowed(replicas[0], "an uninterrupted sync")
+
+            var step = 1
+            for replica in replicas.dropFirst() {
+                let what = "sync killed at its durable step \(step)"
+                let killed = try box.fprep(["sync"], cwd: replica, env: ["FPREP_CRASH_AT": "\(step)"])
+                _ = try Self.expectExactly(box, replica, anchors: [old, new], what: what)
+                try box.fprepOK(["sync"], cwd: replica)
+                try expectFollowed(replica, what + ", then synced again")
+                if killed.killedBySignal == nil { break }
+                step += 1
+            }
+            #expect(step > 3 && step < replicas.count, "the sync's durable steps: \(step)")
+        }
+    }
 }

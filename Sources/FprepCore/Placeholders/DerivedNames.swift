@@ -85,7 +85,11 @@ extension Replica {
         let odb = try? repository.objectDatabase()
         let held = heldLocations()
         for path in paths where !held.contains(path) {
-            guard let folder = try? rootFolder.folder(path.parent), let stat = folder.stat(name: path.name), stat.isRegular else { continue }
+            guard let folder = try? rootFolder.folder(path.parent), let stat = folder.stat(name: path.name) else { continue }
+            // The folder a sync's cycle of moves used, left empty by a kill
+            // after the sync ended (anything in it stays, for a later look).
+            if stat.isDirectory { folder.removeEmptyFolder(path.name) }
+            guard stat.isRegular else { continue }
             // `.NAME.fprep-TOKEN` is NAME's temporary: its conflict copy is named after NAME.
             let suffix = ContentOperations.temporaryToken(in: path.name).map { ".fprep-\($0)".utf8.count } ?? 0
             let original = Array(path.name.dropFirst().dropLast(suffix))

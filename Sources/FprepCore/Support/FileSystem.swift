@@ -101,6 +101,16 @@ final class FolderHandle: @unchecked Sendable {
         return FolderHandle(fd: fd, shownPath: path.description)
     }
 
+    /// Removes the folder `name` in this one when it is empty; whether it went.
+    /// A method, not `unlinkat(try root.folder(x).fd, …)` at the caller: a
+    /// handle made in an expression may be freed (its descriptor closed)
+    /// before the call that uses its descriptor, which then fails with
+    /// EBADF (or acts on a descriptor opened since).
+    @discardableResult
+    func removeEmptyFolder(_ name: [UInt8]) -> Bool {
+        unlinkat(fd, cPath(name), AT_REMOVEDIR) == 0
+    }
+
     /// What stands where `path` has a folder: the first component that is
     /// not one (a user's symlink in place of a folder, say), as a message
     /// that names it; nil when every folder on the way is one.

@@ -616,6 +616,9 @@ extension Replica {
             return recorded
         }
         anchor = target
+        // Emptied by the moves; it goes only now that no run of this sync can
+        // resume (a later scan removes it if a kill came between).
+        rootFolder.removeEmptyFolder(SyncApplier.cycleFolderName(token: token, ready: true))
         // For `fprep changes` from the anchor this sync left behind; once
         // the sync is done, so it takes no space the sync needed.
         RecordedChanges.write(changes, stateFolder, from: fromTree, to: toCommit.treeID)
@@ -755,7 +758,8 @@ struct SyncApplier {
         for (path, item) in items {
             guard let folder = try? replica.rootFolder.folder(path.parent) else { continue }
             let temporary = ContentOperations.temporaryName(for: path.name, token: token)
-            guard folder.stat(name: temporary) != nil, !held.contains(path.parent.appending(temporary)) else { continue }
+            guard folder.stat(name: temporary) != nil, !held.contains(path.parent.appending(temporary)),
+                  !(path.parent.isRoot && temporary == Self.cycleFolderName(token: token, ready: true)) else { continue }
             var swapped = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
                                       expectsDataless: true)
             let dataless = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
@@ -775,7 +779,7 @@ struct SyncApplier {
                 try? index.remove(path: path.bytes)
                 dematerialized.append(path)
             case .old(let state):
-                if old.mode == .submodule { unlinkat(try root.folder(path.parent).fd, cPath(path.name), AT_REMOVEDIR) }
+                if old.mode == .submodule { try root.folder(path.parent).removeEmptyFolder(path.name) }
                 else if let kept = try removeUnchanged(path, state: state) { report.keptLocal.append(kept) }
                 try? index.remove(path: path.bytes)
                 if state == .materialized { dematerialized.append(path) }
@@ -798,10 +802,16 @@ struct SyncApplier {
         // 2. Moves: a folder as one rename, a single item otherwise (not
         //    the items of a moved folder: they go with it), each after the
         //    moves that take items away from where it lands.
-        for move in Self.inDependencyOrder(changes.moved) {
+        let (steppedOut, ordered) = Self.inDependencyOrder(changes.moved)
+        try stepOut(steppedOut)
+        let steppedOutSources = Set(steppedOut.map(\.from))
+        for move in ordered {
+            // A stepped-out item moves from where it waits (nothing there:
+            // moved already by a killed run, or gone before the sync).
+            let source = steppedOutSources.contains(move.from) ? steppedOutLocation(move) : move.from
             if move.isFolder {
-                try moveFolder(move)
-            } else if let kept = try moveItem(move) {
+                try moveFolder(move, source: source)
+            } else if let kept = try moveItem(move, source: source) {
                 report.keptLocal.append(kept)
             }
             report.moved += 1
@@ -1011,12 +1021,19 @@ struct SyncApplier {
     /// device's file `dir` becomes a conflict copy must find `dir` free
     /// (taken in the other order, the folder stayed where it was while the
     /// index moved it, and the next sync pushed a move nobody made).
-    /// Items of a moved folder are left out: they go with it. A cycle (two
-    /// items that swap names) keeps the order it has; the second move then
-    /// finds its place taken and sets the item there aside.
-    static func inDependencyOrder(_ moves: [ChangeSet.Move]) -> [ChangeSet.Move] {
+    /// Items of a moved folder are left out: they go with it.
+    ///
+    /// A cycle has no such order: the remote made a folder `b` of a symlink
+    /// `s` and the symlink of the folder (`s` → `b`, `b/f` → `s/f`), each
+    /// landing where the other leaves. The cycle breaks at one of its moves,
+    /// whose item steps out of the way first (`steppedOut`, to a temporary
+    /// name) and moves from there in its turn. Taken in the order it had,
+    /// the second move found its place taken and set fprep's own item aside
+    /// as if it were the user's, the index recorded the merge, and the next
+    /// sync pushed renames nobody made.
+    static func inDependencyOrder(_ moves: [ChangeSet.Move]) -> (steppedOut: [ChangeSet.Move], ordered: [ChangeSet.Move]) {
         let applied = appliedMoves(moves)
-        guard applied.count > 1 else { return applied }
+        guard applied.count > 1 else { return ([], applied) }
         var bySource: [RepoPath: [Int]] = [:]
         for (i, move) in applied.enumerated() { bySource[move.from, default: []].append(i) }
         let sources = applied.indices.sorted { applied[$0].from < applied[$1].from }
@@ -1040,6 +1057,7 @@ struct SyncApplier {
             return result.filter { $0 != i }
         }
         var state = [UInt8](repeating: 0, count: applied.count)   // 0 new, 1 on the stack, 2 done
+        var steppedOut: [ChangeSet.Move] = []
         var ordered: [ChangeSet.Move] = []
         ordered.reserveCapacity(applied.count)
         for start in applied.indices where state[start] == 0 {
@@ -1053,6 +1071,11 @@ struct SyncApplier {
                     if state[next] == 0 {
                         state[next] = 1
                         stack.append((next, prerequisites(next)))
+                    } else if state[next] == 1 {
+                        // A cycle: `next` waits for `i`, which needs `next`'s
+                        // item gone from its place. It steps out first.
+                        state[next] = 3
+                        steppedOut.append(applied[next])
                     }
                     continue
                 }
@@ -1061,12 +1084,56 @@ struct SyncApplier {
                 ordered.append(applied[i])
             }
         }
-        return ordered
+        return (steppedOut, ordered)
     }
 
-    private mutating func moveFolder(_ move: ChangeSet.Move) throws {
+    /// The folder at the replica's root where a cycle's items wait (see
+    /// `inDependencyOrder`): `.stepping-out~moves.fprep-TOKEN` while they step
+    /// out, renamed `.stepped-out~moves.fprep-TOKEN` once all are out. The
+    /// rename tells a resumed run of the sync whether moves may have begun:
+    /// from then on, what stands at a stepped-out move's old place may be
+    /// another move's item, never to be stepped out in its stead. At the
+    /// root, as no move changes the root (beside its item, the folder could
+    /// hold up the folder the other move needs gone).
+    static func cycleFolderName(token: String, ready: Bool) -> [UInt8] {
+        Array(".\(ready ? "stepped-out" : "stepping-out")~moves.fprep-\(token)".utf8)
+    }
+
+    /// Where a stepped-out move's item waits: named by a hash of its old path.
+    func steppedOutLocation(_ move: ChangeSet.Move) -> RepoPath {
+        RepoPath(bytes: Self.cycleFolderName(token: token, ready: true)).appending(DerivedName.hash(move.from.bytes))
+    }
+
+    /// Moves the items of `moves` out of the way (see `inDependencyOrder`),
+    /// or nothing when a killed run of this sync did.
+    private func stepOut(_ moves: [ChangeSet.Move]) throws {
+        guard !moves.isEmpty else { return }
         let root = replica.rootFolder
-        let sourceThere = root.stat(move.from)?.isDirectory == true
+        let ready = Self.cycleFolderName(token: token, ready: true)
+        if root.stat(name: ready) != nil { return }
+        let stepping = Self.cycleFolderName(token: token, ready: false)
+        guard mkdirat(root.fd, cPath(stepping), 0o700) == 0 || errno == EEXIST else {
+            throw SystemError("make the folder", RepoPath(bytes: stepping).description)
+        }
+        let folder = try root.folder(RepoPath(bytes: stepping))
+        for move in moves {
+            let slot = DerivedName.hash(move.from.bytes)
+            guard root.stat(move.from) != nil, folder.stat(name: slot) == nil else { continue }
+            let from = try root.folder(move.from.parent)
+            CrashPoint.reach()
+            guard renameat(from.fd, cPath(move.from.name), folder.fd, cPath(slot)) == 0 else {
+                throw SystemError("move", "\(move.from) out of the way of a move that needs its place")
+            }
+        }
+        CrashPoint.reach()
+        guard renameat(root.fd, cPath(stepping), root.fd, cPath(ready)) == 0 else {
+            throw SystemError("rename", RepoPath(bytes: stepping).description)
+        }
+    }
+
+    private mutating func moveFolder(_ move: ChangeSet.Move, source: RepoPath) throws {
+        let root = replica.rootFolder
+        let sourceThere = root.stat(source)?.isDirectory == true
         var targetThere = root.stat(move.to) != nil
         if sourceThere && targetThere {
             // Something is where the folder lands: an empty folder goes;
@@ -1082,9 +1149,9 @@ struct SyncApplier {
         }
         if sourceThere && !targetThere {
             try makeFolders(move.to.parent)
-            let from = try root.folder(move.from.parent), to = try root.folder(move.to.parent)
+            let from = try root.folder(source.parent), to = try root.folder(move.to.parent)
             CrashPoint.reach()
-            guard renameat(from.fd, cPath(move.from.name), to.fd, cPath(move.to.name)) == 0 else {
+            guard renameat(from.fd, cPath(source.name), to.fd, cPath(move.to.name)) == 0 else {
                 throw SystemError("move", "\(move.from) → \(move.to)")
             }
         }
@@ -1108,7 +1175,7 @@ struct SyncApplier {
         }
     }
 
-    private mutating func moveItem(_ move: ChangeSet.Move) throws -> Skipped? {
+    private mutating func moveItem(_ move: ChangeSet.Move, source: RepoPath) throws -> Skipped? {
         let root = replica.rootFolder
         let entry = index.entry(path: move.from.bytes)
         // Whether the file is as the index knows it before the move: only
@@ -1116,7 +1183,14 @@ struct SyncApplier {
         // user changed moves with its change, and its entry keeps saying so.
         let unchanged = entry.map { $0.skipWorktree || classifier.state(of: $0) == .materialized } ?? false
         var steppedOut: [UInt8]?
-        if move.from != move.to, move.from.isWithin(move.to), root.stat(move.to)?.isDirectory == true, root.stat(move.from) != nil {
+        let leavesTarget = source == move.from && move.from != move.to && move.from.isWithin(move.to)
+        if !leavesTarget, root.stat(source) != nil, root.stat(move.to)?.isDirectory == true {
+            // An empty folder where the item lands (its files deleted or
+            // moved away by this sync, the remote's folder gone) holds
+            // nothing of anyone's: it goes. Anything else steps aside below.
+            try root.folder(move.to.parent).removeEmptyFolder(move.to.name)
+        }
+        if leavesTarget, root.stat(move.to)?.isDirectory == true, root.stat(move.from) != nil {
             // Moved up onto a folder it was in (`A/x` → `A`): the item steps
             // out under a temporary name, the folder it leaves goes (empty;
             // what else is in it is the user's and steps aside), then the
@@ -1148,17 +1222,17 @@ struct SyncApplier {
             guard let copy = try setAside(move.to) else {
                 return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)', but a file of yours is in the way; both are kept")
             }
-            if let kept = try moveItem(move) { return kept }
+            if let kept = try moveItem(move, source: source) { return kept }
             return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)'; your file that was here is now '\(copy)'")
         }
-        guard steppedOut != nil || root.stat(move.from) != nil else {
+        guard steppedOut != nil || root.stat(source) != nil else {
             // Gone locally: lay out the moved item fresh at its new place.
             try? index.remove(path: move.from.bytes)
             return try applyUpdate(ChangeSet.Update(path: move.to, new: move.entry, old: nil), .absent)
         }
-        let from = try steppedOut == nil ? root.folder(move.from.parent) : root.folder(move.to.parent)
-        var sourceName = steppedOut ?? move.from.name
-        if steppedOut == nil, move.to.isWithin(move.from) {
+        let from = try steppedOut == nil ? root.folder(source.parent) : root.folder(move.to.parent)
+        var sourceName = steppedOut ?? source.name
+        if steppedOut == nil, source == move.from, move.to.isWithin(move.from) {
             // Moved below its own name (`a` → `a/b`): it steps out of the
             // way under a temporary name while the folder `a` is made.
             let temporary = ContentOperations.temporaryName(for: move.from.name, token: token)
