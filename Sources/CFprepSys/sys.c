@@ -134,10 +134,14 @@ int fprep_rename_exchange(int dirfd, const char *a, const char *b) {
 }
 
 int fprep_rename_noreplace(int dirfd, const char *from, const char *to) {
+    return fprep_rename_noreplace_between(dirfd, from, dirfd, to);
+}
+
+int fprep_rename_noreplace_between(int from_dirfd, const char *from, int to_dirfd, const char *to) {
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
 #endif
-    return (int)syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE);
+    return (int)syscall(SYS_renameat2, from_dirfd, from, to_dirfd, to, RENAME_NOREPLACE);
 }
 
 int fprep_holds_no_data(int fd) {

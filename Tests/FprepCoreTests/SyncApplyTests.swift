@@ -8,8 +8,10 @@ import Testing
 /// symlinks, deletions, renames, whole folders moved, a file taking a
 /// folder's name and the other way round, names swapped), and after each
 /// `sync` the replica must hold the remote's tree exactly, with nothing set
-/// aside and nothing to push. Nothing is written here but by the remote, so
-/// any conflict copy or local change is the sync's own mistake.
+/// aside and nothing to push. Nothing is written here but by the remote (or,
+/// in a quarter of the cases, the remote's very change made here by hand
+/// before an incoming sync), so any conflict copy or local change is the
+/// sync's own mistake.
 ///
 /// The model test reaches this through whole two-device stories, a few
 /// syncs a seed; its seed 9137 needed 40 actions to show a cycle of moves
@@ -44,9 +46,14 @@ import Testing
             let chosen = files.filter { _ in random.next(2) == 0 }
             if !chosen.isEmpty { _ = try h.replica().materialize(chosen, relativeTo: h.replicaRoot) }
             try h.push("case \(number)") { work in try Self.write(next, into: work) }
-            let story = "case \(number) (materialized \(chosen))\n  from \(Self.describe(tree))\n  to   \(Self.describe(next))"
+            // Now and then the device has made the remote's change itself
+            // (by hand, say), and the agent's incoming sync, which scans
+            // nothing, meets it: every move and change is then done already.
+            let byHand = random.next(4) == 0
+            if byHand { try Self.change(h.replicaRoot, from: tree, to: next) }
+            let story = "case \(number) (materialized \(chosen)\(byHand ? ", the change made here by hand" : ""))\n  from \(Self.describe(tree))\n  to   \(Self.describe(next))"
             do {
-                let report = try h.replica().sync()
+                let report = try h.replica().sync(incoming: byHand)
                 var problems = try Self.differences(h, next)
                 if !report.keptLocal.isEmpty { problems.append("kept: \(report.keptLocal.map { "\($0.path): \($0.reason)" })") }
                 if !report.localChanges.isEmpty { problems.append("pushed: \(report.localChanges)") }
@@ -124,9 +131,10 @@ import Testing
         return files
     }
 
-    /// Makes the work tree hold `tree` exactly (its `.git` aside).
+    /// Makes the work tree (or the replica) hold `tree` exactly (`.git` and
+    /// `.fprep` aside).
     static func write(_ tree: Tree, into work: String) throws {
-        for name in try FileManager.default.contentsOfDirectory(atPath: work) where name != ".git" {
+        for name in try FileManager.default.contentsOfDirectory(atPath: work) where name != ".git" && name != ".fprep" {
             try FileManager.default.removeItem(atPath: work + "/" + name)
         }
         for (path, item) in tree {
@@ -138,6 +146,34 @@ import Testing
                 try FileManager.default.setAttributes([.posixPermissions: executable ? 0o755 : 0o644], ofItemAtPath: full)
             case .symlink(let target):
                 try FileManager.default.createSymbolicLink(atPath: full, withDestinationPath: target)
+            }
+        }
+    }
+
+    /// Makes the replica hold `next` where it holds `tree`, as a user would:
+    /// what differs goes and is written anew, what is the same (a placeholder
+    /// most often) is left alone.
+    static func change(_ root: String, from tree: Tree, to next: Tree) throws {
+        let manager = FileManager.default
+        for (path, item) in tree where next[path] != item {
+            try manager.removeItem(atPath: root + "/" + path)
+        }
+        for (path, item) in next.sorted(by: { $0.key < $1.key }) where tree[path] != item {
+            let full = root + "/" + path
+            // A folder of the old tree where a file goes: its items went above.
+            var isFolder: ObjCBool = false
+            if manager.fileExists(atPath: full, isDirectory: &isFolder), isFolder.boolValue { try manager.removeItem(atPath: full) }
+            let parent = (full as NSString).deletingLastPathComponent
+            if let kind = try? manager.attributesOfItem(atPath: parent)[.type] as? FileAttributeType, kind != .typeDirectory {
+                try manager.removeItem(atPath: parent)
+            }
+            try manager.createDirectory(atPath: parent, withIntermediateDirectories: true)
+            switch item {
+            case .file(let text, let executable):
+                try Data(text.utf8).write(to: URL(fileURLWithPath: full))
+                try manager.setAttributes([.posixPermissions: executable ? 0o755 : 0o644], ofItemAtPath: full)
+            case .symlink(let target):
+                try manager.createSymbolicLink(atPath: full, withDestinationPath: target)
             }
         }
     }

@@ -40,6 +40,9 @@ int fprep_rename_exchange(int dirfd, const char *a, const char *b);
  * RENAME_NOREPLACE; EEXIST then). */
 int fprep_rename_noreplace(int dirfd, const char *from, const char *to);
 
+/* As fprep_rename_noreplace, from one folder to another. */
+int fprep_rename_noreplace_between(int from_dirfd, const char *from, int to_dirfd, const char *to);
+
 /* Whether the open regular file `fd` holds no data (no data extents, or only
  * zeros): 1 yes, 0 no, -1 error. */
 int fprep_holds_no_data(int fd);

@@ -111,6 +111,25 @@ final class FolderHandle: @unchecked Sendable {
         unlinkat(fd, cPath(name), AT_REMOVEDIR) == 0
     }
 
+    /// Removes the folder `name` in this one when it holds nothing but
+    /// folders (empty, or holding only such folders): a tree of names with
+    /// no file, symlink or anything else in it. Whether it went; when not,
+    /// the empty folders found on the way may be gone, never anything else.
+    @discardableResult
+    func removeFoldersOnly(_ name: [UInt8]) -> Bool {
+        if removeEmptyFolder(name) { return true }
+        guard errno == ENOTEMPTY || errno == EEXIST,
+              let inner = try? folder(RepoPath(bytes: name)), let names = try? inner.entryNames() else { return false }
+        var onlyFolders = true
+        for child in names {
+            guard inner.stat(name: child)?.isDirectory == true, inner.removeFoldersOnly(child) else {
+                onlyFolders = false
+                continue
+            }
+        }
+        return onlyFolders && removeEmptyFolder(name)
+    }
+
     /// What stands where `path` has a folder: the first component that is
     /// not one (a user's symlink in place of a folder, say), as a message
     /// that names it; nil when every folder on the way is one.

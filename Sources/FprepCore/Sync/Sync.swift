@@ -666,11 +666,33 @@ struct SyncApplier {
         classifier = StateClassifier(root: replica.rootFolder, index: index)
         sizes = try replica.store.blobInfoLookup()
         incoming = Set(changes.updated.map(\.path) + changes.moved.map(\.to) + changes.addedFolders.map(\.path))
+        var folders = Set(changes.addedFolders.map(\.path) + changes.moved.filter(\.isFolder).map(\.to))
+        for path in incoming { folders.formUnion(path.ancestors) }
+        incomingFolders = folders
+        incomingMoves = Dictionary(changes.moved.map { ($0.to, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     /// Every path this change puts something at: a user's item set aside
     /// never takes one of these names (another device's conflict copy, say).
     let incoming: Set<RepoPath>
+
+    /// Whether what stands at `path`, which the change deletes, is what the
+    /// change itself brings there: a folder where a folder is moved or made
+    /// (or where anything lands below it), or the item a move puts there.
+    /// Only a resumed sync finds them before the moves; the first run finds
+    /// the old item (or the user's).
+    private func arrivedAlready(_ path: RepoPath) -> Bool {
+        guard incomingFolders.contains(path) || incomingMoves[path] != nil,
+              let stat = replica.rootFolder.stat(path) else { return false }
+        if stat.isDirectory { return incomingFolders.contains(path) }
+        guard let move = incomingMoves[path], !move.isFolder, case .alreadyNew = local(path, new: move.entry) else { return false }
+        return true
+    }
+
+    /// The folders the change puts somewhere (moved, made, or holding
+    /// something that lands), and the moves by where they land.
+    private let incomingFolders: Set<RepoPath>
+    private let incomingMoves: [RepoPath: ChangeSet.Move]
 
     /// Where a path stands on disk against the change.
     enum Local {
@@ -774,6 +796,16 @@ struct SyncApplier {
 
         // 1. Deletions.
         for (path, old) in changes.deleted {
+            if arrivedAlready(path) {
+                // What a killed run of this sync brought here (a folder moved
+                // or made at this name, an item moved onto it): the remote's,
+                // not the user's, and not to be set aside.
+                try? index.remove(path: path.bytes)
+                dematerialized.append(path)
+                trashed.append(TrashRecord(path: path, blob: old.id, mode: old.mode.raw, deletedAt: Int64(Date().timeIntervalSince1970), anchor: anchor))
+                report.deleted += 1
+                continue
+            }
             switch local(path, new: nil) {
             case .absent:
                 try? index.remove(path: path.bytes)
@@ -816,6 +848,7 @@ struct SyncApplier {
             }
             report.moved += 1
         }
+        report.keptLocal += try returnStepped(steppedOut)
 
         // 3. Folders that went away (emptied by the steps above) and folders that came.
         for folder in changes.deletedFolders.reversed() {
@@ -1118,7 +1151,11 @@ struct SyncApplier {
         let folder = try root.folder(RepoPath(bytes: stepping))
         for move in moves {
             let slot = DerivedName.hash(move.from.bytes)
-            guard root.stat(move.from) != nil, folder.stat(name: slot) == nil else { continue }
+            guard let there = root.stat(move.from), folder.stat(name: slot) == nil, isTheMovesKind(there, move) else { continue }
+            // Moved already (by the user, who made the remote's change here
+            // too): nothing of this move's to step out; what is at its old
+            // place is another item, which stays.
+            if !move.isFolder, case .alreadyNew = local(move.to, new: move.entry) { continue }
             let from = try root.folder(move.from.parent)
             CrashPoint.reach()
             guard renameat(from.fd, cPath(move.from.name), folder.fd, cPath(slot)) == 0 else {
@@ -1131,15 +1168,66 @@ struct SyncApplier {
         }
     }
 
+    /// Whether `stat` is of the kind the move carries (a folder, a file, a
+    /// symlink): anything else at its old place is not its item.
+    private func isTheMovesKind(_ stat: FileStat, _ move: ChangeSet.Move) -> Bool {
+        if move.isFolder { return stat.isDirectory }
+        switch move.entry.mode {
+        case .blob, .executable: return stat.isRegular
+        case .symlink: return stat.isSymlink
+        case .submodule: return stat.isDirectory
+        default: return false
+        }
+    }
+
+    /// What of a cycle's stepped-out items no move took (its move found
+    /// the item already where it lands, or its place taken and no name
+    /// free to set the other item aside) goes back to its old place, or
+    /// beside it under a conflict name: never left in the hidden folder,
+    /// where the next sync would take it as deleted.
+    private mutating func returnStepped(_ moves: [ChangeSet.Move]) throws -> [Skipped] {
+        let root = replica.rootFolder
+        var kept: [Skipped] = []
+        for move in moves {
+            let slot = steppedOutLocation(move)
+            guard root.stat(slot) != nil else { continue }
+            try makeFolders(move.from.parent)
+            let folder = try root.folder(move.from.parent), waiting = try root.folder(slot.parent)
+            var name = move.from.name
+            for counter in 0...100 {
+                if counter > 0 {
+                    name = TreeMerge.conflictFileName(move.from.name, device: DeviceName.current, date: Replica.conflictDate(), counter: counter)
+                    if incoming.contains(move.from.parent.appending(name)) { continue }
+                }
+                CrashPoint.reach()
+                if fprep_rename_noreplace_between(waiting.fd, cPath(slot.name), folder.fd, cPath(name)) == 0 { break }
+                guard errno == EEXIST || errno == ENOTEMPTY, counter < 100 else {
+                    throw SystemError("move back", "\(move.from), which a move of the remote's left where it waited")
+                }
+            }
+            userItemsMoved.raise()
+            let shown = move.from.parent.appending(name)
+            kept.append(Skipped(path: shown.description,
+                                reason: "moved on the remote to '\(move.to)', where something else already is; this item stays here"))
+        }
+        return kept
+    }
+
     private mutating func moveFolder(_ move: ChangeSet.Move, source: RepoPath) throws {
         let root = replica.rootFolder
-        let sourceThere = root.stat(source)?.isDirectory == true
+        var sourceThere = root.stat(source)?.isDirectory == true
         var targetThere = root.stat(move.to) != nil
+        if sourceThere && targetThere, try root.folder(source.parent).removeFoldersOnly(source.name) {
+            // The folder carries nothing (its items moved away here already,
+            // as the user made the remote's change too, or were deleted):
+            // nothing to move on disk, and what is where it lands stays.
+            sourceThere = false
+        }
         if sourceThere && targetThere {
             // Something is where the folder lands: an empty folder goes;
             // anything else is the user's and steps aside.
             let parent = try root.folder(move.to.parent)
-            if unlinkat(parent.fd, cPath(move.to.name), AT_REMOVEDIR) == 0 {
+            if parent.removeFoldersOnly(move.to.name) {
                 targetThere = false
             } else if let copy = try setAside(move.to) {
                 steppedAside.append(Skipped(path: move.to.description,
@@ -1147,7 +1235,8 @@ struct SyncApplier {
                 targetThere = false
             }
         }
-        if sourceThere && !targetThere {
+        let movedHere = sourceThere && !targetThere
+        if movedHere {
             try makeFolders(move.to.parent)
             let from = try root.folder(source.parent), to = try root.folder(move.to.parent)
             CrashPoint.reach()
@@ -1171,6 +1260,16 @@ struct SyncApplier {
             try index.remove(path: entry.path)
             var renamed = entry
             renamed.path = move.to.bytes + Array(entry.path.dropFirst(move.from.bytes.count))
+            if !movedHere, renamed.skipWorktree, let stat = root.stat(RepoPath(bytes: renamed.path)), stat.isRegular, stat.blocks > 0,
+               let bytes = try? root.readFile(RepoPath(bytes: renamed.path)),
+               (try? bytes.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == renamed.id {
+                // Not moved by this sync: the file there was written anew
+                // (the user made the remote's move by copying): with the
+                // blob's very bytes, it is the file materialized, not bytes
+                // written into its placeholder.
+                renamed.skipWorktree = false
+                renamed.stat = StatData(stat)
+            }
             try index.add(renamed)
         }
     }
@@ -1185,10 +1284,11 @@ struct SyncApplier {
         var steppedOut: [UInt8]?
         let leavesTarget = source == move.from && move.from != move.to && move.from.isWithin(move.to)
         if !leavesTarget, root.stat(source) != nil, root.stat(move.to)?.isDirectory == true {
-            // An empty folder where the item lands (its files deleted or
-            // moved away by this sync, the remote's folder gone) holds
+            // A folder where the item lands that holds no file (its files
+            // deleted or moved away by this sync, the remote's folder gone;
+            // its empty subfolders go in step 3, after the moves) holds
             // nothing of anyone's: it goes. Anything else steps aside below.
-            try root.folder(move.to.parent).removeEmptyFolder(move.to.name)
+            try root.folder(move.to.parent).removeFoldersOnly(move.to.name)
         }
         if leavesTarget, root.stat(move.to)?.isDirectory == true, root.stat(move.from) != nil {
             // Moved up onto a folder it was in (`A/x` → `A`): the item steps
@@ -1202,7 +1302,7 @@ struct SyncApplier {
             guard renameat(from.fd, cPath(move.from.name), parent.fd, cPath(temporary)) == 0 else {
                 throw SystemError("move", "\(move.from) → \(move.to)")
             }
-            if unlinkat(parent.fd, cPath(move.to.name), AT_REMOVEDIR) != 0 {
+            if !parent.removeFoldersOnly(move.to.name) {
                 guard let copy = try setAside(move.to) else {
                     throw FprepError("cannot move '\(move.from)' to '\(move.to)': the folder there holds items of yours and no conflict name is free; move them and sync again")
                 }
