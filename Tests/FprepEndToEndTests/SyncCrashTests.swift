@@ -221,4 +221,47 @@ struct SyncCrashTests {
             #expect(step > 3 && step < 80, "the sync's durable steps: \(step)")
         }
     }
+
+    /// A file the user changed, which the remote moves: the change goes with
+    /// it to the new name, as a change of the file there. A resumed run once
+    /// found the moved file at the new name, took it for the user's item in
+    /// the way and set it aside as a conflict copy (nothing lost, but a copy
+    /// nobody made, and the move's file laid out again as a placeholder).
+    @Test("a changed file the remote moves carries the change to its new name, also when the sync is killed at any step")
+    func changedFileMovedByTheRemote() throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: ["a.txt": .text("a\n"), "keep.txt": .text("keep\n")])
+            let old = remote.commit
+            try box.pushToRemote(remote, [:], moves: [("a.txt", "b.txt")], message: "rename")
+            let new = try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path)
+            var made = 0
+            var step = 0
+            while step < 40 {
+                let replica = box.at("r\(made)")
+                made += 1
+                try box.gitOK(["update-ref", "refs/heads/main", old], cwd: remote.path)
+                _ = try box.clone(remote.path, replica)
+                try box.gitOK(["update-ref", "refs/heads/main", new], cwd: remote.path)
+                try box.fprepOK(["materialize", "a.txt"], cwd: replica)
+                // Changed in place (the same inode), as an append does.
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: replica + "/a.txt"))
+                try handle.seekToEnd()
+                try handle.write(contentsOf: Data("mine\n".utf8))
+                try handle.close()
+                let what = step == 0 ? "an uninterrupted sync" : "sync --incoming killed at its durable step \(step)"
+                let run = try box.fprep(["sync", "--incoming"], cwd: replica, env: step == 0 ? [:] : ["FPREP_CRASH_AT": "\(step)"])
+                // The next command finishes the killed sync; the user syncs again.
+                try box.fprepOK(["sync", "--incoming"], cwd: replica)
+                let status = try box.fprepJSON(["status"], cwd: replica)
+                let names = walk(replica, skipping: [".git", ".fprep"]).sorted()
+                #expect(names == ["b.txt", "keep.txt"], "\(what): \(names)")
+                #expect(contents(replica + "/b.txt") == Data("a\nmine\n".utf8), "\(what): the change did not go with the file")
+                let changes = status.objects("changes").map { "\($0.string("kind") ?? "") \($0.string("path") ?? "")" }
+                #expect(changes == ["modified b.txt"], "\(what): \(changes)")
+                if step > 0 && run.killedBySignal == nil { break }
+                step += 1
+            }
+            #expect(step > 2 && step < 40, "the sync's durable steps: \(step)")
+        }
+    }
 }

@@ -1318,6 +1318,21 @@ struct SyncApplier {
                 try addIndexEntry(move.to, move.entry, skipWorktree: skip)
                 return nil
             }
+            // The entry at the old name, or at the new one when that run
+            // wrote the index too.
+            let known = entry ?? index.entry(path: move.to.bytes).flatMap { $0.id == move.entry.id ? $0 : nil }
+            if root.stat(source) == nil, let known, let there = root.stat(move.to), !there.isDirectory,
+               known.stat.inode == UInt32(truncatingIfNeeded: there.inode) {
+                // Moved by an earlier run of this sync with a change of the
+                // user's in it (the same file: its inode): the entry follows,
+                // still saying the file was changed, as an uninterrupted run
+                // leaves it. Set aside, the change became a conflict copy.
+                try? index.remove(path: move.from.bytes)
+                var moved = known
+                moved.path = move.to.bytes
+                try index.add(moved)
+                return nil
+            }
             // A file of the user's is in the way: it steps aside, then the move.
             guard let copy = try setAside(move.to) else {
                 return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)', but a file of yours is in the way; both are kept")
