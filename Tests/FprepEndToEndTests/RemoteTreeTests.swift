@@ -319,6 +319,73 @@ struct RemoteTreeTests {
         }
     }
 
+    /// What the user did before an incoming sync (the agent's kind: no scan)
+    /// around an item the remote moves: each once made the sync take the
+    /// user's item for the moved one, or the other way round, and the next
+    /// sync pushed a change nobody made. Found by a hostile test.
+    enum HandMade: String, CaseIterable, CustomTestStringConvertible {
+        /// The remote moves file `a` to `b`; the user deleted `a` and made
+        /// another file `b` (ext4 may give it `a`'s freed inode).
+        case otherFileAtTheNewName
+        /// The remote moves folder `d` to `e`; the user moved its files to
+        /// `e` by hand and added one of their own in `d`.
+        case folderMovedByHandAndAFileAdded
+        /// The remote moves file `a` to `b`; the user made `a` a folder.
+        case folderWhereTheFileWas
+        /// The remote moves file `a` to `b`; the user copied `a` to `b`.
+        case copiedByHand
+        var testDescription: String { rawValue }
+    }
+
+    @Test("what the user did by hand before an incoming sync is kept as the user's, and the next sync pushes only that",
+          arguments: HandMade.allCases)
+    func handMadeBeforeIncomingSync(_ kind: HandMade) throws {
+        try withSandbox { box in
+            let remote = try box.makeRemote(nodes: ["a": .text("a\n"), "d/f.txt": .text("f\n"), "d/sub/g.txt": .text("g\n"), "other": .text("o\n")])
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            try box.fprepOK(["materialize", "a", "d"], cwd: replica)
+            let moves = kind == .folderMovedByHandAndAFileAdded ? [("d", "e")] : [("a", "b")]
+            try box.pushToRemote(remote, [:], moves: moves, message: "move")
+            var expected: [String: String]   // the remote's files after the user's change is pushed
+            switch kind {
+            case .otherFileAtTheNewName:
+                // The new file takes `a`'s freed inode when the filesystem gives
+                // it (files made and put outside until one does).
+                try box.sh("""
+                    i=$(stat -c %i a); rm a; mkdir -p ../junk
+                    for n in $(seq 1 400); do echo "the user's own b" > .t$n
+                      if [ "$(stat -c %i .t$n)" = "$i" ]; then mv .t$n b; break; else mv .t$n ../junk/$n; fi; done
+                    [ -f b ] || echo "the user's own b" > b
+                    """, cwd: replica)
+                expected = ["b": "a\n", "d/f.txt": "f\n", "d/sub/g.txt": "g\n", "other": "o\n"]
+            case .folderMovedByHandAndAFileAdded:
+                try box.sh("mkdir -p e/sub && mv d/f.txt e/ && mv d/sub/g.txt e/sub/ && echo new > d/new.txt", cwd: replica)
+                expected = ["a": "a\n", "e/f.txt": "f\n", "e/sub/g.txt": "g\n", "d/new.txt": "new\n", "other": "o\n"]
+            case .folderWhereTheFileWas:
+                try box.sh("rm a && mkdir a && echo mine > a/mine.txt", cwd: replica)
+                expected = ["b": "a\n", "a/mine.txt": "mine\n", "d/f.txt": "f\n", "d/sub/g.txt": "g\n", "other": "o\n"]
+            case .copiedByHand:
+                try box.sh("cp a b", cwd: replica)
+                expected = ["b": "a\n", "d/f.txt": "f\n", "d/sub/g.txt": "g\n", "other": "o\n"]
+            }
+            try box.fprepOK(["sync", "--incoming"], cwd: replica)
+            try box.fprepOK(["sync"], cwd: replica)
+            let listing = try box.gitOK(["ls-tree", "-r", "--name-only", "main"], cwd: remote.path).split(separator: "\n").map(String.init)
+            var onRemote: [String: String] = [:]
+            for path in listing { onRemote[path] = try box.gitOK(["show", "main:" + path], cwd: remote.path) + "\n" }
+            if kind == .otherFileAtTheNewName {
+                // Both the remote's `b` and the user's survive; which keeps the name is the merge's call.
+                let copies = onRemote.filter { $0.key.hasPrefix("b (conflict") }
+                #expect(copies.count == 1 && Set([onRemote["b"], copies.first?.value]) == Set(["a\n", "the user's own b\n"]), "\(onRemote)")
+                onRemote = onRemote.filter { !$0.key.hasPrefix("b") }
+                expected["b"] = nil
+            }
+            #expect(onRemote == expected, "\(kind): the remote holds \(onRemote)")
+            #expect(try box.fprepJSON(["status"], cwd: replica).objects("changes").isEmpty)
+        }
+    }
+
     /// The folder fprep lays out for a submodule (its content is not
     /// supported) goes when the remote deletes the submodule, and a file can
     /// take its name. Its removal once used a folder handle freed before

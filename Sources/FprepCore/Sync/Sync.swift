@@ -558,6 +558,7 @@ extension Replica {
                                       index: index ?? repository.index(), token: token, contentFetch: contentFetch)
         applier.flushWholeFilesystem = unflushedObjects
         applier.index.willLookUp(touched.map(\.bytes))
+        applier.resuming = resuming
         if resuming, journal.token != nil { applier.removeStaleTemporaries() }
         Trace.mark("read index")
         var report: SyncReport
@@ -653,6 +654,10 @@ struct SyncApplier {
     /// The barrier before the index write flushes the whole filesystem, not
     /// the changed items alone (see `applySync`'s `unflushedObjects`).
     var flushWholeFilesystem = true
+    /// Whether an earlier run of this sync was killed (its journal record
+    /// was found): only then may what stands at a move's new name be that
+    /// run's doing.
+    var resuming = false
 
     init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index,
          token: String, contentFetch: SyncContentFetch) throws {
@@ -1217,10 +1222,10 @@ struct SyncApplier {
         let root = replica.rootFolder
         var sourceThere = root.stat(source)?.isDirectory == true
         var targetThere = root.stat(move.to) != nil
-        if sourceThere && targetThere, try root.folder(source.parent).removeFoldersOnly(source.name) {
-            // The folder carries nothing (its items moved away here already,
-            // as the user made the remote's change too, or were deleted):
-            // nothing to move on disk, and what is where it lands stays.
+        // Done here already (the user made the remote's move too): every
+        // item the folder carries is where it lands. Nothing moves on disk;
+        // what is left in the old folder is the user's and stays there.
+        if sourceThere && targetThere, try root.folder(source.parent).removeFoldersOnly(source.name) || everyItemArrived(move) {
             sourceThere = false
         }
         if sourceThere && targetThere {
@@ -1260,18 +1265,33 @@ struct SyncApplier {
             try index.remove(path: entry.path)
             var renamed = entry
             renamed.path = move.to.bytes + Array(entry.path.dropFirst(move.from.bytes.count))
-            if !movedHere, renamed.skipWorktree, let stat = root.stat(RepoPath(bytes: renamed.path)), stat.isRegular, stat.blocks > 0,
-               let bytes = try? root.readFile(RepoPath(bytes: renamed.path)),
-               (try? bytes.withUnsafeBytes { try ObjectDatabase.blobID(of: $0) }) == renamed.id {
-                // Not moved by this sync: the file there was written anew
-                // (the user made the remote's move by copying): with the
-                // blob's very bytes, it is the file materialized, not bytes
-                // written into its placeholder.
-                renamed.skipWorktree = false
-                renamed.stat = StatData(stat)
+            let path = RepoPath(bytes: renamed.path)
+            let item = TreeEntry(name: path.name, id: entry.id, mode: FileMode(raw: entry.mode))
+            if !movedHere, case .alreadyNew(let skip) = local(path, new: item) {
+                // Not moved by this run: what is there is a killed run's
+                // doing, or the user's (a copy with the blob's very bytes is
+                // the file materialized, not bytes written into its
+                // placeholder).
+                try addIndexEntry(path, item, skipWorktree: skip)
+                continue
             }
             try index.add(renamed)
         }
+    }
+
+    /// Whether every item the index has below the folder a move carries
+    /// is already where the move puts it (see `moveFolder`).
+    private func everyItemArrived(_ move: ChangeSet.Move) -> Bool {
+        let prefix = move.from.bytes + [0x2F]
+        guard var position = index.firstPosition(withPrefix: prefix) else { return false }
+        var any = false
+        while let entry = index.entry(at: position), entry.path.starts(with: prefix) {
+            let path = RepoPath(bytes: move.to.bytes + Array(entry.path.dropFirst(move.from.bytes.count)))
+            guard case .alreadyNew = local(path, new: TreeEntry(name: path.name, id: entry.id, mode: FileMode(raw: entry.mode))) else { return false }
+            any = true
+            position += 1
+        }
+        return any
     }
 
     private mutating func moveItem(_ move: ChangeSet.Move, source: RepoPath) throws -> Skipped? {
@@ -1282,15 +1302,19 @@ struct SyncApplier {
         // user changed moves with its change, and its entry keeps saying so.
         let unchanged = entry.map { $0.skipWorktree || classifier.state(of: $0) == .materialized } ?? false
         var steppedOut: [UInt8]?
+        // What stands at the old place is the move's item only when of its
+        // kind: a folder the user made where the file was stays (and the
+        // moved file is laid out anew), never carried off as the file.
+        let sourceIsItem = root.stat(source).map { isTheMovesKind($0, move) } ?? false
         let leavesTarget = source == move.from && move.from != move.to && move.from.isWithin(move.to)
-        if !leavesTarget, root.stat(source) != nil, root.stat(move.to)?.isDirectory == true {
+        if !leavesTarget, root.stat(move.to)?.isDirectory == true {
             // A folder where the item lands that holds no file (its files
             // deleted or moved away by this sync, the remote's folder gone;
             // its empty subfolders go in step 3, after the moves) holds
             // nothing of anyone's: it goes. Anything else steps aside below.
             try root.folder(move.to.parent).removeFoldersOnly(move.to.name)
         }
-        if leavesTarget, root.stat(move.to)?.isDirectory == true, root.stat(move.from) != nil {
+        if leavesTarget, root.stat(move.to)?.isDirectory == true, sourceIsItem {
             // Moved up onto a folder it was in (`A/x` → `A`): the item steps
             // out under a temporary name, the folder it leaves goes (empty;
             // what else is in it is the user's and steps aside), then the
@@ -1313,16 +1337,23 @@ struct SyncApplier {
         }
         if steppedOut == nil, root.stat(move.to) != nil {
             if case .alreadyNew(let skip) = local(move.to, new: move.entry) {
-                // Done by an earlier run of this sync.
+                // Done by an earlier run of this sync, or by the user (a copy
+                // made by hand): what is left at the old name as the index
+                // knows it goes, as the move takes it away (anything else
+                // there is the user's and stays).
+                var kept: Skipped?
+                if steppedOut == nil, source == move.from, case .old(let state) = local(move.from, new: nil) {
+                    kept = try removeUnchanged(move.from, state: state)
+                }
                 try? index.remove(path: move.from.bytes)
                 try addIndexEntry(move.to, move.entry, skipWorktree: skip)
-                return nil
+                return kept
             }
             // The entry at the old name, or at the new one when that run
             // wrote the index too.
             let known = entry ?? index.entry(path: move.to.bytes).flatMap { $0.id == move.entry.id ? $0 : nil }
-            if root.stat(source) == nil, let known, let there = root.stat(move.to), !there.isDirectory,
-               known.stat.inode == UInt32(truncatingIfNeeded: there.inode) {
+            if resuming, root.stat(source) == nil, let known, let there = root.stat(move.to), isTheMovesKind(there, move),
+               known.stat.inode == UInt32(truncatingIfNeeded: there.inode), known.stat.device == UInt32(truncatingIfNeeded: there.device) {
                 // Moved by an earlier run of this sync with a change of the
                 // user's in it (the same file: its inode): the entry follows,
                 // still saying the file was changed, as an uninterrupted run
@@ -1340,7 +1371,7 @@ struct SyncApplier {
             if let kept = try moveItem(move, source: source) { return kept }
             return Skipped(path: move.to.description, reason: "moved here on the remote from '\(move.from)'; your file that was here is now '\(copy)'")
         }
-        guard steppedOut != nil || root.stat(source) != nil else {
+        guard steppedOut != nil || sourceIsItem else {
             // Gone locally: lay out the moved item fresh at its new place.
             try? index.remove(path: move.from.bytes)
             return try applyUpdate(ChangeSet.Update(path: move.to, new: move.entry, old: nil), .absent)
