@@ -786,7 +786,7 @@ struct SyncApplier {
             guard let folder = try? replica.rootFolder.folder(path.parent) else { continue }
             let temporary = ContentOperations.temporaryName(for: path.name, token: token)
             guard folder.stat(name: temporary) != nil, !held.contains(path.parent.appending(temporary)),
-                  !(path.parent.isRoot && temporary == Self.cycleFolderName(token: token, ready: true)) else { continue }
+                  !(path.parent.isRoot && [true, false].contains(where: { temporary == Self.cycleFolderName(token: token, ready: $0) })) else { continue }
             var swapped = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description,
                                       expectsDataless: true)
             let dataless = ContentOperations.isMarkedDataless(folder, RepoPath(bytes: temporary))
