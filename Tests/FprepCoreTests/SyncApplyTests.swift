@@ -140,13 +140,18 @@ import Testing
         for (path, item) in tree {
             let full = work + "/" + path
             try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            switch item {
-            case .file(let text, let executable):
-                try Data(text.utf8).write(to: URL(fileURLWithPath: full))
-                try FileManager.default.setAttributes([.posixPermissions: executable ? 0o755 : 0o644], ofItemAtPath: full)
-            case .symlink(let target):
-                try FileManager.default.createSymbolicLink(atPath: full, withDestinationPath: target)
-            }
+            try place(item, at: full)
+        }
+    }
+
+    /// Writes `item` as a new file or symlink at `full`.
+    static func place(_ item: Item, at full: String) throws {
+        switch item {
+        case .file(let text, let executable):
+            try Data(text.utf8).write(to: URL(fileURLWithPath: full))
+            try FileManager.default.setAttributes([.posixPermissions: executable ? 0o755 : 0o644], ofItemAtPath: full)
+        case .symlink(let target):
+            try FileManager.default.createSymbolicLink(atPath: full, withDestinationPath: target)
         }
     }
 
@@ -168,13 +173,7 @@ import Testing
                 try manager.removeItem(atPath: parent)
             }
             try manager.createDirectory(atPath: parent, withIntermediateDirectories: true)
-            switch item {
-            case .file(let text, let executable):
-                try Data(text.utf8).write(to: URL(fileURLWithPath: full))
-                try manager.setAttributes([.posixPermissions: executable ? 0o755 : 0o644], ofItemAtPath: full)
-            case .symlink(let target):
-                try manager.createSymbolicLink(atPath: full, withDestinationPath: target)
-            }
+            try place(item, at: full)
         }
     }
 

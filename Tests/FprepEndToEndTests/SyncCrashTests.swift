@@ -51,6 +51,16 @@ struct SyncCrashTests {
         return anchor
     }
 
+    /// A new replica of `remote` at its commit `old`, the remote's main put
+    /// back at `new` afterwards (its size manifest lists the blobs of both).
+    static func replica(_ box: Sandbox, _ name: String, of remote: String, at old: String, then new: String) throws -> String {
+        let replica = box.at(name)
+        try box.gitOK(["update-ref", "refs/heads/main", old], cwd: remote)
+        _ = try box.clone(remote, replica)
+        try box.gitOK(["update-ref", "refs/heads/main", new], cwd: remote)
+        return replica
+    }
+
     @Test("kill -9 of sync at several moments: the next command finishes it, the replica is one anchor's tree exactly")
     func killSync() throws {
         try withSandbox { box in
@@ -178,14 +188,9 @@ struct SyncCrashTests {
                 """, cwd: work)
             let new = try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path)
             var made = 0
-            // A replica at the old tree: the remote's main goes back for its
-            // clone (the size manifest already lists every blob of both).
             func replicaAtOld() throws -> String {
-                let replica = box.at("r\(made)")
                 made += 1
-                try box.gitOK(["update-ref", "refs/heads/main", old], cwd: remote.path)
-                _ = try box.clone(remote.path, replica)
-                try box.gitOK(["update-ref", "refs/heads/main", new], cwd: remote.path)
+                let replica = try Self.replica(box, "r\(made)", of: remote.path, at: old, then: new)
                 try box.fprepOK(["materialize", "d", "s", "A"], cwd: replica)
                 return replica
             }
@@ -234,14 +239,9 @@ struct SyncCrashTests {
             let old = remote.commit
             try box.pushToRemote(remote, [:], moves: [("a.txt", "b.txt")], message: "rename")
             let new = try box.gitOK(["rev-parse", "refs/heads/main"], cwd: remote.path)
-            var made = 0
             var step = 0
             while step < 40 {
-                let replica = box.at("r\(made)")
-                made += 1
-                try box.gitOK(["update-ref", "refs/heads/main", old], cwd: remote.path)
-                _ = try box.clone(remote.path, replica)
-                try box.gitOK(["update-ref", "refs/heads/main", new], cwd: remote.path)
+                let replica = try Self.replica(box, "r\(step)", of: remote.path, at: old, then: new)
                 try box.fprepOK(["materialize", "a.txt"], cwd: replica)
                 // Changed in place (the same inode), as an append does.
                 let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: replica + "/a.txt"))

@@ -801,17 +801,10 @@ struct SyncApplier {
 
         // 1. Deletions.
         for (path, old) in changes.deleted {
-            if arrivedAlready(path) {
-                // What a killed run of this sync brought here (a folder moved
-                // or made at this name, an item moved onto it): the remote's,
-                // not the user's, and not to be set aside.
-                try? index.remove(path: path.bytes)
-                dematerialized.append(path)
-                trashed.append(TrashRecord(path: path, blob: old.id, mode: old.mode.raw, deletedAt: Int64(Date().timeIntervalSince1970), anchor: anchor))
-                report.deleted += 1
-                continue
-            }
-            switch local(path, new: nil) {
+            // What a killed run of this sync brought here (a folder moved or
+            // made at this name, an item moved onto it) is the remote's, not
+            // the user's: the old item is as good as gone, nothing set aside.
+            switch arrivedAlready(path) ? .absent : local(path, new: nil) {
             case .absent:
                 try? index.remove(path: path.bytes)
                 dematerialized.append(path)
