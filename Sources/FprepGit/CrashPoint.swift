@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// A test-only crash switch for the randomized model test and crash tests:
 /// with `FPREP_CRASH_AT=N` in the environment, the process kills itself
@@ -12,13 +13,13 @@ public enum CrashPoint {
         return n
     }()
 
-    // fprep's durable steps run on one thread; the counter needs no lock.
-    nonisolated(unsafe) private static var reached = 0
+    // Counted across threads: some durable steps run two at a time (the
+    // swaps of a materialize), and each must count once.
+    private static let reached = Atomic<Int>(0)
 
     /// Counts one durable step; at the Nth, dies at once (no cleanup, no flush).
     public static func reach() {
         guard target > 0 else { return }
-        reached += 1
-        if reached == target { kill(getpid(), SIGKILL) }
+        if reached.add(1, ordering: .relaxed).newValue == target { kill(getpid(), SIGKILL) }
     }
 }

@@ -1,5 +1,7 @@
+import Dispatch
 import FoundationEssentials
 import Glibc
+import Synchronization
 
 /// The network side of a partial clone, done with the `git` command.
 public enum Transport {
@@ -279,12 +281,16 @@ public enum Transport {
         return "file://" + URL(fileURLWithPath: absolute).standardizedFileURL.path
     }
 
-    /// Fetches the named objects (blob ids) from `origin` in one request,
-    /// the way git's own promisor fetch does, but batched: one round trip
-    /// for all of them. With `quarantine` (an objects folder), the pack goes
-    /// there instead of into the repository, so content needed once never
-    /// stays in the object store, even when fprep is killed mid-fetch.
-    /// Returns the pack files the fetch added.
+    /// From this many objects on, `fetchObjects` asks in two requests at
+    /// once; below it, the second request's start costs more than it saves.
+    static let fetchedInTwoFrom = 256
+
+    /// Fetches the named objects (blob ids) from `origin` in one request
+    /// (two at once for many), the way git's own promisor fetch does, but
+    /// batched: one round trip for all of them. With `quarantine` (an
+    /// objects folder), the pack goes there instead of into the repository,
+    /// so content needed once never stays in the object store, even when
+    /// fprep is killed mid-fetch. Returns the pack files the fetch added.
     @discardableResult
     public static func fetchObjects(_ ids: [ObjectID], gitDirectory: String, quarantine: String? = nil) throws -> [String] {
         guard !ids.isEmpty else { return [] }
@@ -292,21 +298,40 @@ public enum Transport {
         let packDirectory = objects + "/pack"
         try FileManager.default.createDirectory(atPath: packDirectory, withIntermediateDirectories: true)
         let before = Set((try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? [])
-        var input = Data()
-        input.reserveCapacity(ids.count * 41)
-        for id in ids { input.append(contentsOf: Array((id.hex + "\n").utf8)) }
-        var environment: [String: String] = [:]
-        if let quarantine {
-            environment["GIT_OBJECT_DIRECTORY"] = quarantine
-            environment["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = gitDirectory + "/objects"
+        let environment = quarantine.map { ["GIT_OBJECT_DIRECTORY": $0, "GIT_ALTERNATE_OBJECT_DIRECTORIES": gitDirectory + "/objects"] } ?? [:]
+        let arguments = ["--git-dir=\(gitDirectory)",
+                         "-c", "fetch.negotiationAlgorithm=noop", "-c", "gc.auto=0",
+                         "-c", "maintenance.auto=false",
+                         "fetch", "--quiet", "origin", "--no-tags", "--no-write-fetch-head",
+                         "--recurse-submodules=no", "--filter=blob:none", "--stdin"]
+        @Sendable func request(_ ids: [ObjectID]) throws {
+            var input = Data()
+            for id in ids { input.append(contentsOf: Array((id.hex + "\n").utf8)) }
+            try GitCommand.run(arguments, environment: environment, input: input)
         }
-        try GitCommand.run(["--git-dir=\(gitDirectory)",
-                            "-c", "fetch.negotiationAlgorithm=noop", "-c", "gc.auto=0",
-                            "-c", "maintenance.auto=false",
-                            "fetch", "--quiet", "origin", "--no-tags", "--no-write-fetch-head",
-                            "--recurse-submodules=no", "--filter=blob:none", "--stdin"],
-                           environment: environment, input: input)
+        if ids.count < fetchedInTwoFrom {
+            try request(ids)
+        } else {
+            // Two requests at once, each for every other id: the remote packs
+            // one half while this side indexes the other, and their waits on
+            // a cold disk overlap (1,000 scattered blobs of a 10^5 tree over
+            // git://, two cores: 287 ms in one request, 225 ms in two, 240–345
+            // ms in three or four). Each writes a pack of its own; a failure
+            // of either is the fetch's.
+            let halves = [0, 1].map { half in ids.enumerated().filter { $0.offset % 2 == half }.map(\.element) }
+            let second = Mutex<Result<Void, any Error>?>(nil)
+            let done = DispatchGroup()
+            DispatchQueue.global().async(group: done) {
+                let outcome = Result { try request(halves[1]) }
+                second.withLock { $0 = outcome }
+            }
+            let first = Result { try request(halves[0]) }
+            done.wait()
+            try first.get()
+            try second.withLock { $0 }?.get()
+        }
         let after = (try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? []
         return after.filter { !before.contains($0) }.sorted().map { packDirectory + "/" + $0 }
     }
 }
+

@@ -304,7 +304,8 @@ struct ConcurrentWriterTests {
         open(log, 'w').write(found)
         """
 
-    /// Runs fprep under strace, which holds each of its `renameat2` calls
+    /// Runs fprep under strace (each of its threads: materialize swaps two
+    /// files at a time), which holds each of its `renameat2` calls
     /// (the swap of a file under its lease) for 30 ms, while `leaseRacer`
     /// opens `watched` the moment the lease is there: the open waits for
     /// the swap, then writes into the old file. Returns fprep's result, the
@@ -313,7 +314,7 @@ struct ConcurrentWriterTests {
     static func raceTheSwap(_ box: Sandbox, _ args: [String], cwd: String, watched: String,
                             folder: String) throws -> (RunResult, String, Data) {
         let log = box.at("log")
-        let traced = try box.spawn(["/usr/bin/strace", "-qq", "-o", "/dev/null", "-e", "trace=renameat2",
+        let traced = try box.spawn(["/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2",
                                     "-e", "inject=renameat2:delay_enter=30000", Binaries.fprep] + args, cwd: cwd)
         let racer = try box.spawn([python, "-c", Self.leaseRacer, watched, String(traced.pid), log])
         let result = traced.wait(timeout: 60)

@@ -177,6 +177,57 @@ struct MaterializeTests {
         }
     }
 
+    @Test("many files come in two requests at once: every file's bytes; a request that fails fails the whole materialize, placeholders and object store unchanged")
+    func manyFilesInTwoRequests() throws {
+        try withSandbox { box in
+            var nodes: [String: Node] = [:]
+            for i in 0..<300 { nodes["d\(i % 7)/f\(i).txt"] = .text("file \(i)\n" + String(repeating: "x", count: i)) }
+            let remote = try box.makeRemote(nodes: nodes)
+            let daemon = try box.startDaemon(base: box.path)
+            let replica = box.at("replica")
+            _ = try box.clone(daemon.url("remote.git"), replica)
+            let packsBefore = packFiles(replica)
+
+            // The remote loses one blob: the request that asks for it fails,
+            // the other one brings its half.
+            let victim = "d3/f150.txt"
+            let lost = try box.blobID(remote, victim)
+            let everything = try box.gitOK(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], cwd: remote.path)
+            let kept = everything.split(separator: "\n").filter { $0 != lost }.joined(separator: "\n") + "\n"
+            let objects = remote.path + "/objects"
+            let stash = box.at("remote-objects")
+            try FileManager.default.copyItem(atPath: objects, toPath: stash)
+            try box.gitOK(["pack-objects", "-q", objects + "/pack/all"], cwd: remote.path, stdin: Data(kept.utf8))
+            for name in try FileManager.default.contentsOfDirectory(atPath: objects) where name.count == 2 {
+                try FileManager.default.removeItem(atPath: objects + "/" + name)
+            }
+            for name in try FileManager.default.contentsOfDirectory(atPath: objects + "/pack") where !name.hasPrefix("all-") {
+                try FileManager.default.removeItem(atPath: objects + "/pack/" + name)
+            }
+            #expect(try box.git(["cat-file", "-e", lost], cwd: remote.path).status != 0)
+
+            let before = snapshot(replica, skipping: [".fprep"])
+            let failed = try box.fprep(["materialize", "."], cwd: replica, timeout: 60)
+            expectOneLineError(failed)
+            #expect(snapshot(replica, skipping: [".fprep"]) == before)
+            #expect(packFiles(replica) == packsBefore, "a failed materialize left packs: \(packFiles(replica).subtracting(packsBefore))")
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status.int("dataless") == nodes.count)
+            #expect(status.int("modified") == 0)
+            try expectGitClean(box, replica)
+
+            // The blob back: everything arrives.
+            try FileManager.default.removeItem(atPath: objects)
+            try FileManager.default.moveItem(atPath: stash, toPath: objects)
+            let done = try box.fprepJSON(["materialize", "."], cwd: replica)
+            #expect(done.strings("materialized").count == nodes.count)
+            #expect(done.int("fetchedBlobs") == nodes.count)
+            for path in remote.files.keys { expectMaterialized(replica, remote, path) }
+            #expect(packFiles(replica) == packsBefore)
+            try expectGitClean(box, replica)
+        }
+    }
+
     @Test("fetched packs are not kept: disk use after evict is back to what it was")
     func packsNotKept() throws {
         try withSandbox { box in

@@ -340,4 +340,40 @@ import Testing
         #expect(Transport.transportURL("git://127.0.0.1/r.git") == "git://127.0.0.1/r.git")
         #expect(Transport.transportURL("host:r.git") == "host:r.git")
     }
+
+    /// Many blobs are asked for in two requests at once (each writes a pack
+    /// of its own); all arrive, and a request that fails fails the fetch
+    /// even when the other one succeeded.
+    @Test func manyObjectsAreFetchedInTwoRequestsAndEitherFailingFailsTheFetch() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work", remote = scratch.path + "/remote.git", clone = scratch.path + "/clone.git"
+        try scratch.git(["init", "-q", "-b", "main", work])
+        let count = Transport.fetchedInTwoFrom + 44
+        for i in 0..<count {
+            try Data("file \(i)\n".utf8).write(to: URL(fileURLWithPath: work + "/f\(i).txt"))
+        }
+        try scratch.git(["add", "."], in: work)
+        try scratch.git(["commit", "-q", "-m", "files"], in: work)
+        try scratch.git(["clone", "-q", "--bare", work, remote])
+        try scratch.git(["config", "uploadpack.allowFilter", "true"], in: remote)
+        try scratch.git(["config", "uploadpack.allowAnySHA1InWant", "true"], in: remote)
+        try scratch.git(["clone", "-q", "--bare", "--filter=blob:none", "file://" + remote, clone])
+        let ids = try scratch.git(["ls-tree", "-r", "--object-only", "HEAD"], in: remote)
+            .split(separator: "\n").map { try #require(ObjectID(hex: String($0))) }
+        #expect(ids.count == count)
+
+        let quarantine = scratch.path + "/quarantine"
+        let packs = try Transport.fetchObjects(ids, gitDirectory: clone, quarantine: quarantine)
+        #expect(packs.filter { $0.hasSuffix(".pack") }.count == 2, "\(packs)")
+        let listed = ids.map(\.hex).joined(separator: "\n") + "\n"
+        let found = try scratch.git(["--git-dir=" + clone, "cat-file", "--batch-check"], input: listed,
+                                    environment: ["GIT_ALTERNATE_OBJECT_DIRECTORIES": quarantine, "GIT_NO_LAZY_FETCH": "1"])
+        #expect(found.split(separator: "\n").filter { $0.contains(" blob ") }.count == count, "\(found)")
+
+        // One id the remote lacks, among many: its request fails, and so does the fetch.
+        let absent = try #require(ObjectID(hex: String(repeating: "5", count: 40)))
+        #expect(throws: GitCommandError.self) {
+            try Transport.fetchObjects(ids + [absent], gitDirectory: clone, quarantine: scratch.path + "/quarantine-2")
+        }
+    }
 }

@@ -13,7 +13,8 @@ final class Scratch {
 
     /// Runs git with fixed dates and identity; returns its standard output.
     @discardableResult
-    func git(_ arguments: [String], in directory: String? = nil, input: String? = nil, withErrors: Bool = false) throws -> String {
+    func git(_ arguments: [String], in directory: String? = nil, input: String? = nil, withErrors: Bool = false,
+             environment extra: [String: String] = [:]) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["git"] + arguments
@@ -25,6 +26,7 @@ final class Scratch {
         environment["GIT_AUTHOR_EMAIL"] = "test@example.invalid"
         environment["GIT_COMMITTER_NAME"] = "Test"
         environment["GIT_COMMITTER_EMAIL"] = "test@example.invalid"
+        for (key, value) in extra { environment[key] = value }
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output

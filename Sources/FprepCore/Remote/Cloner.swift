@@ -300,7 +300,7 @@ public enum Cloner {
             // one request while the placeholders are made.
             let odb = try replica.repository.objectDatabase()
             let symlinkIDs = Array(plan.symlinkIDs)
-            let missing = symlinkIDs.filter { !odb.contains($0) }
+            let missing = odb.missing(among: symlinkIDs)
             let gitDirectory = replica.gitDirectory
             let fetch = BackgroundWork { try Transport.fetchObjects(missing, gitDirectory: gitDirectory) }
             // The index is written as the tree is walked, never held whole;

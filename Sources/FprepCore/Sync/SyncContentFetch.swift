@@ -33,13 +33,12 @@ final class SyncContentFetch: @unchecked Sendable {
     static func guess(_ changes: ChangeSet, store: StateStore, odb: ObjectDatabase) throws -> Set<ObjectID> {
         let changedFiles = changes.updated.filter { $0.old != nil && $0.new.mode.isFile }.map(\.path)
         let materialized = try store.materialized(among: changedFiles)
-        var ids = Set<ObjectID>()
-        for update in changes.updated where update.new.mode == .symlink
-            || (update.new.mode.isFile && IgnoreRules.isRuleFile(update.path))
-            || (update.new.mode.isFile && update.old != nil && materialized.contains(update.path)) {
-            if !odb.contains(update.new.id) { ids.insert(update.new.id) }
+        let wanted = changes.updated.filter { update in
+            update.new.mode == .symlink
+                || (update.new.mode.isFile && IgnoreRules.isRuleFile(update.path))
+                || (update.new.mode.isFile && update.old != nil && materialized.contains(update.path))
         }
-        return ids
+        return Set(odb.missing(among: wanted.map(\.new.id)))
     }
 
     /// Waits for the early request, then fetches what `needed` holds beyond
