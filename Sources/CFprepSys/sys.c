@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,11 +95,7 @@ int fprep_open_regular(int dirfd, const char *path, int flags, struct fprep_stat
 /* A process holding a lease gets SIGIO when another opens the file; its
  * default action would end fprep. The lease is given back within
  * milliseconds, so the signal itself is not needed. */
-static void ignore_lease_signal(void) {
-    /* Looked at once: fprep sets no SIGIO handler of its own. */
-    static volatile int settled = 0;
-    if (settled) return;
-    settled = 1;
+static void settle_lease_signal(void) {
     struct sigaction current;
     if (sigaction(SIGIO, NULL, &current) == 0 && current.sa_handler == SIG_DFL) {
         struct sigaction ignore;
@@ -106,6 +103,15 @@ static void ignore_lease_signal(void) {
         ignore.sa_handler = SIG_IGN;
         sigaction(SIGIO, &ignore, NULL);
     }
+}
+
+/* Looked at once (fprep sets no SIGIO handler of its own), and before any
+ * thread's first lease: leases are taken on several threads at once (the
+ * swaps of a materialize), and one that went on while another was still
+ * settling the signal would leave fprep to SIGIO's default action. */
+static void ignore_lease_signal(void) {
+    static pthread_once_t settled = PTHREAD_ONCE_INIT;
+    pthread_once(&settled, settle_lease_signal);
 }
 
 int fprep_take_write_lease(int fd) {

@@ -228,6 +228,68 @@ struct MaterializeTests {
         }
     }
 
+    @Test("folders changed while materialize waits for the remote (found by a hostile test): one deleted and made again, one moved out of the replica; their files are skipped with the reason, nothing is written outside the replica, the other files arrive")
+    func foldersChangedDuringTheFetch() throws {
+        try withSandbox { box in
+            var nodes: [String: Node] = [:]
+            for d in 0..<4 { for i in 0..<70 { nodes["d\(d)/f\(i).txt"] = .text("file \(d)/\(i)\n") } }
+            let remote = try box.makeRemote(nodes: nodes)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            // The remote answers once the test says so: a pack-objects hook
+            // (honoured from the global configuration) that waits for a file.
+            let hook = box.at("hold-pack-objects.sh"), waiting = box.at("fetching"), go = box.at("go")
+            try Data("#!/bin/sh\ntouch '\(waiting)'\nwhile [ ! -e '\(go)' ]; do sleep 0.01; done\nexec \"$@\"\n".utf8)
+                .write(to: URL(fileURLWithPath: hook))
+            #expect(chmod(hook, 0o755) == 0)
+            let config = box.at("gitconfig")
+            try Data("[uploadpack]\n\tpackObjectsHook = \(hook)\n".utf8).write(to: URL(fileURLWithPath: config))
+            let materialize = try box.spawnFprep(["materialize", ".", "--json"], cwd: replica, env: ["GIT_CONFIG_GLOBAL": config])
+            #expect(waitUntil { exists(waiting) })
+            let outside = box.at("outside")
+            #expect(rename(replica + "/d1", outside) == 0)
+            try FileManager.default.removeItem(atPath: replica + "/d3")
+            try writeTree(["mine.txt": .text("a file of mine\n")], at: replica + "/d3")
+            try Data().write(to: URL(fileURLWithPath: go))
+            let result = materialize.wait(timeout: 120)
+            #expect(result.killedBySignal == nil, "\(result)")
+
+            // What moved out stays as the user left it: placeholders, no temporaries.
+            for i in 0..<70 {
+                let info = try #require(lstatInfo(outside + "/f\(i).txt"))
+                #expect(info.blocks == 0 && info.size == Int64(remote.files["d1/f\(i).txt"]?.count ?? -1))
+            }
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: outside)) ?? []).count == 70)
+            #expect(contents(replica + "/d3/mine.txt") == Data("a file of mine\n".utf8))
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: replica + "/d3")) ?? []) == ["mine.txt"])
+            for d in [0, 2] { for i in 0..<70 { expectMaterialized(replica, remote, "d\(d)/f\(i).txt") } }
+            let skipped = (try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])?.objects("skipped") ?? []
+            #expect(skipped.count == 140, "\(result)")
+            let status = try box.fprepJSON(["status"], cwd: replica)
+            #expect(status.int("modified") == 0)
+        }
+    }
+
+    @Test("placeholders hard-linked to each other (a deduplicating tool) are all materialized, none refused as changed (found by a hostile test)")
+    func hardLinkedPlaceholders() throws {
+        try withSandbox { box in
+            var nodes: [String: Node] = [:]
+            for i in 0..<120 { nodes["d/p\(i).txt"] = .text("same content \(i / 2)\n") }
+            let remote = try box.makeRemote(nodes: nodes)
+            for round in 0..<3 {
+                let replica = box.at("replica-\(round)")
+                _ = try box.clone(remote.path, replica)
+                for i in stride(from: 0, to: 120, by: 2) {
+                    #expect(unlink(replica + "/d/p\(i + 1).txt") == 0 && link(replica + "/d/p\(i).txt", replica + "/d/p\(i + 1).txt") == 0)
+                }
+                let done = try box.fprepJSON(["materialize", "."], cwd: replica)
+                #expect(done.objects("skipped").isEmpty, "round \(round): \(done)")
+                for path in remote.files.keys { expectMaterialized(replica, remote, path) }
+                #expect(try box.fprepJSON(["status"], cwd: replica).int("modified") == 0)
+            }
+        }
+    }
+
     @Test("fetched packs are not kept: disk use after evict is back to what it was")
     func packsNotKept() throws {
         try withSandbox { box in

@@ -206,7 +206,6 @@ struct ContentOperations {
         opened.withUnsafeMutableBufferPointer { slots in
             parallelFor(parents.count, threads: 4) { i in slots[i] = Result { try root.folder(parents[i]) } }
         }
-        let folders = Dictionary(uniqueKeysWithValues: zip(parents, opened))
         do {
             try earlyFetch.wait()
             try fetch.wait()
@@ -232,6 +231,17 @@ struct ContentOperations {
         }
         if FileManager.default.fileExists(atPath: quarantine) { try odb.addAlternate(quarantine) }
         result.fetchedBlobs = early.count + missing.count + late.count
+        // A folder moved, deleted or replaced while the remote answered is
+        // opened again at its path (what stands there now, or nothing): its
+        // old descriptor would write where the user took it, out of the
+        // replica perhaps, or into a folder that is gone.
+        opened.withUnsafeMutableBufferPointer { slots in
+            parallelFor(parents.count, threads: 4) { i in
+                if case .success(let held)? = slots[i], held.isStill(at: parents[i], in: root) { return }
+                slots[i] = Result { try root.folder(parents[i]) }
+            }
+        }
+        let folders = Dictionary(uniqueKeysWithValues: zip(parents, opened))
 
         // Write every file beside its placeholder, then make them durable
         // (one syncfs, or an fsync each for a few: `DurableChanges`), then rename.
@@ -254,7 +264,14 @@ struct ContentOperations {
             }
             for entry in wanted {
                 let path = RepoPath(bytes: entry.path)
-                guard let folder = try folders[path.parent]??.get() else { throw SystemError("open folder", path.parent.description, EIO) }
+                let folder: FolderHandle
+                switch folders[path.parent] {
+                case .success(let open)??: folder = open
+                case .failure(let error)??:
+                    result.skipped.append(Skipped(path: path.description, reason: "not materialized: its folder changed while the content was fetched (\(error))"))
+                    continue
+                default: throw SystemError("open folder", path.parent.description, EIO)
+                }
                 let temporary = Self.temporaryName(for: path.name, token: journal.token)
                 written.append((entry, folder, temporary))
                 // The index's size of a file (its low 32 bits: one of 4 GiB
@@ -289,14 +306,22 @@ struct ContentOperations {
         // of its own (a lease, the exchange, the checks), and waits on them
         // (1,000 files at 10^5: 46–56 ms one after another). Their outcomes
         // are taken in order below; the index learns of none until all are done.
+        // Placeholders with other names (hard links) go one after another
+        // afterwards: a swap changes its file's ctime, and a second swap of
+        // the same file at once would take that for a program's write.
         var swaps = [Result<(SafeReplace.Outcome, FileStat?), any Error>?](repeating: nil, count: written.count)
         swaps.withUnsafeMutableBufferPointer { slots in
-            parallelFor(written.count, threads: 2) { i in
+            func swap(_ i: Int) {
                 let (entry, folder, temporary) = written[i]
                 let path = RepoPath(bytes: entry.path)
                 let swap = SafeReplace(folder: folder, name: path.name, temporary: temporary, shown: path.description, expectsDataless: true)
                 slots[i] = Result {
-                    let outcome = try swap.run(isUnchanged: { classifier.holdsNoUserBytes(entry, stat: $0) })
+                    let outcome: SafeReplace.Outcome
+                    do {
+                        outcome = try swap.run(isUnchanged: { classifier.holdsNoUserBytes(entry, stat: $0) })
+                    } catch let error as SystemError where error.code == ENOENT {
+                        outcome = .refused("it was deleted or moved while its content was fetched")
+                    }
                     if case .refused = outcome {
                         unlinkat(folder.fd, cPath(temporary), 0)
                         return (outcome, nil)
@@ -304,6 +329,14 @@ struct ContentOperations {
                     return (outcome, folder.stat(name: path.name))
                 }
             }
+            let linked = written.indices.filter { i in
+                let (entry, folder, _) = written[i]
+                return (folder.stat(name: RepoPath(bytes: entry.path).name)?.links ?? 1) > 1
+            }
+            let alone = Set(linked)
+            let apart = written.indices.filter { !alone.contains($0) }
+            parallelFor(apart.count, threads: 2) { swap(apart[$0]) }
+            for i in linked { swap(i) }
         }
         var materialized: [(RepoPath, ObjectID)] = []
         var keptCopies = false

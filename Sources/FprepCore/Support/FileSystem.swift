@@ -155,6 +155,16 @@ final class FolderHandle: @unchecked Sendable {
         return FileStat(raw)
     }
 
+    /// Whether this is still the folder at `path` below `root` (the same
+    /// inode there, never through a symlink): not moved, deleted or
+    /// replaced since it was opened.
+    func isStill(at path: RepoPath, in root: FolderHandle) -> Bool {
+        var raw = fprep_stat()
+        guard fprep_fstat(fd, &raw) == 0, let there = path.isRoot ? root.stat(name: Array(".".utf8)) : root.stat(path) else { return false }
+        let held = FileStat(raw)
+        return there.isDirectory && there.device == held.device && there.inode == held.inode
+    }
+
     /// `lstat` of the entry `name` directly in this folder.
     func stat(name: [UInt8]) -> FileStat? {
         var raw = fprep_stat()
