@@ -451,7 +451,7 @@ public final class Index {
                 shared.abandon()
                 throw error
             }
-            try nameSharedFile(temporary, checksum: sharedChecksum, offsets: offsets, linkingIn: file, indexPath: filePath)
+            try nameSharedFile(temporary, checksum: sharedChecksum, offsets: offsets, linkingIn: file, indexPath: filePath) { self.path(at: $0) }
             checksum = try file.finish()
         } catch {
             file.abandon()
@@ -781,6 +781,10 @@ public final class IndexStream {
     private var position: Int
     private var previous: [UInt8] = []
     private var encoded: [UInt8] = []
+    /// The paths of every `fenceInterval`-th entry, for the shared file's
+    /// fences (see `SharedIndexFences`).
+    private var fencePaths: [[UInt8]] = []
+    private let fenceInterval = max(1, SharedIndexFences.writingInterval)
     private var ended = false
 
     /// `split`: the entries go to a shared index and `.git/index` links to
@@ -838,6 +842,7 @@ public final class IndexStream {
             abandon()
             throw error
         }
+        if split && offsets.count % fenceInterval == 0 { fencePaths.append(entry.path) }
         offsets.append(UInt32(truncatingIfNeeded: position))
         position += encoded.count
         previous = entry.path
@@ -855,7 +860,10 @@ public final class IndexStream {
         do {
             let checksum = try file.finish(flush: split)
             if split {
-                try nameSharedFile(file.path, checksum: checksum, offsets: offsets, linkingIn: lockFile, indexPath: filePath)
+                let fences = fencePaths, interval = fenceInterval
+                try nameSharedFile(file.path, checksum: checksum, offsets: offsets, linkingIn: lockFile, indexPath: filePath) { i in
+                    i % interval == 0 && i / interval < fences.count ? fences[i / interval] : nil
+                }
                 written = try lockFile.finish()
             } else {
                 written = checksum
@@ -881,14 +889,13 @@ public final class IndexStream {
 /// entries' offsets, and writes into `lock` the index that links to it with
 /// nothing changed.
 private func nameSharedFile(_ temporary: String, checksum: [UInt8], offsets: [UInt32], linkingIn lock: IndexFileWriter,
-                            indexPath: String) throws {
+                            indexPath: String, path: (Int) -> [UInt8]?) throws {
     CrashPoint.reach()
     guard rename(temporary, SharedIndexFile.path(beside: indexPath, checksum: checksum)) == 0 else {
         throw GitError(code: .other(-1), message: "cannot rename '\(temporary)': \(String(cString: strerror(errno)))", function: "index write")
     }
     EntryOffsets.write(offsets, indexChecksum: checksum, table: SharedIndexFile.offsetsTable(beside: indexPath))
-    SharedIndexFences.write(sharedPath: SharedIndexFile.path(beside: indexPath, checksum: checksum), offsets: offsets, checksum: checksum,
-                            table: SharedIndexFences.path(beside: indexPath))
+    SharedIndexFences.write(entries: offsets.count, checksum: checksum, table: SharedIndexFences.path(beside: indexPath), path: path)
     try lock.append(indexHeader(entries: 0))
     try lock.append(LinkExtension(sharedChecksum: checksum, deleted: [], replaced: []).encoded())
 }

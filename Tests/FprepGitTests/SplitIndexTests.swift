@@ -79,6 +79,34 @@ import FprepModel
         try SharedIndexFences.$writingInterval.withValue(4) { try splitRounds(seed: seed) }
     }
 
+    /// A shared file written as a stream (a clone's placeholders, entry by
+    /// entry) gets fences from the paths as they go by, not from reading
+    /// the file back; every path is then found through them.
+    @Test func aStreamedSharedFileHasFencesEveryLookupGoesThrough() throws {
+        try SharedIndexFences.$writingInterval.withValue(4) {
+            let (scratch, work, repository) = try Self.splitIndexRepository()
+            defer { withExtendedLifetime(scratch) {} }
+            let id = try Array("blob\n".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+            let paths = (0..<103).map { Array(String(format: "d%02d/f%03d", $0 / 10, $0).utf8) }
+            let stream = try IndexStream(path: work + "/.git/index", count: paths.count, split: true)
+            for (n, path) in paths.enumerated() {
+                try stream.append(IndexEntry(path: path, id: id, mode: 0o100644,
+                                             stat: StatData(ctime: (1_700_000_000, 0), mtime: (1_700_000_000, 0), device: 1,
+                                                            inode: Int64(n), uid: 0, gid: 0, size: 5), skipWorktree: true))
+            }
+            try stream.finish()
+            let named = try #require(try Self.namedShared(work))
+            let checksum = try #require(named.split(separator: ".").last.map(String.init))
+            let index = try repository.index()
+            let entries = try #require(index.sharedEntryCount)
+            let fences = try #require(SharedIndexFences.read(beside: work + "/.git/index", checksum: ObjectID(hex: checksum)?.bytes ?? [],
+                                                             entries: entries))
+            #expect(fences.paths == stride(from: 0, to: paths.count, by: 4).map { paths[$0] })
+            for path in paths { #expect(index.entry(path: path)?.id == id, "\(String(decoding: path, as: UTF8.self))") }
+            #expect(index.entry(path: Array("d05/f0505".utf8)) == nil)
+        }
+    }
+
     func splitRounds(seed: UInt64) throws {
         let (scratch, work, repository) = try Self.splitIndexRepository()
         var random = SplitMix64(seed: seed)
