@@ -39,7 +39,15 @@ struct frame {
     int fd;               /* -1: the folder could not be opened */
     size_t length;        /* its path's length (0 for the root) */
     size_t dir;           /* its record in out->dirs */
+    int changed;          /* its inode changed since the last full check */
+    int moved;            /* it, or a folder above it, was renamed since then */
 };
+
+/* Whether a time is at or after the last moment every placeholder was
+ * known to be one (see `PlaceholderCheck`). */
+static inline int since_check(long long sec, long long nsec, struct fprep_scan_times times) {
+    return sec > times.checked_sec || (sec == times.checked_sec && nsec >= times.checked_nsec);
+}
 
 static int add_dir(struct fprep_scan_result *out, size_t entry, size_t length, int fd) {
     if (out->dir_count == out->dir_capacity) {
@@ -76,6 +84,8 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
     int depth = 0;
     stack[0].fd = rootfd;
     stack[0].length = 0;
+    stack[0].changed = 0;
+    stack[0].moved = 0;
     if (add_dir(out, 0, 0, rootfd) < 0) return -1;
     stack[0].dir = 0;
     const uint8_t *previous = NULL;   /* the path the stack's folders come from */
@@ -117,6 +127,18 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
             stack[depth].fd = fd;
             stack[depth].length = end;
             stack[depth].dir = (size_t)dir;
+            /* A folder renamed since the last full check (its ctime moved
+             * without its mtime: no name in it changed) carries placeholders
+             * whose own inodes did not change, which another folder's may
+             * now stand for (two folders' names swapped): every placeholder
+             * below it is checked, marks and all. One whose names changed
+             * has its own placeholders checked (renamed, then written into,
+             * its dates agree again). */
+            const struct fprep_scan_dir *d = &out->dirs[dir];
+            int changed = d->opened && since_check(d->ctime_sec, d->ctime_nsec, times);
+            int renamed = changed && (d->ctime_sec != d->mtime_sec || d->ctime_nsec != d->mtime_nsec);
+            stack[depth].changed = changed;
+            stack[depth].moved = stack[depth - 1].moved || renamed;
             previous = path;
         }
         previous = path;
@@ -156,8 +178,8 @@ static int scan_range(int rootfd, const uint8_t *base, const int32_t *offsets, s
              * or hard-linked over it) is checked, marks and all: the index
              * keeps a placeholder's size and date only. */
             int mode_ok = ((st.st_mode & 0100) != 0) == (mode == 0100755);
-            int touched = (long long)st.st_ctim.tv_sec > times.checked_sec
-                || ((long long)st.st_ctim.tv_sec == times.checked_sec && (long long)st.st_ctim.tv_nsec >= times.checked_nsec);
+            int touched = since_check((long long)st.st_ctim.tv_sec, (long long)st.st_ctim.tv_nsec, times)
+                || top->moved || top->changed;
             int dataless = S_ISREG(st.st_mode) && mode_ok
                 && (same || (!touched && st.st_blocks == 0 && be32(entry + 36) == (uint32_t)st.st_size));
             states[i] = (dataless ? FPREP_SCAN_DATALESS : FPREP_SCAN_CHECK) | linked;
