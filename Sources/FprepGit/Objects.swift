@@ -206,15 +206,10 @@ public final class ObjectDatabase {
     /// `GIT_ODB_LOOKUP_NO_REFRESH`.
     public func missing<S: Sequence>(among ids: S) -> [ObjectID] where S.Element == ObjectID {
         _ = git_odb_refresh(pointer)
-        return ids.filter { !containsKnown($0) }
-    }
-
-    /// Whether the object is among those the database knew when it was
-    /// opened or last rescanned (a loose object is always looked for); for
-    /// many questions after one `missing(among:)` or `refresh()`.
-    public func containsKnown(_ id: ObjectID) -> Bool {
-        var raw = id.raw
-        return git_odb_exists_ext(pointer, &raw, UInt32(GIT_ODB_LOOKUP_NO_REFRESH.rawValue)) == 1
+        return ids.filter { id in
+            var raw = id.raw
+            return git_odb_exists_ext(pointer, &raw, UInt32(GIT_ODB_LOOKUP_NO_REFRESH.rawValue)) != 1
+        }
     }
 
     /// The size of an object from its header, without reading its content;

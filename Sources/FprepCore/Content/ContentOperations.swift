@@ -196,8 +196,8 @@ struct ContentOperations {
         // is written (the next command settles each of these paths from its
         // bytes on disk if this one stops; its commit waits for the disk),
         // and the files' folders, opened four at a time (1,000 scattered
-        // files at 10^5: 36–47 ms one after another). A folder that cannot
-        // be opened fails the first file in it, below.
+        // files at 10^5: 36–47 ms one after another). The files of a folder
+        // that cannot be opened are skipped, below.
         let journal = ContentJournal(token: Self.newToken(), paths: wanted.map { Data($0.path) })
         let operation = wanted.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
         let parents = Array(Set(wanted.map { RepoPath(bytes: $0.path).parent }))
@@ -213,11 +213,8 @@ struct ContentOperations {
             watch?.stop()
         } catch {
             if let operation { try? replica.store.endOperation(operation) }
-            guard let error = error as? GitCommandError else {
-                replica.removeFetchQuarantines()
-                throw error
-            }
             replica.removeFetchQuarantines()
+            guard let error = error as? GitCommandError else { throw error }
             if let full = FprepError.storage(error, root: replica.root) { throw full }
             throw FprepError("cannot fetch content from '\(replica.remoteURL)': \(error.reason); the placeholders are unchanged (try again when the remote is reachable)",
                              detail: error.standardError)

@@ -873,18 +873,12 @@ struct SyncApplier {
         var plans: [(ChangeSet.Update, Local)] = []
         var needed = Set<ObjectID>()
         let odb = try replica.repository.objectDatabase()
-        // The pack folders rescanned at the first question only (see `missing(among:)`).
-        var rescanned = false
-        func absent(_ id: ObjectID) -> Bool {
-            defer { rescanned = true }
-            return rescanned ? !odb.containsKnown(id) : !odb.missing(among: [id]).isEmpty
-        }
         for update in changes.updated {
             let state = local(update.path, new: update.new)
             plans.append((update, state))
-            if case .old(.materialized) = state, update.new.mode.isFile, absent(update.new.id) { needed.insert(update.new.id) }
-            if update.new.mode == .symlink, absent(update.new.id) { needed.insert(update.new.id) }
-            if update.new.mode.isFile, IgnoreRules.isRuleFile(update.path), absent(update.new.id) {
+            if case .old(.materialized) = state, update.new.mode.isFile, !odb.contains(update.new.id) { needed.insert(update.new.id) }
+            if update.new.mode == .symlink, !odb.contains(update.new.id) { needed.insert(update.new.id) }
+            if update.new.mode.isFile, IgnoreRules.isRuleFile(update.path), !odb.contains(update.new.id) {
                 switch state {
                 case .absent, .old: needed.insert(update.new.id)
                 case .userChanged, .alreadyNew: break
