@@ -33,7 +33,16 @@ struct ChangeSet {
     /// Every identifier the change touches, for counting.
     var count: Int { updated.count + deleted.count + moved.count + addedFolders.count + deletedFolders.count }
 
-    static func between(_ repository: Repository, from oldTree: ObjectID?, to newTree: ObjectID?) throws -> ChangeSet {
+    /// Every path whose item goes, comes or changes (a move's two ends),
+    /// which a sync looks up on disk and in the index.
+    var touchedPaths: [RepoPath] {
+        deleted.map(\.path) + moved.flatMap { [$0.from, $0.to] } + updated.map(\.path)
+    }
+
+    /// `marksTrace`: false on a thread of its own beside the command's
+    /// (the trace's phases follow one thread).
+    static func between(_ repository: Repository, from oldTree: ObjectID?, to newTree: ObjectID?,
+                        marksTrace: Bool = true) throws -> ChangeSet {
         let raw: TreeDiffResult
         do {
             raw = try TreeDiff(repository).diff(from: oldTree, to: newTree)
@@ -42,7 +51,7 @@ struct ChangeSet {
         } catch let error as TreePathTooLong {
             throw FprepError.unsafeEntry(TreeEntryRules.shown(RepoPath(bytes: error.path)), TreeEntryRules.pathTooLong)
         }
-        Trace.mark("tree diff")
+        if marksTrace { Trace.mark("tree diff") }
         var set = ChangeSet()
 
         // Folder renames: a folder gone and a folder come with the same tree id.
