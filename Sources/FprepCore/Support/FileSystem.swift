@@ -456,14 +456,14 @@ func parallelFor(_ count: Int, threads: Int, _ body: (Int) -> Void) {
 /// Asks the kernel to start reading files a command will read soon, so the
 /// disk works while the command waits on something else (the network).
 enum ReadAhead {
-    /// On a thread of its own: the advice returns once the reads are
-    /// queued, but queueing tens of megabytes waits for the disk's queue
-    /// (17–29 ms at the start of a cold `sync --incoming` at 10^5 files,
-    /// before its fetch could start).
     /// What one piece of advice asks for: within the smallest read-ahead
     /// window a device has by default.
     static let piece = 128 << 10
 
+    /// On a thread of its own: the advice returns once the reads are
+    /// queued, but queueing tens of megabytes waits for the disk's queue
+    /// (17–29 ms at the start of a cold `sync --incoming` at 10^5 files,
+    /// before its fetch could start).
     static func start(_ paths: [String]) {
         guard !paths.isEmpty else { return }
         BlockingThread.start {

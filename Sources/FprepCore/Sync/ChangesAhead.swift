@@ -30,8 +30,7 @@ final class ChangesAhead: @unchecked Sendable {
             result = diff
             diffed.signal()
             if case .success(let changes) = diff {
-                let touched = changes.touchedPaths
-                if touched.count > 1 { folder.prefetch(touched, foldersChange: true) }
+                folder.prefetch(changes.touchedPaths, foldersChange: true)
             }
         }
     }
