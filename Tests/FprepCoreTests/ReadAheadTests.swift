@@ -36,6 +36,44 @@ import Testing
         #expect(resident == size / page, "\(resident) of \(size / page) pages read ahead")
     }
 
+    /// A sync reads ahead the packs of the anchors' trees, never a pack of
+    /// content nor the size manifest's: all are marked `.promisor`, and
+    /// picked in the folder's order under the limit, the manifest had left
+    /// the trees out at 10^6 files.
+    @Test func readsAheadTheHistoryNotContentOrTheSizeManifest() throws {
+        let h = try SyncHarness(files: ["docs/a.txt": "alpha\n", "docs/b.txt": "beta\n", "src/main.c": "int main;\n"])
+        try h.push { work in try Data("gamma\n".utf8).write(to: URL(fileURLWithPath: work + "/src/c.txt")) }
+        _ = try h.replica().sync(incoming: true)
+        // git's own lazy fetch of a blob keeps it in a pack of its own.
+        let blob = try h.git(["rev-parse", "HEAD:docs/a.txt"], in: h.replicaRoot)
+        #expect(try h.git(["cat-file", "-p", blob], in: h.replicaRoot) == "alpha")
+
+        let gitDirectory = h.replicaRoot + "/.git"
+        let folder = gitDirectory + "/objects/pack"
+        let packs = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".promisor") }
+            .map { folder + "/" + $0.dropLast(".promisor".count) + ".pack" }
+        let cloneTree = try h.git(["rev-parse", "HEAD~1^{tree}"], in: h.replicaRoot)
+        let manifest = try h.git(["rev-parse", "refs/remotes/origin-fprep/sizes~1"], in: h.replicaRoot)
+        let read = Set(ReadAhead.historyPacks(gitDirectory: gitDirectory))
+        var kinds: [String] = []
+        for pack in packs {
+            // What the pack holds, asked of git itself.
+            let objects = try h.git(["verify-pack", "-v", pack], in: folder)
+            let index = String(pack.dropLast(".pack".count)) + ".idx"
+            if objects.contains(cloneTree) {
+                kinds.append("clone")
+                #expect(read.contains(pack) && read.contains(index), "the clone's pack of trees is not read ahead")
+            } else if objects.contains(blob) {
+                kinds.append("content")
+                #expect(!read.contains(pack) && !read.contains(index), "a pack of content is read ahead")
+            } else if objects.contains(manifest) {
+                kinds.append("manifest")
+                #expect(!read.contains(pack) && !read.contains(index), "the size manifest's pack is read ahead")
+            }
+        }
+        #expect(kinds.sorted() == ["clone", "content", "manifest"], "packs found: \(kinds)")
+    }
+
     /// Pages of the file at `fd` in the page cache (mincore of a mapping,
     /// which reads nothing itself).
     private func residentPages(_ fd: Int32, _ size: Int) -> Int {

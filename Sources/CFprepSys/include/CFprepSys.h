@@ -386,4 +386,10 @@ long long fprep_file_generation(int dirfd, const char *name);
  * /proc/PID/fdinfo, else /proc/locks. */
 int fprep_holds_flock(int pid, int fd);
 
+/* The first object of the git pack at `path`: returns its type (1 commit,
+ * 2 tree, 3 blob, 4 tag, 6-7 deltas) and fills `line` with the first line of
+ * its content ("tree <id>" for a commit), NUL-terminated, cut to `capacity`;
+ * -1 when the file cannot be read or is not a pack. */
+int fprep_pack_first_object(const char *path, char *line, size_t capacity);
+
 #endif
