@@ -1,4 +1,5 @@
 import Foundation
+import FprepGit
 import Glibc
 import Testing
 @testable import FprepCore
@@ -72,6 +73,48 @@ import Testing
             }
         }
         #expect(kinds.sorted() == ["clone", "content", "manifest"], "packs found: \(kinds)")
+    }
+
+    /// A cold page of a mapped file comes with the device's read-ahead
+    /// window around it (8 MB on this kind of machine): while the state
+    /// database was read through a mapping, a sync's few dozen lookups in
+    /// the 37 MB database of 10^6 files read all of it. Here ten lookups in
+    /// a database of more than 16 MB, dropped from the cache, must read less
+    /// than a quarter of it.
+    @Test func aFewLookupsInALargeStateDatabaseReadAFewPages() throws {
+        let folder = FileManager.default.temporaryDirectory.path + "/fprep-coldstate-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let path = folder + "/state.db"
+        var generator = SystemRandomNumberGenerator()
+        let ids = (0..<600_000).compactMap { _ in ObjectID(bytes: (0..<20).map { _ in UInt8.random(in: 0...255, using: &generator) }) }
+        do {
+            let store = try StateStore(path: path)
+            try store.transaction { try store.recordBlobInfo(ids.map { ($0, BlobInfo(size: 1, mtime: 2)) }) }
+            try store.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        // Opened once as every command does: the check of its pages leaves
+        // a stamp, so the next open skips them.
+        _ = try StateStore(path: path, existing: true)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var info = stat()
+        try #require(fstat(fd, &info) == 0)
+        let size = Int(info.st_size)
+        let page = Int(getpagesize())
+        try #require(size > 16 << 20, "the database is \(size) bytes, not larger than two read-ahead windows")
+        #expect(fsync(fd) == 0)
+        #expect(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0)
+        try #require(residentPages(fd, size) < size / page / 10, "the test could not drop the database from the cache")
+
+        let store = try StateStore(path: path, existing: true)
+        let lookup = try store.blobInfoLookup()
+        for k in 0..<10 {
+            #expect(try lookup(ids[k * ids.count / 10]) == BlobInfo(size: 1, mtime: 2))
+        }
+        let resident = residentPages(fd, size)
+        #expect(resident < size / page / 4, "\(resident) of \(size / page) pages read for ten lookups")
     }
 
     /// Pages of the file at `fd` in the page cache (mincore of a mapping,
