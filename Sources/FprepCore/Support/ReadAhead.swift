@@ -10,14 +10,19 @@ enum ReadAhead {
     /// window a device has by default.
     static let piece = 128 << 10
 
-    /// On a thread of its own: the advice returns once the reads are
-    /// queued, but queueing tens of megabytes waits for the disk's queue
-    /// (17–29 ms at the start of a cold `sync --incoming` at 10^5 files,
-    /// before its fetch could start).
     static func start(_ paths: [String]) {
         guard !paths.isEmpty else { return }
+        start { paths }
+    }
+
+    /// On a thread of its own, choosing the files there too: the advice
+    /// returns once the reads are queued, but queueing tens of megabytes
+    /// waits for the disk's queue (17–29 ms at the start of a cold `sync
+    /// --incoming` at 10^5 files, before its fetch could start), and the
+    /// choice reads the start of each pack.
+    static func start(choosing paths: @escaping () -> [String]) {
         BlockingThread.start {
-            for path in paths {
+            for path in paths() {
                 let fd = open(path, O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else { continue }
                 var info = stat()
@@ -59,19 +64,19 @@ enum ReadAhead {
     static func historyPacks(gitDirectory: String, limit: Int = 64 << 20) -> [String] {
         let folder = gitDirectory + "/objects/pack"
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
-        var indexes: [String] = []
+        func size(_ path: String) -> Int? {
+            var info = stat()
+            return stat(path, &info) == 0 ? Int(info.st_size) : nil
+        }
+        var paths: [String] = []
+        var total = 0
         var packs: [(path: String, size: Int)] = []
         for name in names where name.hasSuffix(".promisor") {
             let base = folder + "/" + name.dropLast(".promisor".count)
-            guard PackFile.startsWithHistory(base + ".pack") else { continue }
-            indexes.append(base + ".idx")
-            var info = stat()
-            if stat(base + ".pack", &info) == 0 { packs.append((base + ".pack", Int(info.st_size))) }
-        }
-        var paths = indexes
-        var total = indexes.reduce(0) { total, path in
-            var info = stat()
-            return total + (stat(path, &info) == 0 ? Int(info.st_size) : 0)
+            guard PackFile.startsWithHistory(base + ".pack"), let indexSize = size(base + ".idx") else { continue }
+            paths.append(base + ".idx")
+            total += indexSize
+            if let packSize = size(base + ".pack") { packs.append((base + ".pack", packSize)) }
         }
         for pack in packs.sorted(by: { $0.size < $1.size }) {
             total += pack.size

@@ -107,7 +107,9 @@ extension Replica {
         // Read while the fetch waits on the remote: the index (a both-ways
         // sync reads it at once, for its scan), and the packs of commits and
         // trees, where the diff reads old trees all over.
-        ReadAhead.start((incoming ? Index.readAheadFiles(gitDirectory + "/index") : []) + ReadAhead.historyPacks(gitDirectory: gitDirectory))
+        ReadAhead.start(choosing: { [gitDirectory] in
+            (incoming ? Index.readAheadFiles(gitDirectory + "/index") : []) + ReadAhead.historyPacks(gitDirectory: gitDirectory)
+        })
         var report = SyncReport()
         let startAnchor = anchor
         let garbageThreshold = try garbageThreshold()
