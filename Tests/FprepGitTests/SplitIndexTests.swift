@@ -173,6 +173,69 @@ import FprepModel
         #expect(try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init) == Self.listing(Array(model.values)))
     }
 
+    /// One index kept through many writes, as a long-lived process keeps
+    /// it: a split write leaves its file to be read back by the next edit
+    /// or write, so between the two every lookup answers from memory, and
+    /// the write after goes on from the file read back (in place when the
+    /// edits keep each entry's size, split or whole otherwise). Seeded
+    /// edits of all kinds; after each write the same index, a fresh read
+    /// and git must all agree with the model, entry for entry.
+    @Test(arguments: [7, 8]) func oneIndexThroughManyWrites(seed: UInt64) throws {
+        try SharedIndexFences.$writingInterval.withValue(4) {
+            let (scratch, work, repository) = try Self.splitIndexRepository()
+            var random = SplitMix64(seed: seed)
+            let ids = try (0..<4).map { n in try Array("blob \(n)\n".utf8).withUnsafeBytes { try repository.writeBlob($0) } }
+            func path(_ n: Int) -> [UInt8] { Array(("d\(n % 6)/" + String(repeating: "z", count: n % 5 + 1) + "\(n)").utf8) }
+            // Sizes under 100 and the same mode: many edits keep an entry's
+            // encoded size, so writes in place come up too.
+            func entry(_ n: Int) -> IndexEntry {
+                IndexEntry(path: path(n), id: ids[Int(random.next() % 4)], mode: 0o100644,
+                           stat: StatData(ctime: (1_700_000_000, 0), mtime: (1_700_000_000, Int64(random.next() % 1000)), device: 1,
+                                          inode: Int64(n), uid: 0, gid: 0, size: Int64(random.next() % 100)),
+                           skipWorktree: random.next() % 2 == 0)
+            }
+            var model: [[UInt8]: IndexEntry] = [:]
+            let index = try repository.index()
+            var sharedNames: Set<String> = []
+            for round in 0..<30 {
+                let edits = round == 0 ? 400 : (random.next() % 7 == 0 ? 120 : Int(random.next() % 10) + 1)
+                if round > 0 && random.next() % 3 == 0 {
+                    // Only new stat data for entries there: a write in place.
+                    for _ in 0..<edits {
+                        let n = Int(random.next() % 500)
+                        guard let old = model[path(n)] else { continue }
+                        let e = IndexEntry(path: old.path, id: old.id, mode: old.mode,
+                                           stat: StatData(ctime: (1_700_000_001, 0), mtime: (1_700_000_001, Int64(round)), device: 1,
+                                                          inode: Int64(n), uid: 0, gid: 0, size: Int64(old.stat.fileSize)),
+                                           skipWorktree: old.skipWorktree)
+                        try index.add(e)
+                        model[e.path] = e
+                    }
+                } else {
+                    try Self.applyRandomEdits(edits, to: index, model: &model, among: 500, removeOneIn: 4,
+                                              next: { random.next() }, path: path, entry: entry)
+                }
+                try Self.ageUnnamed(work)
+                try index.write()
+                if let named = try Self.namedShared(work) { sharedNames.insert(named) }
+                let expected = Self.listing(Array(model.values))
+                for n in 0..<505 {
+                    let found = index.entry(path: path(n))
+                    #expect(found?.id == model[path(n)]?.id && found?.stat == model[path(n)]?.stat,
+                            "round \(round): the writer's lookup of \(String(decoding: path(n), as: UTF8.self))")
+                }
+                #expect(Self.listing(Self.entries(of: index)) == expected, "round \(round): the writer's view")
+                let reread = Self.entries(of: try repository.index())
+                #expect(Self.listing(reread) == expected, "round \(round): read back")
+                for e in reread { #expect(model[e.path]?.stat == e.stat, "round \(round): stat of \(String(decoding: e.path, as: UTF8.self))") }
+                let git = try scratch.git(["ls-files", "--stage", "-v"], in: work).split(separator: "\n").map(String.init)
+                #expect(git == expected, "round \(round): git's view")
+            }
+            _ = try scratch.git(["fsck", "--no-dangling"], in: work)
+            #expect(sharedNames.count > 1, "the shared file was written again at least once: \(sharedNames.count)")
+        }
+    }
+
     /// Lookups between batches of edits made in memory (never written in
     /// between), as a sync looks up paths after its scan changed a few
     /// entries: each batch is merged into the entries read, and the fences'
