@@ -19,6 +19,9 @@ final class TemporaryPlaceholders {
         let size: Int64
         let blob: ObjectID
         let mtime: Int64
+        /// Made already under its temporary name (`EarlyPlaceholders`):
+        /// `create` leaves it be; the rest goes on as for the others.
+        var alreadyMade = false
     }
 
     let items: [Item]
@@ -56,8 +59,10 @@ final class TemporaryPlaceholders {
 
     /// Makes every placeholder under its temporary name.
     func create() {
-        guard !jobs.isEmpty else { return }
-        fprep_create_placeholders(jobs, jobs.count, threads)
+        // Each job writes its outcome to its own slot, whichever batch it is in.
+        let toMake = zip(jobs, items).filter { !$0.1.alreadyMade }.map(\.0)
+        guard !toMake.isEmpty else { return }
+        fprep_create_placeholders(toMake, toMake.count, Int32(min(16, toMake.count)))
     }
 
     /// Renames each one made to its name, never over a file that appeared

@@ -685,6 +685,9 @@ struct SyncApplier {
     /// was found): only then may what stands at a move's new name be that
     /// run's doing.
     var resuming = false
+    /// Placeholders made while the deletions and moves go on, for the
+    /// batches below to claim (see `EarlyPlaceholders`).
+    private(set) var early: EarlyPlaceholders?
 
     init(replica: Replica, changes: ChangeSet, commitTime: Int64, anchor: String, index: Index,
          token: String, contentFetch: SyncContentFetch) throws {
@@ -825,6 +828,15 @@ struct SyncApplier {
     mutating func apply() throws -> SyncReport {
         var report = SyncReport()
         let root = replica.rootFolder
+        let odb = try replica.repository.objectDatabase()
+        // Not for a resumed sync, which may find the items of its killed run.
+        if !resuming {
+            early = EarlyPlaceholders(root: root, items: try EarlyPlaceholders.items(
+                for: changes, token: token, commitTime: commitTime, fetched: contentFetch.requested,
+                contains: { odb.contains($0) }, sizes: sizes))
+        }
+        // Also when a step below throws: no creation outlives the sync.
+        defer { early?.finish() }
 
         // 1. Deletions.
         for (path, old) in changes.deleted {
@@ -899,7 +911,6 @@ struct SyncApplier {
         //    symlinks need in one request, then write.
         var plans: [(ChangeSet.Update, Local)] = []
         var needed = Set<ObjectID>()
-        let odb = try replica.repository.objectDatabase()
         for update in changes.updated {
             let state = local(update.path, new: update.new)
             plans.append((update, state))
@@ -924,8 +935,10 @@ struct SyncApplier {
             if update.old == nil { report.added += 1 } else { report.changed += 1 }
             if update.new.mode.isFile { sizeDelta += max(0, try sizes(update.new.id)?.size ?? 0) }
             if needed.contains(update.new.id) {
+                early?.release(update.path)
                 afterFetch.append((update, state))
             } else if try !batch.take(update, state, applier: &self), try !replacements.take(update, state, applier: &self) {
+                early?.release(update.path)
                 if let kept = try applyUpdate(update, state) { report.keptLocal.append(kept) }
             }
         }
@@ -935,6 +948,7 @@ struct SyncApplier {
             // A file appeared where there was none: it steps aside.
             if let kept = try applyUpdate(ChangeSet.Update(path: job.path, new: job.entry, old: nil), .absent) { report.keptLocal.append(kept) }
         }
+        early?.removeUnclaimed()
         Trace.mark("placeholders")
         if contentFetch.started || !needed.isEmpty {
             do {
@@ -1533,7 +1547,9 @@ struct SyncApplier {
             guard !jobs.isEmpty else { return [] }
             let made = TemporaryPlaceholders(jobs.map {
                 TemporaryPlaceholders.Item(folder: $0.folder, temporary: $0.temporary, name: $0.path.name, mode: $0.entry.mode,
-                                           size: $0.size, blob: $0.entry.id, mtime: $0.mtime)
+                                           size: $0.size, blob: $0.entry.id, mtime: $0.mtime,
+                                           alreadyMade: applier.early?.claim($0.path, in: $0.folder, temporary: $0.temporary, mode: $0.entry.mode,
+                                                                             size: $0.size, blob: $0.entry.id, mtime: $0.mtime) == true)
             })
             made.create()
             // Watched by the agent (if one serves) before any program can open them by name.
@@ -1694,7 +1710,12 @@ struct SyncApplier {
         /// Makes them, has the agent watch them, then puts each in place.
         func run(applier: inout SyncApplier) throws -> [Skipped] {
             guard !queued.isEmpty else { return [] }
-            let made = TemporaryPlaceholders(queued.map(\.item))
+            let made = TemporaryPlaceholders(queued.map { placeholder in
+                var item = placeholder.item
+                item.alreadyMade = applier.early?.claim(placeholder.update.path, in: placeholder.folder, temporary: placeholder.temporary,
+                                                        mode: item.mode, size: item.size, blob: item.blob, mtime: item.mtime) == true
+                return item
+            })
             made.create()
             let errors = made.errors
             if let failed = errors.firstIndex(where: { $0 != 0 }) {
