@@ -196,6 +196,12 @@ final class StateStore {
 
     /// A reusable lookup for many blobs in a row.
     func blobInfoLookup() throws -> (ObjectID) throws -> BlobInfo? {
+        try Self.blobInfoLookup(on: database)
+    }
+
+    /// The same lookup on a connection of another thread's own (see
+    /// `EarlyPlaceholders`).
+    static func blobInfoLookup(on database: Database) throws -> (ObjectID) throws -> BlobInfo? {
         let statement = try database.prepare("SELECT size, mtime FROM blob_info WHERE oid = ?1")
         return { id in
             try statement.bind(.blob(id.bytes))

@@ -21,60 +21,76 @@ import Glibc
 /// removed. A sync killed meanwhile leaves temporaries of its token, which
 /// its resumption settles as any other (`SyncApplier.removeStaleTemporaries`).
 final class EarlyPlaceholders: @unchecked Sendable {
-    /// A placeholder to make: the item at `path` with `entry`'s blob and mode.
+    /// A placeholder to make: the item at `path` with `entry`'s blob and
+    /// mode, its size and date as the state database knows them (looked up
+    /// on the work's thread: on a cold disk each lookup waits for pages of
+    /// its own).
     struct Item {
         let path: RepoPath
         let entry: TreeEntry
         let temporary: [UInt8]
-        let size: Int64
-        let mtime: Int64
     }
 
     private let root: FolderHandle
     private let items: [Item]
-    /// Per item, the inode made (0: not made). Written on the work's
-    /// threads, one slot each; read only after `work` is waited for.
+    /// Per item, the inode made (0: not made) and the size and date it was
+    /// made with. Written on the work's thread; read only after `work` is
+    /// waited for.
     private let inodes: UnsafeMutableBufferPointer<UInt64>
+    private let made: UnsafeMutableBufferPointer<(size: Int64, mtime: Int64)>
     private var work: BackgroundWork?
     private var byPath: [RepoPath: Int] = [:]
     /// Items claimed by a batch or removed.
     private var settled: Set<Int> = []
 
-    /// Starts making `items` (none: nothing to do).
-    init(root: FolderHandle, items: [Item]) {
+    /// Starts making `items` (none: nothing to do), their sizes and dates
+    /// from the state database at `databasePath` (none known: 0 bytes and
+    /// `commitTime`, as the batches make them).
+    init(root: FolderHandle, items: [Item], databasePath: String, commitTime: Int64) {
         self.root = root
         self.items = items
         inodes = .allocate(capacity: max(items.count, 1))
         inodes.initialize(repeating: 0)
+        made = .allocate(capacity: max(items.count, 1))
+        made.initialize(repeating: (0, 0))
         for (i, item) in items.enumerated() { byPath[item.path] = i }
         guard !items.isEmpty else { return }
-        let inodes = inodes, items = items, rootFD = root.fd
+        let inodes = inodes, made = made, items = items, rootFD = root.fd
         // One thread: more would take the disk and the journal from the
         // deletions and moves they run beside (measured: 2 or 8 threads
         // made the sync no faster, or slower, than one).
         work = BackgroundWork {
-            for i in items.indices { inodes[i] = Self.make(items[i], rootFD: rootFD) }
+            let sizes = try StateStore.blobInfoLookup(on: try Database(path: databasePath))
+            // In the order of the table's keys: neighbours share pages.
+            for i in items.indices.sorted(by: { items[$0].entry.id < items[$1].entry.id }) {
+                let info = try sizes(items[i].entry.id)
+                made[i] = (max(info?.size ?? 0, 0), info?.mtime ?? commitTime)
+            }
+            for i in items.indices {
+                inodes[i] = Self.make(items[i], size: made[i].size, mtime: made[i].mtime, rootFD: rootFD)
+            }
         }
     }
 
     deinit {
         try? work?.wait()
         inodes.deallocate()
+        made.deallocate()
     }
 
     /// Makes one placeholder in its folder, opened beneath the root (never
     /// through a symlink); its inode, or 0 when it could not be made.
-    private static func make(_ item: Item, rootFD: Int32) -> UInt64 {
+    private static func make(_ item: Item, size: Int64, mtime: Int64, rootFD: Int32) -> UInt64 {
         let parent = item.path.parent
         let folder = parent.isRoot ? rootFD : fprep_open_beneath(rootFD, cPath(parent.bytes), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)
         guard folder >= 0 else { return 0 }
         defer { if !parent.isRoot { close(folder) } }
-        var made = stat()
+        var info = stat()
         let created = item.entry.id.bytes.withUnsafeBufferPointer { id in
             fprep_create_placeholder(folder, cPath(item.temporary), item.entry.mode == .executable ? 0o777 : 0o666,
-                                     off_t(item.size), id.baseAddress, id.count, item.mtime, 0, &made)
+                                     off_t(size), id.baseAddress, id.count, mtime, 0, &info)
         }
-        return created == 0 ? UInt64(made.st_ino) : 0
+        return created == 0 ? UInt64(info.st_ino) : 0
     }
 
     /// Waits for the work (once).
@@ -91,8 +107,8 @@ final class EarlyPlaceholders: @unchecked Sendable {
         guard let i = byPath[path], !settled.contains(i) else { return false }
         finish()
         let item = items[i]
-        guard inodes[i] != 0, item.temporary == temporary, item.entry.mode == mode, item.size == size, item.entry.id == blob,
-              item.mtime == mtime, folder.stat(name: temporary).map({ $0.isRegular && UInt64($0.inode) == inodes[i] }) == true
+        guard inodes[i] != 0, item.temporary == temporary, item.entry.mode == mode, made[i].size == size, item.entry.id == blob,
+              made[i].mtime == mtime, folder.stat(name: temporary).map({ $0.isRegular && UInt64($0.inode) == inodes[i] }) == true
         else {
             remove(i)
             return false
@@ -133,8 +149,7 @@ final class EarlyPlaceholders: @unchecked Sendable {
     /// version and new one are files, and added files, that become
     /// placeholders (not a rule file the scan reads, no content fetched or
     /// held for them) at paths no deletion, move or new folder touches.
-    static func items(for changes: ChangeSet, token: String, commitTime: Int64, fetched: Set<ObjectID>,
-                      contains: (ObjectID) -> Bool, sizes: (ObjectID) throws -> BlobInfo?) throws -> [Item] {
+    static func items(for changes: ChangeSet, token: String, fetched: Set<ObjectID>, contains: (ObjectID) -> Bool) -> [Item] {
         var touched = Set(changes.deleted.map(\.path))
         for move in changes.moved {
             touched.insert(move.from)
@@ -156,9 +171,7 @@ final class EarlyPlaceholders: @unchecked Sendable {
                   temporaries[temporary(update.path)] == 1 else { continue }
             // An added file whose content is here already gets it (`writesContent`).
             if update.old == nil, contains(new.id) { continue }
-            let info = try sizes(new.id)
-            items.append(Item(path: update.path, entry: new, temporary: ContentOperations.temporaryName(for: update.path.name, token: token),
-                              size: max(info?.size ?? 0, 0), mtime: info?.mtime ?? commitTime))
+            items.append(Item(path: update.path, entry: new, temporary: ContentOperations.temporaryName(for: update.path.name, token: token)))
         }
         return items
     }

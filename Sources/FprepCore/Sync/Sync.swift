@@ -831,9 +831,9 @@ struct SyncApplier {
         let odb = try replica.repository.objectDatabase()
         // Not for a resumed sync, which may find the items of its killed run.
         if !resuming {
-            early = EarlyPlaceholders(root: root, items: try EarlyPlaceholders.items(
-                for: changes, token: token, commitTime: commitTime, fetched: contentFetch.requested,
-                contains: { odb.contains($0) }, sizes: sizes))
+            early = EarlyPlaceholders(root: root, items: EarlyPlaceholders.items(for: changes, token: token, fetched: contentFetch.requested,
+                                                                               contains: { odb.contains($0) }),
+                                      databasePath: replica.store.database.path, commitTime: commitTime)
         }
         // Also when a step below throws: no creation outlives the sync.
         defer { early?.finish() }
