@@ -230,6 +230,28 @@ public final class Index {
 
     /// The position of the first entry whose path starts with `prefix`, or
     /// nil when none does.
+    /// Every entry whose path starts with `prefix` (a folder's, with its
+    /// slash), in path order, the edits not merged yet included, without
+    /// merging them: a merge copies every entry's slot (4 MB at 10^6
+    /// entries, 3–5 ms), and a sync that moves a folder between its other
+    /// edits would pay one more.
+    public func entries(withPrefix prefix: [UInt8]) -> [IndexEntry] {
+        var found: [IndexEntry] = []
+        var position = prefix.withUnsafeBufferPointer { lowerBound($0) }
+        while position < slots.count, withPath(slots[position], { $0.starts(with: prefix) }) {
+            let entry = decode(slots[position])
+            if pending[entry.path] == nil { found.append(entry) }
+            position += 1
+        }
+        for (path, edit) in pending where path.starts(with: prefix) {
+            if case .put(let entry) = edit { found.append(entry) }
+        }
+        // Stable: a path's conflict stages keep their order.
+        return found.enumerated().sorted {
+            $0.element.path == $1.element.path ? $0.offset < $1.offset : $0.element.path.lexicographicallyPrecedes($1.element.path)
+        }.map(\.element)
+    }
+
     public func firstPosition(withPrefix prefix: [UInt8]) -> Int? {
         settle()
         let position = prefix.withUnsafeBufferPointer { lowerBound($0) }

@@ -42,6 +42,10 @@ import FprepModel
         }
     }
 
+    static func sortedPaths(_ entries: [IndexEntry]) -> [[UInt8]] {
+        entries.map(\.path).sorted { $0.lexicographicallyPrecedes($1) }
+    }
+
     static func entries(of index: Index) -> [IndexEntry] {
         (0..<index.count).compactMap { index.entry(at: $0) }
     }
@@ -275,6 +279,13 @@ import FprepModel
                         let found = index.entry(path: path(n))
                         #expect(found?.id == model[path(n)]?.id && found?.stat == model[path(n)]?.stat,
                                 "round \(round), batch \(batch): lookup of \(String(decoding: path(n), as: UTF8.self))")
+                    }
+                    // A folder's entries, edits not merged yet included, without a merge.
+                    for prefix in ["d0/", "d3/", "d4/yyy", "d9/", "a"] {
+                        let listed = index.entries(withPrefix: Array(prefix.utf8))
+                        let expected = model.values.filter { $0.path.starts(with: Array(prefix.utf8)) }
+                        #expect(Self.listing(listed) == Self.listing(Array(expected)) && listed.map(\.path) == Self.sortedPaths(expected),
+                                "round \(round), batch \(batch): entries under \(prefix)")
                     }
                     #expect(index.count == model.count, "round \(round), batch \(batch): count")
                 }

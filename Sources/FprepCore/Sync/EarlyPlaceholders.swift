@@ -3,14 +3,14 @@ import FprepGit
 import Glibc
 
 /// The placeholders of changed and added files, made under their temporary
-/// names on other threads while the sync's own thread works through the
-/// deletions and moves.
+/// names on a thread of their own while the sync's thread works through
+/// the deletions and moves.
 ///
 /// On a cold disk each new file waits for reads of its own (its folder's
 /// inode, the inode bitmap of its block group). Made after the moves, the
-/// 60 placeholders of a change of 100 files in a tree of 10^6 cost the sync
-/// 15–25 ms even made together (`TemporaryPlaceholders`); made meanwhile,
-/// those waits overlap the moves' own.
+/// 61 placeholders of the benchmark's change of 100 files in a tree of 10^6
+/// cost the sync 12–20 ms even made together (`TemporaryPlaceholders`);
+/// made meanwhile, those waits overlap the moves' own.
 ///
 /// Only paths no other step of the change touches are made early: no
 /// deletion, move or new folder at or above them, so the steps before see

@@ -1287,15 +1287,7 @@ struct SyncApplier {
         // resumed sync comes here again, so a kill between is no gap).
         for location in try replica.store.moveHeld(from: move.from, to: move.to) { replica.excludeHeld(location) }
         // The index follows the folder: every entry below it changes path.
-        let prefix = move.from.bytes + [0x2F]
-        var moved: [IndexEntry] = []
-        if var position = index.firstPosition(withPrefix: prefix) {
-            while let entry = index.entry(at: position), entry.path.starts(with: prefix) {
-                moved.append(entry)
-                position += 1
-            }
-        }
-        for entry in moved {
+        for entry in index.entries(withPrefix: move.from.bytes + [0x2F]) {
             try index.remove(path: entry.path)
             var renamed = entry
             renamed.path = move.to.bytes + Array(entry.path.dropFirst(move.from.bytes.count))
@@ -1316,16 +1308,12 @@ struct SyncApplier {
     /// Whether every item the index has below the folder a move carries
     /// is already where the move puts it (see `moveFolder`).
     private func everyItemArrived(_ move: ChangeSet.Move) -> Bool {
-        let prefix = move.from.bytes + [0x2F]
-        guard var position = index.firstPosition(withPrefix: prefix) else { return false }
-        var any = false
-        while let entry = index.entry(at: position), entry.path.starts(with: prefix) {
+        let entries = index.entries(withPrefix: move.from.bytes + [0x2F])
+        for entry in entries {
             let path = RepoPath(bytes: move.to.bytes + Array(entry.path.dropFirst(move.from.bytes.count)))
             guard case .alreadyNew = local(path, new: TreeEntry(name: path.name, id: entry.id, mode: FileMode(raw: entry.mode))) else { return false }
-            any = true
-            position += 1
         }
-        return any
+        return !entries.isEmpty
     }
 
     private mutating func moveItem(_ move: ChangeSet.Move, source: RepoPath) throws -> Skipped? {
