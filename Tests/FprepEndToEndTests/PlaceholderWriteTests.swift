@@ -34,6 +34,18 @@ extension Sandbox {
         guard result.status == 0 else { throw HarnessError("sh failed: \(result)") }
         return result
     }
+
+    /// A remote of the standard tree, a replica of it at `one` with
+    /// `materialized` materialized, and a full git clone at `full` to make
+    /// the remote's changes in.
+    func replicaBesideFullClone(materialized: [String] = []) throws -> (remote: Remote, one: String, full: String) {
+        let remote = try makeRemote()
+        let one = at("one"), full = at("full")
+        _ = try clone(remote.path, one)
+        if !materialized.isEmpty { try fprepOK(["materialize"] + materialized, cwd: one) }
+        try gitOK(["clone", "-q", remote.path, full])
+        return (remote, one, full)
+    }
 }
 
 /// The conflict copies in a tree listing (their names say so).
@@ -439,11 +451,7 @@ struct ModeTests {
     @Test("a change of mode here and of content there both land")
     func modeHereContentThere() throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let one = box.at("one"), full = box.at("full")
-            _ = try box.clone(remote.path, one)
-            try box.fprepOK(["materialize", "bin.dat"], cwd: one)
-            try box.gitOK(["clone", "-q", remote.path, full])
+            let (remote, one, full) = try box.replicaBesideFullClone(materialized: ["bin.dat"])
             try box.sh("printf 'x' >> bin.dat && git commit -qam edit && git push -q origin main", cwd: full)
             #expect(chmod(one + "/bin.dat", 0o755) == 0)
             let report = try box.fprepJSON(["sync"], cwd: one)

@@ -13,11 +13,7 @@ struct SyncWritesEveryWayTests {
     @Test("changed and added files, written every way in one sync, end right and leave no temporary", arguments: [false, true])
     func everyWayAtOnce(_ bothWays: Bool) throws {
         try withSandbox { box in
-            let remote = try box.makeRemote()
-            let one = box.at("one"), full = box.at("full")
-            _ = try box.clone(remote.path, one)
-            try box.fprepOK(["materialize", "docs/readme.md"], cwd: one)
-            try box.gitOK(["clone", "-q", remote.path, full])
+            let (_, one, full) = try box.replicaBesideFullClone(materialized: ["docs/readme.md"])
             try box.sh("""
                 printf 'remote#1\\n' >> a.txt && printf 'remote#2\\n' >> docs/readme.md && printf 'more' >> bin.dat && \
                 printf 'x' >> docs/deep/nested.txt && chmod +x empty.txt && printf 'new\\n' > docs/added.txt && \
