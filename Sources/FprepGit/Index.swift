@@ -228,8 +228,6 @@ public final class Index {
         return search(path) != nil
     }
 
-    /// The position of the first entry whose path starts with `prefix`, or
-    /// nil when none does.
     /// Every entry whose path starts with `prefix` (a folder's, with its
     /// slash), in path order, the edits not merged yet included, without
     /// merging them: a merge copies every entry's slot (4 MB at 10^6
@@ -252,6 +250,8 @@ public final class Index {
         }.map(\.element)
     }
 
+    /// The position of the first entry whose path starts with `prefix`, or
+    /// nil when none does.
     public func firstPosition(withPrefix prefix: [UInt8]) -> Int? {
         settle()
         let position = prefix.withUnsafeBufferPointer { lowerBound($0) }
@@ -341,15 +341,14 @@ public final class Index {
             return
         }
         let previousShared = storage.shared
+        // A split write keeps the shared file mapped: nothing to let go, so
+        // the read back can wait (see `writtenFileToAdopt`).
+        var readBackLater = false
         if splits {
             if let base = storage.shared, let changes = changes(since: base),
                (changes.added.count + changes.deleted.count) * 5 <= base.slots.count {
                 try writeSplit(base: base, added: changes.added, deleted: changes.deleted)
-                // The shared file stays the one mapped: nothing to let go.
-                stamp = FileStamp(path: filePath)
-                writtenFileToAdopt = true
-                SharedIndexFile.removeUnused(beside: filePath, current: base.path, replaced: previousShared?.path)
-                return
+                readBackLater = true
             } else {
                 try writeShared()
             }
@@ -357,7 +356,7 @@ public final class Index {
             try writeIndexFile { try writeEntries(to: $0) }
         }
         stamp = FileStamp(path: filePath)
-        adoptWrittenFile()
+        if readBackLater { writtenFileToAdopt = true } else { adoptWrittenFile() }
         SharedIndexFile.removeUnused(beside: filePath, current: storage.shared?.path, replaced: previousShared?.path)
     }
 

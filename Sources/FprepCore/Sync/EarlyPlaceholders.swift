@@ -159,19 +159,19 @@ final class EarlyPlaceholders: @unchecked Sendable {
         for folder in changes.addedFolders { touched.insert(folder.path) }
         // A long name's temporary is cut short to fit: two paths of a folder
         // may share one, and a step before would take it.
-        func temporary(_ path: RepoPath) -> RepoPath { path.parent.appending(ContentOperations.temporaryName(for: path.name, token: token)) }
+        func temporary(_ path: RepoPath) -> [UInt8] { ContentOperations.temporaryName(for: path.name, token: token) }
         var temporaries: [RepoPath: Int] = [:]
-        for path in changes.touchedPaths { temporaries[temporary(path), default: 0] += 1 }
+        for path in changes.touchedPaths { temporaries[path.parent.appending(temporary(path)), default: 0] += 1 }
         var items: [Item] = []
         for update in changes.updated {
-            let new = update.new
+            let new = update.new, name = temporary(update.path)
             guard new.mode == .blob || new.mode == .executable, update.old.map({ $0.mode.isFile }) ?? true,
                   !IgnoreRules.isRuleFile(update.path), !fetched.contains(new.id),
                   !touched.contains(update.path), !update.path.ancestors.contains(where: touched.contains),
-                  temporaries[temporary(update.path)] == 1 else { continue }
+                  temporaries[update.path.parent.appending(name)] == 1 else { continue }
             // An added file whose content is here already gets it (`writesContent`).
             if update.old == nil, contains(new.id) { continue }
-            items.append(Item(path: update.path, entry: new, temporary: ContentOperations.temporaryName(for: update.path.name, token: token)))
+            items.append(Item(path: update.path, entry: new, temporary: name))
         }
         return items
     }
