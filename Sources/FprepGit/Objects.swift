@@ -308,6 +308,17 @@ public final class Config {
     init(taking pointer: OpaquePointer) { self.pointer = pointer }
     deinit { git_config_free(pointer) }
 
+    /// The config file at `path` alone (a repository's own `config`, without
+    /// the user's and the system's): read without opening the repository;
+    /// wraps `git_config_open_ondisk`.
+    public convenience init(file path: String) throws {
+        LibGit2.ensure()
+        var cfg: OpaquePointer?
+        try check(git_config_open_ondisk(&cfg, path), "git_config_open_ondisk")
+        guard let cfg else { throw GitError(code: .notFound, message: "no config at \(path)", function: "git_config_open_ondisk") }
+        self.init(taking: cfg)
+    }
+
     /// The value of `name`, or nil when it is not set; wraps `git_config_get_string_buf`.
     public func string(_ name: String) throws -> String? {
         var buffer = git_buf()

@@ -285,6 +285,32 @@ public enum Transport {
     /// once; below it, the second request's start costs more than it saves.
     static let fetchedInTwoFrom = 256
 
+    /// The filter `fetchObjects` asks with. The named objects come whatever
+    /// it says (a filter leaves out only what the remote would find by
+    /// walking from them, and a blob leads nowhere); what it changes is the
+    /// remote's work. Its reachability bitmaps can answer `blob:none`, so
+    /// it loads them first (git's `pack-objects`: 27 ms of its CPU with
+    /// the bitmap cached, 49 ms cold, for 20 blobs of a 10^6-file tree),
+    /// where a tree depth above 0 is one they cannot answer, and it packs
+    /// the named objects at once (0.2 ms).
+    static let namedObjectsFilter = "tree:1"
+
+    /// What a remote that refuses tree filters gets instead (hosts that
+    /// allow blob filters only): git's own filter for a lazy fetch.
+    static let blobFilter = "blob:none"
+
+    /// Set in a replica's git config once its remote refused
+    /// `namedObjectsFilter`: its later fetches ask with this filter.
+    public static let namedObjectsFilterKey = "fprep.namedObjectsFilter"
+
+    /// The filter a replica's fetch of named objects asks with.
+    static func namedObjectsFilter(gitDirectory: String) -> String {
+        guard let chosen = try? Config(file: gitDirectory + "/config").string(namedObjectsFilterKey), !chosen.isEmpty else {
+            return namedObjectsFilter
+        }
+        return chosen
+    }
+
     /// Fetches the named objects (blob ids) from `origin` in one request
     /// (two at once for many), the way git's own promisor fetch does, but
     /// batched: one round trip for all of them. With `quarantine` (an
@@ -299,11 +325,35 @@ public enum Transport {
         try FileManager.default.createDirectory(atPath: packDirectory, withIntermediateDirectories: true)
         let before = Set((try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? [])
         let environment = quarantine.map { ["GIT_OBJECT_DIRECTORY": $0, "GIT_ALTERNATE_OBJECT_DIRECTORIES": gitDirectory + "/objects"] } ?? [:]
+        let filter = namedObjectsFilter(gitDirectory: gitDirectory)
+        do {
+            try fetchObjects(ids, gitDirectory: gitDirectory, filter: filter, environment: environment)
+        } catch is GitCommandError where filter != blobFilter {
+            // Asked again as git itself would ask: a remote may refuse tree
+            // filters (a git server with `uploadpackfilter.tree.allow` off or
+            // `uploadpackfilter.tree.maxDepth` 0, hosts that allow blob
+            // filters only), and says so in words of its own. When that
+            // request gets through, the refusal is kept, so the replica's
+            // later fetches ask once (`git config --unset` it to try again).
+            try fetchObjects(ids, gitDirectory: gitDirectory, filter: blobFilter, environment: environment)
+            try? Config(file: gitDirectory + "/config").set(namedObjectsFilterKey, blobFilter)
+        }
+        let after = (try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? []
+        return after.filter { !before.contains($0) }.sorted().map { packDirectory + "/" + $0 }
+    }
+
+    /// One fetch of `ids` with `filter`: in one request, or two at once.
+    private static func fetchObjects(_ ids: [ObjectID], gitDirectory: String, filter: String,
+                                     environment: [String: String]) throws {
+        // The filter as the remote's configured one, not `--filter`: git
+        // may keep an explicit one as the clone's filter for its later
+        // fetches (`remote.origin.partialclonefilter`; older versions
+        // overwrite the one set).
         let arguments = ["--git-dir=\(gitDirectory)",
                          "-c", "fetch.negotiationAlgorithm=noop", "-c", "gc.auto=0",
-                         "-c", "maintenance.auto=false",
+                         "-c", "maintenance.auto=false", "-c", "remote.origin.partialclonefilter=\(filter)",
                          "fetch", "--quiet", "origin", "--no-tags", "--no-write-fetch-head",
-                         "--recurse-submodules=no", "--filter=blob:none", "--stdin"]
+                         "--recurse-submodules=no", "--stdin"]
         @Sendable func request(_ ids: [ObjectID]) throws {
             var input = Data()
             for id in ids { input.append(contentsOf: Array((id.hex + "\n").utf8)) }
@@ -330,8 +380,6 @@ public enum Transport {
             try first.get()
             try second.withLock { $0 }?.get()
         }
-        let after = (try? FileManager.default.contentsOfDirectory(atPath: packDirectory)) ?? []
-        return after.filter { !before.contains($0) }.sorted().map { packDirectory + "/" + $0 }
     }
 }
 

@@ -376,4 +376,60 @@ import Testing
             try Transport.fetchObjects(ids + [absent], gitDirectory: clone, quarantine: scratch.path + "/quarantine-2")
         }
     }
+
+    /// Named objects are asked for with a tree filter (the remote's bitmaps
+    /// cannot answer it, so it does not load them): a remote that refuses
+    /// `blob:none` still sends them. A remote that refuses tree filters gets
+    /// git's own filter instead, and the replica keeps that it did; neither
+    /// changes the clone's own filter.
+    @Test func namedObjectsAreAskedWithATreeFilterAndGitsOwnWhereItIsRefused() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work", remote = scratch.path + "/remote.git"
+        try scratch.git(["init", "-q", "-b", "main", work])
+        for i in 0..<6 { try Data("file \(i)\n".utf8).write(to: URL(fileURLWithPath: work + "/f\(i).txt")) }
+        try scratch.git(["add", "."], in: work)
+        try scratch.git(["commit", "-q", "-m", "files"], in: work)
+        try scratch.git(["clone", "-q", "--bare", work, remote])
+        try scratch.git(["config", "uploadpack.allowFilter", "true"], in: remote)
+        try scratch.git(["config", "uploadpack.allowAnySHA1InWant", "true"], in: remote)
+        let ids = try scratch.git(["ls-tree", "-r", "--object-only", "HEAD"], in: remote)
+            .split(separator: "\n").map { try #require(ObjectID(hex: String($0))) }
+
+        func arrived(_ clone: String) throws -> Int {
+            let listed = try scratch.git(["--git-dir=" + clone, "rev-list", "--objects", "--missing=print", "HEAD"])
+            return ids.count - listed.split(separator: "\n").filter { $0.hasPrefix("?") }.count
+        }
+        func config(_ clone: String, _ key: String) throws -> String {
+            (try? scratch.git(["config", "--file", clone + "/config", key]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        }
+
+        // The clone first, then a remote that sends named objects only to a tree filter.
+        let clone = scratch.path + "/clone.git"
+        try scratch.git(["clone", "-q", "--bare", "--filter=blob:none", "file://" + remote, clone])
+        try scratch.git(["config", "uploadpackfilter.allow", "false"], in: remote)
+        try scratch.git(["config", "uploadpackfilter.tree.allow", "true"], in: remote)
+        try Transport.fetchObjects(Array(ids.prefix(3)), gitDirectory: clone)
+        #expect(try arrived(clone) == 3)
+        #expect(try config(clone, Transport.namedObjectsFilterKey) == "")
+        #expect(try config(clone, "remote.origin.partialclonefilter") == "blob:none")
+
+        // A remote that refuses tree filters: git's own filter, kept for later fetches.
+        try scratch.git(["config", "uploadpackfilter.allow", "true"], in: remote)
+        try scratch.git(["config", "uploadpackfilter.tree.allow", "false"], in: remote)
+        try Transport.fetchObjects(Array(ids.dropFirst(3).prefix(2)), gitDirectory: clone)
+        #expect(try arrived(clone) == 5)
+        #expect(try config(clone, Transport.namedObjectsFilterKey) == "blob:none")
+        #expect(Transport.namedObjectsFilter(gitDirectory: clone) == "blob:none")
+        // Asked with it alone from then on: a remote that now sends named
+        // objects only to a tree filter sends none.
+        try scratch.git(["config", "uploadpackfilter.allow", "false"], in: remote)
+        try scratch.git(["config", "uploadpackfilter.tree.allow", "true"], in: remote)
+        #expect(throws: GitCommandError.self) { try Transport.fetchObjects([ids[5]], gitDirectory: clone) }
+        #expect(try arrived(clone) == 5)
+        // Until the setting goes.
+        try scratch.git(["config", "--file", clone + "/config", "--unset", Transport.namedObjectsFilterKey])
+        try Transport.fetchObjects([ids[5]], gitDirectory: clone)
+        #expect(try arrived(clone) == 6)
+        #expect(try config(clone, "remote.origin.partialclonefilter") == "blob:none")
+    }
 }

@@ -136,6 +136,14 @@ package final class Database {
         return result
     }
 
+    /// Runs `body`'s writes in one transaction (or in the transaction
+    /// already open): one commit, one wait for the disk, where each
+    /// statement on its own would wait for it.
+    package func writing<R>(_ body: () throws -> R) throws -> R {
+        guard sqlite3_get_autocommit(handle) != 0 else { return try body() }
+        return try inTransaction("BEGIN IMMEDIATE", body)
+    }
+
     /// Runs `body` in one read transaction (or in the transaction already
     /// open): its reads see one state of the database, and SQLite takes its
     /// locks once instead of once a statement.

@@ -252,19 +252,22 @@ final class StateStore {
 
     /// Notes that an operation starts; the record stays until `endOperation`.
     func beginOperation(_ operation: String, payload: [UInt8]) throws -> Int64 {
-        // The token names the operation's temporary files; it is kept past
-        // the operation's end, so a temporary a killed run left where its
-        // recovery does not look (the user moved its folder) is still
-        // known as fprep's, never taken for a file of the user's.
-        if let token = ContentOperations.temporaryToken(ofOperation: operation, payload: payload) {
-            let kept = (try meta("recent_tokens") ?? "").split(separator: " ").suffix(31).map(String.init)
-            try setMeta("recent_tokens", (kept + [token]).joined(separator: " "))
+        // One commit for the token and the record: each waits for the disk.
+        try database.writing {
+            // The token names the operation's temporary files; it is kept past
+            // the operation's end, so a temporary a killed run left where its
+            // recovery does not look (the user moved its folder) is still
+            // known as fprep's, never taken for a file of the user's.
+            if let token = ContentOperations.temporaryToken(ofOperation: operation, payload: payload) {
+                let kept = (try meta("recent_tokens") ?? "").split(separator: " ").suffix(31).map(String.init)
+                try setMeta("recent_tokens", (kept + [token]).joined(separator: " "))
+            }
+            try database.prepare("INSERT INTO journal(operation, payload, started_at) VALUES(?1, ?2, ?3)")
+                .bind(.text(operation), .blob(payload), .int(Int64(Date().timeIntervalSince1970))).run()
+            let statement = try database.prepare("SELECT last_insert_rowid()")
+            _ = try statement.step()
+            return statement.int(0)
         }
-        try database.prepare("INSERT INTO journal(operation, payload, started_at) VALUES(?1, ?2, ?3)")
-            .bind(.text(operation), .blob(payload), .int(Int64(Date().timeIntervalSince1970))).run()
-        let statement = try database.prepare("SELECT last_insert_rowid()")
-        _ = try statement.step()
-        return statement.int(0)
     }
 
     func updateOperation(_ id: Int64, payload: [UInt8]) throws {

@@ -509,7 +509,10 @@ extension Replica {
         guard tip != known else { return }
         let entries = try SizeManifest.entries(repository, from: tip, stoppingAt: known)
         store.warmBlobInfo(entries.map(\.0))
-        try store.transaction {
+        // Not waited for: lost to a power cut with its tip, the same
+        // entries are read again; a record that waits (the sync's journal
+        // record, next) makes it durable too.
+        try store.transaction(durability: .whenWrittenOut) {
             try store.recordBlobInfo(entries)
             try store.setMeta("manifest_tip", tip.hex)
         }
