@@ -295,8 +295,8 @@ public enum Transport {
     /// the named objects at once (0.2 ms).
     static let namedObjectsFilter = "tree:1"
 
-    /// What a remote that refuses tree filters gets instead (hosts that
-    /// allow blob filters only): git's own filter for a lazy fetch.
+    /// What a remote that refuses tree filters gets instead: git's own
+    /// filter for a lazy fetch.
     static let blobFilter = "blob:none"
 
     /// Set in a replica's git config once its remote refused
@@ -331,8 +331,8 @@ public enum Transport {
         } catch is GitCommandError where filter != blobFilter {
             // Asked again as git itself would ask: a remote may refuse tree
             // filters (a git server with `uploadpackfilter.tree.allow` off or
-            // `uploadpackfilter.tree.maxDepth` 0, hosts that allow blob
-            // filters only), and says so in words of its own. When that
+            // `uploadpackfilter.tree.maxDepth` 0, a host that allows only
+            // some filters), and says so in words of its own. When that
             // request gets through, the refusal is kept, so the replica's
             // later fetches ask once (`git config --unset` it to try again).
             try fetchObjects(ids, gitDirectory: gitDirectory, filter: blobFilter, environment: environment)
