@@ -293,20 +293,20 @@ public enum Transport {
     /// the bitmap cached, 49 ms cold, for 20 blobs of a 10^6-file tree),
     /// where a tree depth above 0 is one they cannot answer, and it packs
     /// the named objects at once (0.2 ms).
-    static let namedObjectsFilter = "tree:1"
+    static let treeFilter = "tree:1"
 
     /// What a remote that refuses tree filters gets instead: git's own
     /// filter for a lazy fetch.
     static let blobFilter = "blob:none"
 
-    /// Set in a replica's git config once its remote refused
-    /// `namedObjectsFilter`: its later fetches ask with this filter.
+    /// Set in a replica's git config once its remote refused `treeFilter`:
+    /// its later fetches ask with this filter.
     public static let namedObjectsFilterKey = "fprep.namedObjectsFilter"
 
     /// The filter a replica's fetch of named objects asks with.
     static func namedObjectsFilter(gitDirectory: String) -> String {
         guard let chosen = try? Config(file: gitDirectory + "/config").string(namedObjectsFilterKey), !chosen.isEmpty else {
-            return namedObjectsFilter
+            return treeFilter
         }
         return chosen
     }
