@@ -283,13 +283,7 @@ public final class Replica {
             return (0..<index.count).compactMap { index.entry(at: $0) }
         }
         if let exact = index.entry(path: item.bytes) { return [exact] }
-        let prefix = item.bytes + [0x2F]
-        guard var position = index.firstPosition(withPrefix: prefix) else { throw FprepError.notInReplica(shown) }
-        var result: [IndexEntry] = []
-        while let entry = index.entry(at: position), entry.path.starts(with: prefix) {
-            result.append(entry)
-            position += 1
-        }
+        let result = index.entries(withPrefix: item.bytes + [0x2F])
         if result.isEmpty { throw FprepError.notInReplica(shown) }
         return result
     }
