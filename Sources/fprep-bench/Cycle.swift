@@ -73,7 +73,7 @@ struct Cycle {
 
         log("git clone --filter=blob:none --no-checkout")
         let clone = try timed(Command(["git", "-c", "gc.auto=0", "clone", "-q", "--filter=blob:none",
-                                       "--no-checkout", url, gitClone]))
+                                       "--no-checkout", url, gitClone]), warm: [Self.warmGit])
         log("create \(tree.count) placeholders")
         quiesce()
         let create = try floors.createPlaceholders(root: floorRoot, entries: tree)
@@ -82,7 +82,7 @@ struct Cycle {
         log("punch \(sample.count) files back to holes")
         try floors.fill(root: floorRoot, entries: sample)
         let punch = try timed(Command([PunchFloor.executable, PunchFloor.mode, floorRoot, sampleListPath]),
-                              warm: [PunchFloor.executable, PunchFloor.mode])
+                              warm: [[PunchFloor.executable, PunchFloor.mode]])
         try remove([floorRoot])
 
         log("git fetch of \(sample.count) blobs + checkout")
@@ -91,7 +91,7 @@ struct Cycle {
         let fetch = try timed(Command(["git", "-C", gitClone, "-c", "gc.auto=0", "-c", "fetch.negotiationAlgorithm=noop",
                                        "fetch", "-q", "origin", "--no-tags", "--no-write-fetch-head",
                                        "--recurse-submodules=no", "--filter=blob:none", "--stdin"],
-                                      input: .bytes(sampleBlobs)), warm: ["git", "--version"])
+                                      input: .bytes(sampleBlobs)), warm: [Self.warmGit])
         let checkout = try subprocess.run(Command(["git", "-C", gitClone, "-c", "gc.auto=0", "checkout", "HEAD",
                                                    "--pathspec-from-file=\(sampleListPath)"],
                                                   environment: ["GIT_NO_LAZY_FETCH": "1"])).seconds
@@ -111,7 +111,7 @@ struct Cycle {
             let traceFile = "\(work)/fprep-trace.txt"
             func traced(_ step: Int, _ argv: [String]) throws -> Double {
                 unlink(traceFile)
-                let seconds = try timed(Command(argv, environment: ["FPREP_TRACE": traceFile]), warm: [fprep, "--version"])
+                let seconds = try timed(Command(argv, environment: ["FPREP_TRACE": traceFile]), warm: [[fprep, "--version"], Self.warmGit])
                 let lines = ((try? String(contentsOfFile: traceFile, encoding: .utf8)) ?? "").split(separator: "\n")
                 peaks[step] = lines.last { $0.hasPrefix("trace: peak memory ") }
                     .flatMap { Int($0.dropFirst("trace: peak memory ".count).split(separator: " ").first ?? "") }
@@ -148,15 +148,21 @@ struct Cycle {
     }
 
     /// Seconds a command takes from a quiet, cold start: cold data, and
-    /// the program's binary (`warm`, run first) as a user who runs it often
-    /// has it. Dropped with the rest, a 150 MB static binary reads 64 MB
-    /// at its start (8 MB of read-ahead per fault on this disk): 0.1 s that
-    /// says nothing about the work, and that git's 4 MB binary hardly pays.
-    private func timed(_ command: Command, warm: [String]? = nil) throws -> Double {
+    /// the binaries of the programs it runs (`warm`, each run first) as a
+    /// user who runs them often has them: git's for every step, fprep's
+    /// too for fprep's, which runs git. Dropped with the rest, a 150 MB
+    /// static binary reads 64 MB at its start (8 MB of read-ahead per fault
+    /// on this disk): 0.1 s that says nothing about the work.
+    private func timed(_ command: Command, warm: [[String]]) throws -> Double {
         quiesce()
-        if let warm { _ = try? subprocess.run(Command(warm)) }
+        for program in warm { _ = try? subprocess.run(Command(program)) }
         return try subprocess.run(command).seconds
     }
+
+    /// git's binary, warmed before every timed step: the floors run git, and
+    /// so does fprep (a step that left it cold paid its reads from disk
+    /// behind the step's own, 10–17 ms at the start of a cold `sync`).
+    static let warmGit = ["git", "--version"]
 
     /// sync, then (as root) drop the page, dentry and inode caches.
     private func quiesce() {

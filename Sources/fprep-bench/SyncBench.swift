@@ -21,8 +21,9 @@ struct SyncBench: ParsableCommand {
         modified, renamed and deleted ones) and one `git clone --filter=blob:none \
         --no-checkout` per run (WORK/sync-git-N-R). Then the mutation is published: \
         main moves with `git update-ref` and `fprep hook post-receive` gets the line \
-        git would give it. Timed, after `sync`, (as root) dropped caches and one \
-        untimed `--version` of the step's program (its binary warm, its data cold): the floor \
+        git would give it. Timed, after `sync`, (as root) dropped caches and an \
+        untimed `--version` of the step's programs (git's, and fprep's for fprep's steps, \
+        which run git: their binaries warm, their data cold): the floor \
         of sync (`git fetch` blob:none in the clone + `git diff-tree -r -M100%` + one \
         sparse file with one xattr per added or modified path + `git fetch` of the new \
         blobs of the modified files the replica has materialized, in one request), \

@@ -225,11 +225,13 @@ struct SyncCycle {
     }
 
     /// A command's output, timed from a quiet, cold start: the data cold,
-    /// the program's binary warm (its `--version` run first), as for a user
-    /// who runs it often (see the default mode's `Cycle.timed`).
+    /// the binaries of the programs it runs warm (`--version` of each run
+    /// first: the step's program and git, which fprep runs too), as for a
+    /// user who runs them often (see the default mode's `Cycle.timed`).
     private func timed(_ command: Command) throws -> ProcessOutput {
         settle(dropCaches: dropCaches)
-        if let program = command.argv.first { _ = try? subprocess.run(Command([program, "--version"])) }
+        if let program = command.argv.first, program != "git" { _ = try? subprocess.run(Command([program, "--version"])) }
+        _ = try? subprocess.run(Command(Cycle.warmGit))
         return try subprocess.run(command)
     }
 
