@@ -25,8 +25,8 @@ struct Bench: ParsableCommand {
         sample's files to holes (fallocate PUNCH_HOLE) in a tree of N files, the \
         sample with content (evict). Before each timed step the previous clones are \
         removed, `sync` runs and, as root, caches are dropped; then the step's \
-        programs run once untimed (`--version`: git's, and fprep's for fprep's steps, \
-        which run git too), so their binaries are warm and their data cold, as for a \
+        programs run once untimed (`--version`: git's where the step runs git, fprep's \
+        too for fprep's steps, which run git; the punch floor's own), so their binaries are warm and their data cold, as for a \
         user who runs them often. The floors run first, \
         then fprep, each phase in a WORK emptied of clones; the replica (or, with \
         --skip-fprep, the git clone) is left in WORK for inspection until the next run.

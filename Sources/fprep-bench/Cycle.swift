@@ -149,8 +149,8 @@ struct Cycle {
 
     /// Seconds a command takes from a quiet, cold start: cold data, and
     /// the binaries of the programs it runs (`warm`, each run first) as a
-    /// user who runs them often has them: git's for every step, fprep's
-    /// too for fprep's, which runs git. Dropped with the rest, a 150 MB
+    /// user who runs them often has them: git's for every step that runs
+    /// git (fprep's steps do, beside fprep's own). Dropped with the rest, a 150 MB
     /// static binary reads 64 MB at its start (8 MB of read-ahead per fault
     /// on this disk): 0.1 s that says nothing about the work.
     private func timed(_ command: Command, warm: [[String]]) throws -> Double {
@@ -159,7 +159,7 @@ struct Cycle {
         return try subprocess.run(command).seconds
     }
 
-    /// git's binary, warmed before every timed step: the floors run git, and
+    /// git's binary, warmed before every timed step that runs git: the floors, and
     /// so does fprep (a step that left it cold paid its reads from disk
     /// behind the step's own, 10–17 ms at the start of a cold `sync`).
     static let warmGit = ["git", "--version"]
