@@ -449,16 +449,18 @@ extension IndexStorage {
         // `add_index_entry` does).
         var inserts: [(before: Int, slot: Int32)] = []
         inserts.reserveCapacity(added.count)
-        for slot in added {
-            var low = 0, high = sharedCount
-            if let fences {
-                // Its fence run, with slack for other stages of one path
-                // (see `LookupFences`), read in one request.
-                let run = fences.sharedCandidates(for: merged.path(at: Int(slot)), count: sharedCount)
-                (low, high) = (run.lowerBound, run.upperBound)
-                // Where they are in the file, replaced or not.
-                if low < high { willNeed(Int(sharedSlots[low]), Int(sharedSlots[high - 1]) + IndexStorage.entryReach) }
-            }
+        // Each added entry's fence run, with slack for other stages of one
+        // path (see `LookupFences`), all asked for before the first is
+        // searched: asked for and searched one by one, each waited for its
+        // own read (1,000 added entries of a cold shared index at 10^6:
+        // most of an evict's 0.24 s read of the index).
+        let runs = added.map { slot in fences.map { $0.sharedCandidates(for: merged.path(at: Int(slot)), count: sharedCount) } ?? 0..<sharedCount }
+        if fences != nil {
+            // Where they are in the file, replaced or not.
+            for run in runs where !run.isEmpty { willNeed(Int(sharedSlots[run.lowerBound]), Int(sharedSlots[run.upperBound - 1]) + IndexStorage.entryReach) }
+        }
+        for (slot, run) in zip(added, runs) {
+            var (low, high) = (run.lowerBound, run.upperBound)
             while low < high {
                 let middle = (low + high) / 2
                 if order(slots[middle], slot) < 0 { low = middle + 1 } else { high = middle }

@@ -78,6 +78,8 @@ struct ContentOperations {
 
     /// The file entries named by `items` (folders expanded), each once.
     private func fileEntries(_ items: [(RepoPath, String)], index: Index) throws -> [IndexEntry] {
+        // On a cold index each lookup would wait for its own read.
+        index.willLookUp(items.map(\.0.bytes))
         var seen = Set<[UInt8]>()
         var result: [IndexEntry] = []
         for (item, shown) in items {
@@ -126,7 +128,6 @@ struct ContentOperations {
         }
 
         let index = try replica.repository.index()
-        index.willLookUp(items.map(\.0.bytes))
         let entries: [IndexEntry]
         do {
             entries = try fileEntries(items, index: index)
