@@ -26,6 +26,25 @@ struct PlaceholderLayout {
     /// (which may still be fetching them) is asked at the first one.
     func layOut(_ walk: TreeWalk, plan: LayoutPlan, index: IndexStream,
                 symlinkTargets: () throws -> [ObjectID: [UInt8]]) throws {
+        // Every folder before any file, as `mkdir -p` of the tree would:
+        // ext4 gives a new folder an inode beside the last ones it gave
+        // out, so the folders' inodes end up together, 512 to a read of the
+        // inode table on a cold cache, where made during the walk they lay
+        // among their files'. In a replica of 10^6 files, cold lookups of
+        // the 963 folders of 1,000 scattered files took 4,953–4,994 reads
+        // (144 MB, 134–145 ms) with the folders made during the walk, and
+        // 2,388–2,421 (29 MB, 46–53 ms) with them made first.
+        let foldersFirst = plan.folderPaths.count == plan.folders
+        if foldersFirst {
+            let made = ProgressCounter(total: plan.folders, progress: progress, phase: "making folders")
+            var since = 0
+            for folder in plan.folderPaths {
+                try makeFolder(folder)
+                since += 1
+                if since == 1024 { made.add(since); since = 0 }
+            }
+            made.add(since)
+        }
         let counter = ProgressCounter(total: plan.files, progress: progress)
         let failures = FirstFailure()
         let queue = BatchQueue<PlaceholderBatch>(depth: Self.queueDepth)
@@ -58,7 +77,7 @@ struct PlaceholderLayout {
                 if let error = failures.first { throw error }
                 switch step {
                 case .folder(let path):
-                    try makeFolder(path)
+                    if !foldersFirst { try makeFolder(path) }
                 case .entry(let entry):
                     switch entry.kind {
                     case .file:
