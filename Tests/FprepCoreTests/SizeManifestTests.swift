@@ -61,6 +61,33 @@ import FprepGit
         #expect(try SizeManifest.entries(repository, from: tip, stoppingAt: small).count == count)
     }
 
+    /// Ids spread over every first byte, some sharing their first two: each
+    /// listed one is found with its own line, the first of two for one id;
+    /// an unlisted one (one byte off, or in a prefix nobody has) is not.
+    @Test func theSizeTableFindsEveryListedIdAndNoOther() throws {
+        var generator = SystemRandomNumberGenerator()
+        func random() -> [UInt8] { (0..<20).map { _ in UInt8.random(in: 0...255, using: &generator) } }
+        var listed: [(ObjectID, BlobInfo)] = []
+        for i in 0..<3000 {
+            var bytes = random()
+            if i % 3 == 0 { bytes[0] = 0x7F; bytes[1] = 0x00 }  // many in one prefix
+            if i == 1 { bytes = [UInt8](repeating: 0, count: 20) }
+            if i == 2 { bytes = [UInt8](repeating: 0xFF, count: 20) }
+            listed.append((try #require(ObjectID(bytes: bytes)), BlobInfo(size: Int64(i), mtime: 7)))
+        }
+        // In no order, then a later line for one id.
+        let table = BlobSizeTable(listed.shuffled(using: &generator) + [(listed[5].0, BlobInfo(size: -5, mtime: 9))])
+        for (id, info) in listed {
+            #expect(table[id] == info, "\(id)")
+            var bytes = id.bytes
+            bytes[19] ^= 0x01
+            let neighbour = try #require(ObjectID(bytes: bytes))
+            if !listed.contains(where: { $0.0 == neighbour }) { #expect(table[neighbour] == nil) }
+        }
+        #expect(table[try #require(ObjectID(bytes: [0x7F, 0x01] + [UInt8](repeating: 0, count: 18)))] == nil)
+        #expect(BlobSizeTable()[listed[0].0] == nil)
+    }
+
     @Test func aLargeTreeIsListedInCommitsOfBoundedSize() throws {
         let folder = NSTemporaryDirectory() + "fprep-manifest-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: folder) }

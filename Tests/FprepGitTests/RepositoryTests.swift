@@ -30,6 +30,28 @@ import Testing
         #expect(ObjectID.zero.isZero)
     }
 
+    /// Ids order and compare as their bytes do (their hex text's order),
+    /// whichever byte differs: the first, one inside, the last.
+    @Test func objectIDsOrderByTheirBytes() throws {
+        var generator = SystemRandomNumberGenerator()
+        var ids = (0..<400).map { _ in ObjectID(bytes: (0..<20).map { _ in UInt8.random(in: 0...255, using: &generator) })! }
+        let base = ids[0].bytes
+        for position in [0, 7, 8, 15, 16, 19] {
+            for delta in [-1, 1] where Int(base[position]) + delta >= 0 && Int(base[position]) + delta <= 255 {
+                var bytes = base
+                bytes[position] = UInt8(Int(base[position]) + delta)
+                ids.append(try #require(ObjectID(bytes: bytes)))
+            }
+        }
+        for a in ids.prefix(50) {
+            for b in ids {
+                #expect((a < b) == (a.hex < b.hex), "\(a) < \(b)")
+                #expect((a == b) == (a.hex == b.hex))
+            }
+        }
+        #expect(ids.sorted().map(\.hex) == ids.map(\.hex).sorted())
+    }
+
     /// The quick check of bytes from the object database agrees with git's
     /// own hashing on sizes around SHA-1's 64-byte blocks and the empty
     /// blob, and a changed byte, a byte more or a byte less fails it.
