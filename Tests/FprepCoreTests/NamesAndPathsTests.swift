@@ -4,14 +4,25 @@ import Testing
 
 @Suite struct NamesAndPathsTests {
     @Test(arguments: ["..", ".", ".git", ".GIT", ".Git.", ".git ", "git~1", ".fprep", ".FPREP", "a/b", "",
-                      ".g\u{200C}it"])
+                      ".g\u{200C}it", "GIT~1", ".gIt. . ", ".fPrEp..", "\u{FEFF}.git", "g\u{200D}it~1"])
     func refusesNamesThatCouldEscapeOrReachState(name: String) {
         #expect(EntryNameCheck.problem(with: Array(name.utf8)) != nil)
     }
 
-    @Test(arguments: ["a", "...", ".gitignore", ".gitmodules", "git", "fprep", "x.git", "..a", "über"])
+    @Test(arguments: ["a", "...", ".gitignore", ".gitmodules", "git", "fprep", "x.git", "..a", "über", "Git", "g", ".gi", "git~2", ".gitx", ". git"])
     func acceptsOrdinaryNames(name: String) {
         #expect(EntryNameCheck.problem(with: Array(name.utf8)) == nil)
+    }
+
+    /// ASCII names are folded without a String: the same as with one, on
+    /// names made of the bytes that matter (case, dots, spaces, '~').
+    @Test func asciiFoldingAgreesWithTextFolding() {
+        let alphabet = Array(".gGiItT~1 fFpPrReE-x".utf8)
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 {
+            let name = (0..<Int.random(in: 1...8, using: &generator)).map { _ in alphabet.randomElement(using: &generator)! }
+            #expect(EntryNameCheck.foldedForComparison(name) == EntryNameCheck.foldedAsText(name), "\(String(decoding: name, as: UTF8.self))")
+        }
     }
 
     /// What a user's path may skip the general resolution with: only a path

@@ -121,6 +121,10 @@ public enum EntryNameCheck {
         if name.contains(0) { return "a name containing NUL" }
         // NAME_MAX: no file system here takes a longer name.
         if name.count > maxNameLength { return "a name longer than \(maxNameLength) bytes" }
+        // No reserved name folds from one that starts with an ASCII byte
+        // other than '.', 'g' and 'G' (the code points folding drops are not
+        // ASCII): most names need no folding (a clone checks 10^6 twice).
+        if let first = name.first, first < 0x80, first != 0x2E, first != 0x67, first != 0x47 { return nil }
         let folded = foldedForComparison(name)
         for reserved in ["git", "fprep"] {
             let dotted = Array(("." + reserved).utf8)
@@ -138,6 +142,17 @@ public enum EntryNameCheck {
     /// zero-width code points HFS+ ignores, so every spelling of `.git` that
     /// some file system would treat as `.git` compares equal to it.
     static func foldedForComparison(_ name: [UInt8]) -> [UInt8] {
+        if name.allSatisfy({ $0 < 0x80 }) {
+            // ASCII: the same folding without a String.
+            var end = name.count
+            while end > 0, name[end - 1] == 0x2E || name[end - 1] == 0x20 { end -= 1 }
+            return name[..<end].map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }
+        }
+        return foldedAsText(name)
+    }
+
+    /// The folding, done on the name as Unicode text.
+    static func foldedAsText(_ name: [UInt8]) -> [UInt8] {
         var text = String(decoding: name, as: UTF8.self).unicodeScalars.filter { scalar in
             !ignorableScalars.contains(scalar.value)
         }.map { Character($0) }
