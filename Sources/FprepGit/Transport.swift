@@ -12,8 +12,10 @@ public enum Transport {
     /// Clones `url` without blobs and without a checkout: commits and trees
     /// only. The git directory is `gitDirectory`; `scratchWorkTree` is an
     /// empty folder git needs for the clone and that the caller removes.
+    /// With `refsFetchedBeside`, fprep's refs are left to `fetchFprepRefs`
+    /// and `adoptFprepRefs`, which the caller runs beside this.
     public static func blobless(clone url: String, gitDirectory: String, scratchWorkTree: String,
-                                branch: String?, showProgress: Bool) throws {
+                                branch: String?, showProgress: Bool, refsFetchedBeside: Bool = false) throws {
         // One branch: a broken branch the replica does not follow (a tree
         // missing on the remote) never fails its clone.
         var arguments = ["clone", "--filter=blob:none", "--no-checkout", "--no-tags", "--single-branch",
@@ -26,8 +28,60 @@ public enum Transport {
         try GitCommand.run(arguments, showProgress: showProgress)
         // A single-branch clone fetches no other refspec: fprep's refs (the
         // size manifest, the remote's info) come in a fetch of their own.
+        if refsFetchedBeside { return }
         try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                             "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
+    }
+
+    /// Whether fprep's refs may be fetched beside a clone of `url` (see
+    /// `fetchFprepRefs`): not over ssh (or a remote helper's `x::address`),
+    /// which may ask for a passphrase on the terminal itself, where two
+    /// questions at once would interleave. git asks for nothing (fprep runs
+    /// it with GIT_TERMINAL_PROMPT=0).
+    public static func fetchesRefsBeside(_ url: String) -> Bool {
+        if url.contains("::") { return false }
+        if let scheme = url.firstRange(of: "://") { return !url[..<scheme.lowerBound].lowercased().contains("ssh") }
+        if let colon = url.firstIndex(of: ":"), !url[..<colon].contains("/") { return false }  // host:path (ssh)
+        return true
+    }
+
+    /// Fetches fprep's refs from `url` as a clone's second fetch does (see
+    /// `blobless`), into a new repository at `side` of their own, so it can
+    /// run while the clone does: at 10^6 files the fetch after the clone
+    /// took 0.76–1.0 s beside the clone's 1.3 s. Every object comes in a
+    /// pack (none loose), which `adoptFprepRefs` moves into the clone.
+    public static func fetchFprepRefs(url: String, into side: String) throws {
+        _ = try Repository(creatingBareAt: side, initialBranch: "main")
+        try GitCommand.run(["--git-dir=\(side)", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "fetch.unpackLimit=1",
+                            "-c", "remote.origin.url=\(transportURL(url))", "-c", "remote.origin.promisor=true",
+                            "-c", "remote.origin.partialclonefilter=blob:none",
+                            "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
+    }
+
+    /// Moves what `fetchFprepRefs` brought into `side` into the clone at
+    /// `gitDirectory`: its packs (each index last, so no reader finds an
+    /// index without its pack), any loose object, then its refs.
+    public static func adoptFprepRefs(from side: String, into gitDirectory: String) throws {
+        func move(_ from: String, _ to: String) throws {
+            guard rename(from, to) == 0 else {
+                throw GitCommandError(arguments: ["rename", from, to], status: -1,
+                                      standardError: "fatal: cannot move \(from) into the clone: \(String(cString: strerror(errno)))")
+            }
+        }
+        let packs = side + "/objects/pack/"
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: packs)) ?? []).sorted { a, b in
+            (a.hasSuffix(".idx") ? 1 : 0, a) < (b.hasSuffix(".idx") ? 1 : 0, b)
+        }
+        for name in names where name.hasPrefix("pack-") { try move(packs + name, gitDirectory + "/objects/pack/" + name) }
+        for folder in (try? FileManager.default.contentsOfDirectory(atPath: side + "/objects")) ?? []
+        where folder.count == 2 && folder.allSatisfy(\.isHexDigit) {
+            try FileManager.default.createDirectory(atPath: gitDirectory + "/objects/" + folder, withIntermediateDirectories: true)
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: side + "/objects/" + folder)) ?? [] {
+                try move(side + "/objects/" + folder + "/" + name, gitDirectory + "/objects/" + folder + "/" + name)
+            }
+        }
+        let listed = try GitCommand.run(["--git-dir=\(side)", "for-each-ref", "--format=update %(refname) %(objectname)", "refs/remotes/origin-fprep/"])
+        if !listed.isEmpty { try GitCommand.run(["--git-dir=\(gitDirectory)", "update-ref", "--stdin"], input: listed) }
     }
 
     /// Whether the remote at `url` serves filtered fetches (partial clone),

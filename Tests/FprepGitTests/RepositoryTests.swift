@@ -363,6 +363,52 @@ import Testing
         #expect(Transport.transportURL("host:r.git") == "host:r.git")
     }
 
+    /// fprep's refs are fetched beside a clone unless ssh (which may ask on
+    /// the terminal) carries it.
+    @Test func fprepRefsAreFetchedBesideTheCloneExceptOverSSH() {
+        for beside in ["/srv/r.git", "r.git", "./a:b", "file:///srv/r.git", "git://127.0.0.1/r.git", "https://example.com/r.git"] {
+            #expect(Transport.fetchesRefsBeside(beside), "\(beside)")
+        }
+        for after in ["host:r.git", "user@host:r.git", "ssh://host/r.git", "git+ssh://host/r.git", "SSH://host/r", "ext::ssh -i key host %S r"] {
+            #expect(!Transport.fetchesRefsBeside(after), "\(after)")
+        }
+    }
+
+    /// A clone with fprep's refs fetched beside it ends as one fetched after
+    /// it: the same refs, every object of theirs readable in the clone
+    /// without a lazy fetch, nothing left in the side repository's packs.
+    @Test func fprepRefsFetchedBesideAreAdoptedByTheClone() throws {
+        let scratch = try Scratch()
+        let work = scratch.path + "/work", remote = scratch.path + "/remote.git"
+        try scratch.git(["init", "-q", "-b", "main", work])
+        try Data("a\n".utf8).write(to: URL(fileURLWithPath: work + "/a.txt"))
+        try scratch.git(["add", "."], in: work)
+        try scratch.git(["commit", "-q", "-m", "a"], in: work)
+        try scratch.git(["clone", "-q", "--bare", work, remote])
+        try scratch.git(["config", "uploadpack.allowFilter", "true"], in: remote)
+        // Two refs of fprep's, their commits on trees of their own (a few objects: fetched loose by default).
+        for (name, text) in [("sizes", "s"), ("info", "i")] {
+            let blob = try scratch.git(["hash-object", "-w", "--stdin"], in: remote, input: text)
+            let tree = try scratch.git(["mktree"], in: remote, input: "100644 blob \(blob)\t\(name)\n")
+            let commit = try scratch.git(["commit-tree", tree, "-m", name], in: remote)
+            try scratch.git(["update-ref", "refs/fprep/" + name, commit], in: remote)
+        }
+        let clone = scratch.path + "/clone.git", side = scratch.path + "/side.git"
+        try Transport.fetchFprepRefs(url: remote, into: side)
+        try Transport.blobless(clone: remote, gitDirectory: clone, scratchWorkTree: scratch.path + "/scratch",
+                               branch: nil, showProgress: false, refsFetchedBeside: true)
+        try Transport.adoptFprepRefs(from: side, into: clone)
+        let refs = try scratch.git(["--git-dir=" + clone, "for-each-ref", "--format=%(refname) %(objectname)", "refs/remotes/origin-fprep/"])
+        let expected = try scratch.git(["for-each-ref", "--format=%(refname) %(objectname)", "refs/fprep/"], in: remote)
+            .replacingOccurrences(of: "refs/fprep/", with: "refs/remotes/origin-fprep/")
+        #expect(refs == expected && refs.split(separator: "\n").count == 2, "\(refs)")
+        for name in ["sizes", "info"] {
+            _ = try scratch.git(["--git-dir=" + clone, "cat-file", "-e", "refs/remotes/origin-fprep/\(name)^{tree}"],
+                                environment: ["GIT_NO_LAZY_FETCH": "1"])
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: side + "/objects/pack").isEmpty)
+    }
+
     /// Many blobs are asked for in two requests at once (each writes a pack
     /// of its own); all arrive, and a request that fails fails the fetch
     /// even when the other one succeeded.

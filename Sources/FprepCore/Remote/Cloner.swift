@@ -165,12 +165,26 @@ public enum Cloner {
         }
         let scratch = stateFolder + "/clone-scratch-" + token
         let fetched = stateFolder + "/clone-" + token + ".git"
+        // fprep's refs (the size manifest) come in a fetch of their own,
+        // beside the clone's where the transport allows (see `Transport.fetchFprepRefs`).
+        let side = stateFolder + "/clone-" + token + "-fprep-refs.git"
+        let refsBeside = Transport.fetchesRefsBeside(url) ? BackgroundWork { try Transport.fetchFprepRefs(url: url, into: side) } : nil
         do {
-            try Transport.blobless(clone: url, gitDirectory: fetched, scratchWorkTree: scratch,
-                                   branch: requestedBranch, showProgress: showGitProgress)
+            do {
+                try Transport.blobless(clone: url, gitDirectory: fetched, scratchWorkTree: scratch,
+                                       branch: requestedBranch, showProgress: showGitProgress, refsFetchedBeside: refsBeside != nil)
+            } catch {
+                try? refsBeside?.wait()  // its git is done with its folder before the folder goes
+                throw error
+            }
+            if let refsBeside {
+                try refsBeside.wait()
+                try Transport.adoptFprepRefs(from: side, into: fetched)
+            }
         } catch let error as GitCommandError {
             try? FileManager.default.removeItem(atPath: scratch)
             try? FileManager.default.removeItem(atPath: fetched)
+            try? FileManager.default.removeItem(atPath: side)
             if let full = FprepError.storage(error, root: root) { throw full }
             throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
                              detail: error.standardError)
