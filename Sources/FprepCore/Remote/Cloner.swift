@@ -168,7 +168,16 @@ public enum Cloner {
         // fprep's refs (the size manifest) come in a fetch of their own,
         // beside the clone's where the transport allows (see `Transport.fetchFprepRefs`).
         let side = stateFolder + "/clone-" + token + "-fprep-refs.git"
-        let refsBeside = Transport.fetchesRefsBeside(url) ? BackgroundWork { try Transport.fetchFprepRefs(url: url, into: side) } : nil
+        let early = EarlyManifest()
+        let refsBeside = Transport.fetchesRefsBeside(url) ? BackgroundWork {
+            try Transport.fetchFprepRefs(url: url, into: side)
+            // Read while the clone goes on (its fetch is the longer one):
+            // the size table of 10^6 blobs took 1.0 s after it.
+            let fetchedRefs = try Repository(openingAt: side)
+            if let tip = try fetchedRefs.referenceTarget(SizeManifest.trackingReference) {
+                early.read = (tip, BlobSizeTable(try SizeManifest.entries(fetchedRefs, from: tip, stoppingAt: nil)))
+            }
+        } : nil
         do {
             do {
                 try Transport.blobless(clone: url, gitDirectory: fetched, scratchWorkTree: scratch,
@@ -226,7 +235,11 @@ public enum Cloner {
         var table = BlobSizeTable()
         let manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
         if let manifestTip {
-            table = BlobSizeTable(try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil))
+            if let read = early.read, read.tip == manifestTip {
+                table = read.table
+            } else {
+                table = BlobSizeTable(try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil))
+            }
         }
         Trace.mark("read manifest")
         var plan = LayoutPlan()
@@ -378,4 +391,11 @@ extension Replica {
             try lookup(id) ?? fallback?.size(of: id)
         }
     }
+}
+
+/// The size table a clone reads from fprep's refs fetched beside it (see
+/// `Cloner`), handed from that work's thread to the clone's after the
+/// work's `wait`.
+private final class EarlyManifest: @unchecked Sendable {
+    var read: (tip: ObjectID, table: BlobSizeTable)?
 }
