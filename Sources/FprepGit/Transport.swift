@@ -29,18 +29,44 @@ public enum Transport {
         // A single-branch clone fetches no other refspec: fprep's refs (the
         // size manifest, the remote's info) come in a fetch of their own.
         if refsFetchedBeside { return }
+        try fetchFprepRefs(gitDirectory: gitDirectory)
+    }
+
+    /// Fetches fprep's refs from the clone's remote into the clone at `gitDirectory`.
+    public static func fetchFprepRefs(gitDirectory: String) throws {
         try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
                             "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
     }
 
     /// Whether fprep's refs may be fetched beside a clone of `url` (see
-    /// `fetchFprepRefs`): not over ssh (or a remote helper's `x::address`),
-    /// which may ask for a passphrase on the terminal itself, where two
-    /// questions at once would interleave. git asks for nothing (fprep runs
-    /// it with GIT_TERMINAL_PROMPT=0).
-    public static func fetchesRefsBeside(_ url: String) -> Bool {
+    /// `fetchFprepRefs`): not where two fetches could ask for a password
+    /// or passphrase at once. git itself asks for nothing (fprep runs it
+    /// with GIT_TERMINAL_PROMPT=0), but a program named by GIT_ASKPASS or
+    /// SSH_ASKPASS would show two questions, and ssh asks on the terminal
+    /// itself. The URL classified is the one git uses, after its
+    /// `url.<base>.insteadOf` rewriting (https in, ssh out, say).
+    public static func fetchesRefsBeside(_ url: String, environment: [String: String] = ProcessInfo.processInfo.environment) -> Bool {
+        if environment["GIT_ASKPASS"] != nil || environment["SSH_ASKPASS"] != nil { return false }
+        let inherited = ProcessInfo.processInfo.environment
+        let extra = environment.filter { inherited[$0.key] != $0.value }
+        guard let used = try? GitCommand.run(["ls-remote", "--get-url", "--", transportURL(url)], environment: extra) else { return false }
+        let rewritten = String(decoding: used, as: UTF8.self).split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+        return neverAsksOnTerminal(rewritten.isEmpty ? url : rewritten)
+    }
+
+    /// Whether a fetch from `url` (as git uses it) cannot ask on the
+    /// terminal: not ssh (`ssh://`, `git+ssh://`, scp-like `host:path`),
+    /// not a remote helper's `x::address`.
+    static func neverAsksOnTerminal(_ url: String) -> Bool {
         if url.contains("::") { return false }
-        if let scheme = url.firstRange(of: "://") { return !url[..<scheme.lowerBound].lowercased().contains("ssh") }
+        if let separator = url.firstRange(of: "://") {
+            let scheme = url[..<separator.lowerBound]
+            // git reads a scheme only of these characters; otherwise the
+            // address is scp-like (`host:dir://x`).
+            if !scheme.isEmpty, scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }) {
+                return !scheme.lowercased().contains("ssh")
+            }
+        }
         if let colon = url.firstIndex(of: ":"), !url[..<colon].contains("/") { return false }  // host:path (ssh)
         return true
     }
@@ -69,14 +95,15 @@ public enum Transport {
             }
         }
         let packs = side + "/objects/pack/"
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: packs)) ?? []).sorted { a, b in
+        // A folder that cannot be read fails the clone: its refs would name objects it lacks.
+        let names = try FileManager.default.contentsOfDirectory(atPath: packs).sorted { a, b in
             (a.hasSuffix(".idx") ? 1 : 0, a) < (b.hasSuffix(".idx") ? 1 : 0, b)
         }
         for name in names where name.hasPrefix("pack-") { try move(packs + name, gitDirectory + "/objects/pack/" + name) }
-        for folder in (try? FileManager.default.contentsOfDirectory(atPath: side + "/objects")) ?? []
+        for folder in try FileManager.default.contentsOfDirectory(atPath: side + "/objects")
         where folder.count == 2 && folder.allSatisfy(\.isHexDigit) {
             try FileManager.default.createDirectory(atPath: gitDirectory + "/objects/" + folder, withIntermediateDirectories: true)
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: side + "/objects/" + folder)) ?? [] {
+            for name in try FileManager.default.contentsOfDirectory(atPath: side + "/objects/" + folder) {
                 try move(side + "/objects/" + folder + "/" + name, gitDirectory + "/objects/" + folder + "/" + name)
             }
         }

@@ -363,15 +363,31 @@ import Testing
         #expect(Transport.transportURL("host:r.git") == "host:r.git")
     }
 
-    /// fprep's refs are fetched beside a clone unless ssh (which may ask on
-    /// the terminal) carries it.
-    @Test func fprepRefsAreFetchedBesideTheCloneExceptOverSSH() {
+    /// fprep's refs are fetched beside a clone unless two fetches could ask
+    /// at once: over ssh (which asks on the terminal) as git will use the
+    /// URL after its rewriting, or with an askpass program set.
+    @Test func fprepRefsAreFetchedBesideTheCloneUnlessTwoFetchesCouldAsk() {
         for beside in ["/srv/r.git", "r.git", "./a:b", "file:///srv/r.git", "git://127.0.0.1/r.git", "https://example.com/r.git"] {
-            #expect(Transport.fetchesRefsBeside(beside), "\(beside)")
+            #expect(Transport.neverAsksOnTerminal(beside), "\(beside)")
         }
-        for after in ["host:r.git", "user@host:r.git", "ssh://host/r.git", "git+ssh://host/r.git", "SSH://host/r", "ext::ssh -i key host %S r"] {
-            #expect(!Transport.fetchesRefsBeside(after), "\(after)")
+        for after in ["host:r.git", "user@host:r.git", "ssh://host/r.git", "git+ssh://host/r.git", "SSH://host/r",
+                      "ext::ssh -i key host %S r", "host:dir://x", "host:r://"] {
+            #expect(!Transport.neverAsksOnTerminal(after), "\(after)")
         }
+        var plain = ProcessInfo.processInfo.environment
+        plain["GIT_ASKPASS"] = nil
+        plain["SSH_ASKPASS"] = nil
+        let https = "https://example.invalid/o/r.git"
+        #expect(Transport.fetchesRefsBeside(https, environment: plain))
+        var askpass = plain
+        askpass["SSH_ASKPASS"] = "/usr/bin/true"
+        #expect(!Transport.fetchesRefsBeside(https, environment: askpass))
+        // https given, ssh used: git rewrites it (`url.<base>.insteadOf`).
+        var rewritten = plain
+        rewritten["GIT_CONFIG_COUNT"] = "1"
+        rewritten["GIT_CONFIG_KEY_0"] = "url.git@example.invalid:.insteadOf"
+        rewritten["GIT_CONFIG_VALUE_0"] = "https://example.invalid/"
+        #expect(!Transport.fetchesRefsBeside(https, environment: rewritten))
     }
 
     /// A clone with fprep's refs fetched beside it ends as one fetched after

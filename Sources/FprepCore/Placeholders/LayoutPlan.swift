@@ -120,13 +120,16 @@ struct LayoutPlan {
     var entryCount: Int { files + symlinks + submodules.count }
 
     /// Walks `tree` once, checking every entry (see `TreeWalk.run`).
-    static func scan(_ repository: Repository, tree: ObjectID, defaultTime: Int64,
+    /// `listFolders`: keep the folders' paths for the layout (a scan that
+    /// only counts does without).
+    static func scan(_ repository: Repository, tree: ObjectID, defaultTime: Int64, listFolders: Bool = true,
                      sizes: @escaping (ObjectID) throws -> BlobInfo?) throws -> LayoutPlan {
-        try scan(TreeWalk(repository: repository, tree: tree, defaultTime: defaultTime, sizes: sizes))
+        try scan(TreeWalk(repository: repository, tree: tree, defaultTime: defaultTime, sizes: sizes), listFolders: listFolders)
     }
 
-    static func scan(_ walk: TreeWalk) throws -> LayoutPlan {
+    static func scan(_ walk: TreeWalk, listFolders: Bool = true) throws -> LayoutPlan {
         var plan = LayoutPlan(walk: walk)
+        plan.folderPaths.isKept = listFolders
         try walk.run { step in
             switch step {
             case .folder(let path):
@@ -152,14 +155,29 @@ struct LayoutPlan {
 
 /// Folder paths held in one buffer: a tree's folders are a tenth of its
 /// files or fewer (94,000 at 10^6 files: some 3 MB here, where an array of
-/// paths would hold an allocation per folder).
+/// paths would hold an allocation per folder). Past `byteBudget` of paths
+/// (a tree of many deep folders with long names) the list is dropped and
+/// stays empty: the layout then makes each folder as its walk comes to
+/// it, in the memory of one path, as the walk promises.
 struct FolderList: Sequence {
     private var bytes: [UInt8] = []
     private var ends: [Int32] = []
+    /// Whether paths are still kept (false once over the budget, or when
+    /// the scan was told not to keep them).
+    var isKept = true
+
+    static let byteBudget = 64 << 20
 
     var count: Int { ends.count }
 
     mutating func append(_ path: RepoPath) {
+        guard isKept else { return }
+        guard bytes.count + path.bytes.count <= Self.byteBudget else {
+            isKept = false
+            bytes = []
+            ends = []
+            return
+        }
         bytes += path.bytes
         ends.append(Int32(bytes.count))
     }

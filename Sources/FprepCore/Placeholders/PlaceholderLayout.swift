@@ -34,7 +34,7 @@ struct PlaceholderLayout {
         // the 963 folders of 1,000 scattered files took 4,953–4,994 reads
         // (144 MB, 134–145 ms) with the folders made during the walk, and
         // 2,388–2,421 (29 MB, 46–53 ms) with them made first.
-        let foldersFirst = plan.folderPaths.count == plan.folders
+        let foldersFirst = plan.folderPaths.isKept && plan.folderPaths.count == plan.folders
         if foldersFirst {
             let made = ProgressCounter(total: plan.folders, progress: progress, phase: "making folders")
             var since = 0

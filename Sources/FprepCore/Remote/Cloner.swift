@@ -232,24 +232,43 @@ public enum Cloner {
 
         // 3. Sizes and dates: the manifest, then the object headers of the
         //    remote (a local folder) or of the clone (--full).
-        var table = BlobSizeTable()
-        let manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
-        if let manifestTip {
-            if let read = early.read, read.tip == manifestTip {
-                table = read.table
-            } else {
-                table = BlobSizeTable(try SizeManifest.entries(repository, from: manifestTip, stoppingAt: nil))
-            }
+        func sizeTable(_ tip: ObjectID?) throws -> BlobSizeTable {
+            guard let tip else { return BlobSizeTable() }
+            if let read = early.read, read.tip == tip { return read.table }
+            return BlobSizeTable(try SizeManifest.entries(repository, from: tip, stoppingAt: nil))
         }
+        var manifestTip = try repository.referenceTarget(SizeManifest.trackingReference)
+        var table = try sizeTable(manifestTip)
         Trace.mark("read manifest")
         var plan = LayoutPlan()
         var found: [(ObjectID, BlobInfo)] = []
         if let anchor {
             let commit = try repository.commit(anchor)
             let fallback = try SizeFallback(url: url, repository: repository, time: commit.time)
-            let listed = table
-            plan = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { id in
-                try listed[id] ?? fallback.size(of: id)
+            func scan() throws -> LayoutPlan {
+                let listed = table
+                return try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { id in
+                    try listed[id] ?? fallback.size(of: id)
+                }
+            }
+            plan = try scan()
+            // Fetched beside the clone, fprep's refs are the remote's at the
+            // clone's start: a push that landed meanwhile may have its tip
+            // here and its sizes not yet listed (its hook lists them after
+            // the branch moved). They are fetched again, after the clone as
+            // without the side fetch, and the tree counted again if they moved.
+            if plan.unknownSizes > 0, refsBeside != nil {
+                do {
+                    try Transport.fetchFprepRefs(gitDirectory: root + "/.git")
+                } catch let error as GitCommandError {
+                    throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)", detail: error.standardError)
+                }
+                let tip = try repository.referenceTarget(SizeManifest.trackingReference)
+                if tip != manifestTip {
+                    manifestTip = tip
+                    table = try sizeTable(tip)
+                    plan = try scan()
+                }
             }
             found = fallback.found
             Trace.mark("scan tree")
@@ -265,11 +284,12 @@ public enum Cloner {
         }
         // The sizes go into the store while the placeholders are made: the
         // two do not depend on each other, and the layout is kernel-bound.
+        let (recordedTable, recordedTip) = (table, manifestTip)
         let recorder = BackgroundWork {
             try store.transaction {
-                try store.recordBlobInfo(table.entries)
+                try store.recordBlobInfo(recordedTable.entries)
                 try store.recordBlobInfo(found)
-                if let manifestTip { try store.setMeta("manifest_tip", manifestTip.hex) }
+                if let recordedTip { try store.setMeta("manifest_tip", recordedTip.hex) }
             }
             // The replica's own walk of the manifest chain when it fetches
             // (see CommitGraph); a failure only costs that speed.

@@ -77,7 +77,7 @@ public enum Repair {
         if let anchor {
             let lookup = Dictionary(sizes, uniquingKeysWith: { first, _ in first })
             let commit = try repository.commit(anchor)
-            logicalSize = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time) { lookup[$0] }.logicalSize
+            logicalSize = try LayoutPlan.scan(repository, tree: commit.treeID, defaultTime: commit.time, listFolders: false) { lookup[$0] }.logicalSize
         } else {
             logicalSize = 0
         }
