@@ -34,9 +34,13 @@ public enum Transport {
 
     /// Fetches fprep's refs from the clone's remote into the clone at `gitDirectory`.
     public static func fetchFprepRefs(gitDirectory: String) throws {
-        try GitCommand.run(["--git-dir=\(gitDirectory)", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-                            "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
+        try GitCommand.run(["--git-dir=\(gitDirectory)"] + fprepRefsFetch)
     }
+
+    /// The fetch of fprep's refs from `origin`, after git's `--git-dir` and
+    /// any `-c` of the caller's.
+    private static let fprepRefsFetch = ["-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                                         "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec]
 
     /// Whether fprep's refs may be fetched beside a clone of `url` (see
     /// `fetchFprepRefs`): not where two fetches could ask for a password
@@ -78,10 +82,8 @@ public enum Transport {
     /// pack (none loose), which `adoptFprepRefs` moves into the clone.
     public static func fetchFprepRefs(url: String, into side: String) throws {
         _ = try Repository(creatingBareAt: side, initialBranch: "main")
-        try GitCommand.run(["--git-dir=\(side)", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "fetch.unpackLimit=1",
-                            "-c", "remote.origin.url=\(transportURL(url))", "-c", "remote.origin.promisor=true",
-                            "-c", "remote.origin.partialclonefilter=blob:none",
-                            "fetch", "--quiet", "--no-tags", "--recurse-submodules=no", "--filter=blob:none", "origin", fprepRefspec])
+        try GitCommand.run(["--git-dir=\(side)", "-c", "fetch.unpackLimit=1", "-c", "remote.origin.url=\(transportURL(url))",
+                            "-c", "remote.origin.promisor=true", "-c", "remote.origin.partialclonefilter=blob:none"] + fprepRefsFetch)
     }
 
     /// Moves what `fetchFprepRefs` brought into `side` into the clone at

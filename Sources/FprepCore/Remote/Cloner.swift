@@ -168,6 +168,11 @@ public enum Cloner {
         // fprep's refs (the size manifest) come in a fetch of their own,
         // beside the clone's where the transport allows (see `Transport.fetchFprepRefs`).
         let side = stateFolder + "/clone-" + token + "-fprep-refs.git"
+        // What a failed fetch from the remote says (a full disk is the disk's fault).
+        func fetchFailure(_ error: GitCommandError) -> FprepError {
+            FprepError.storage(error, root: root)
+                ?? FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)", detail: error.standardError)
+        }
         let early = EarlyManifest()
         let refsBeside = Transport.fetchesRefsBeside(url) ? BackgroundWork {
             try Transport.fetchFprepRefs(url: url, into: side)
@@ -194,9 +199,7 @@ public enum Cloner {
             try? FileManager.default.removeItem(atPath: scratch)
             try? FileManager.default.removeItem(atPath: fetched)
             try? FileManager.default.removeItem(atPath: side)
-            if let full = FprepError.storage(error, root: root) { throw full }
-            throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)",
-                             detail: error.standardError)
+            throw fetchFailure(error)
         }
         try? FileManager.default.removeItem(atPath: root + "/.git")
         guard rename(fetched, root + "/.git") == 0 else {
@@ -261,7 +264,7 @@ public enum Cloner {
                 do {
                     try Transport.fetchFprepRefs(gitDirectory: root + "/.git")
                 } catch let error as GitCommandError {
-                    throw FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)", detail: error.standardError)
+                    throw fetchFailure(error)
                 }
                 let tip = try repository.referenceTarget(SizeManifest.trackingReference)
                 if tip != manifestTip {

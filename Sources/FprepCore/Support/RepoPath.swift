@@ -121,10 +121,8 @@ public enum EntryNameCheck {
         if name.contains(0) { return "a name containing NUL" }
         // NAME_MAX: no file system here takes a longer name.
         if name.count > maxNameLength { return "a name longer than \(maxNameLength) bytes" }
-        // No reserved name folds from one that starts with an ASCII byte
-        // other than '.', 'g' and 'G' (the code points folding drops are not
-        // ASCII): most names need no folding (a clone checks 10^6 twice).
-        if let first = name.first, first < 0x80, first != 0x2E, first != 0x67, first != 0x47 { return nil }
+        // Most names need no folding (a clone checks 10^6 twice).
+        if let first = name.first, !mayFoldToReserved(first: first) { return nil }
         let folded = foldedForComparison(name)
         for reserved in ["git", "fprep"] {
             let dotted = Array(("." + reserved).utf8)
@@ -133,6 +131,13 @@ public enum EntryNameCheck {
         // NTFS 8.3 short name of ".git".
         if folded == Array("git~1".utf8) { return "a name reserved for git's own state" }
         return nil
+    }
+
+    /// Whether a name starting with `first` may fold to a reserved name:
+    /// not one that starts with an ASCII byte other than '.', 'g' and 'G'
+    /// (the code points folding drops are not ASCII).
+    static func mayFoldToReserved(first: UInt8) -> Bool {
+        first >= 0x80 || first == 0x2E || first == 0x67 || first == 0x47
     }
 
     /// The longest name a file may have (Linux's NAME_MAX), in bytes.

@@ -46,7 +46,7 @@ enum TreeEntryRules {
         for component in path.bytes.split(separator: 0x2F, omittingEmptySubsequences: false) {
             end += component.count
             defer { end += 1 }
-            if let first = component.first, first < 0x80, first != 0x2E, first != 0x67, first != 0x47 { continue }
+            if let first = component.first, !EntryNameCheck.mayFoldToReserved(first: first) { continue }
             if let problem = EntryNameCheck.problem(with: Array(component)) {
                 return (RepoPath(bytes: Array(path.bytes[..<end])), problem)
             }
