@@ -68,8 +68,21 @@ package final class Database {
     private var closed = false
     /// SQLite reported a damaged or unreadable file on this connection.
     private(set) var sawDamage = false
+    /// Statements done with, reset, by their SQL: compiling one costs more
+    /// than most of the statements run (a sync's records of 16 moves
+    /// prepared 192 statements, 2.2 ms). A statement is taken out while
+    /// in use, so two uses of one SQL at once (a query inside a loop over
+    /// the same query) each have their own.
+    private var idleStatements: [String: [OpaquePointer]] = [:]
+    private var idleCount = 0
+    /// Statements kept at most (SQL built with a varying number of
+    /// parameters would otherwise grow the cache without end).
+    static let idleLimit = 64
 
-    deinit { if !closed { sqlite3_close_v2(handle) } }
+    deinit {
+        finalizeIdleStatements()
+        if !closed { sqlite3_close_v2(handle) }
+    }
 
     /// Closes the connection now (the last one checkpoints the log into the
     /// file and empties it), unless a statement of it is still alive: then
@@ -77,6 +90,7 @@ package final class Database {
     /// may use the connection after it closed.
     package func closeUnlessInUse() -> Bool {
         guard !closed else { return true }
+        finalizeIdleStatements()
         guard sqlite3_next_stmt(handle, nil) == nil else { return false }
         closed = true
         return sqlite3_close_v2(handle) == SQLITE_OK
@@ -108,10 +122,33 @@ package final class Database {
     }
 
     package func prepare(_ sql: String) throws -> Statement {
+        if let idle = idleStatements[sql]?.popLast() {
+            idleCount -= 1
+            return Statement(idle, database: self, sql: sql)
+        }
         var statement: OpaquePointer?
         try check(sqlite3_prepare_v2(handle, sql, -1, &statement, nil), sql)
         guard let statement else { throw DatabaseError(code: SQLITE_MISUSE, message: "empty statement", sql: sql) }
         return Statement(statement, database: self, sql: sql)
+    }
+
+    /// A statement's end of use: reset (which ends its reads) and kept
+    /// for the next `prepare` of its SQL, or finalized.
+    fileprivate func giveBack(_ statement: OpaquePointer, sql: String) {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+        guard !closed, idleCount < Self.idleLimit else {
+            sqlite3_finalize(statement)
+            return
+        }
+        idleStatements[sql, default: []].append(statement)
+        idleCount += 1
+    }
+
+    private func finalizeIdleStatements() {
+        for statement in idleStatements.values.joined() { sqlite3_finalize(statement) }
+        idleStatements = [:]
+        idleCount = 0
     }
 
     /// Runs `body` in one IMMEDIATE transaction: all of it or none of it.
@@ -176,7 +213,8 @@ package final class Database {
     }
 }
 
-/// A prepared statement; owns a `sqlite3_stmt` (finalized in deinit).
+/// A prepared statement; owns a `sqlite3_stmt` (given back to its
+/// connection in deinit, see `Database.prepare`).
 package final class Statement {
     private let handle: OpaquePointer
     private let database: Database
@@ -188,7 +226,7 @@ package final class Statement {
         self.sql = sql
     }
 
-    deinit { sqlite3_finalize(handle) }
+    deinit { database.giveBack(handle, sql: sql) }
 
     /// Binds values to `?1`, `?2`, … after resetting the statement.
     @discardableResult
