@@ -68,6 +68,44 @@ import Testing
         #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
     }
 
+    /// The sync asks for the new content of materialized files before its
+    /// diff, from a walk of the two trees along their paths that reads only
+    /// the subtrees that changed: over random pairs of trees and random sets
+    /// of paths (files, folders, names in neither tree), it must find what
+    /// looking up each path in both trees finds.
+    @Test func treeGuessFindsWhatEachPathsLookupFinds() throws {
+        var random = SeededRandom(seed: 20_261_130)
+        let h = try SyncHarness(files: ["a": "start\n"])
+        let repository = try Repository(openingAt: h.remote)
+        var tree: Tree = ["a": .file("start\n", executable: false)]
+        var treeID = try #require(ObjectID(hex: try h.git(["rev-parse", "HEAD^{tree}"], in: h.work)))
+        var written = 0
+        let candidates = Self.names + ["d/x/q", "e/z/q", "z"]
+        func looked(_ paths: [RepoPath], from old: ObjectID?, to new: ObjectID) throws -> [ObjectID] {
+            try paths.compactMap { path in
+                guard let entry = try TreeLookup(repository: repository, tree: new).entry(at: path), entry.mode.isFile else { return nil }
+                let before = try old.flatMap { try TreeLookup(repository: repository, tree: $0).entry(at: path) }
+                return before?.id == entry.id ? nil : entry.id
+            }.sorted { $0 < $1 }
+        }
+        for number in 0..<40 {
+            let next = Self.change(tree, &random, written: &written)
+            if next == tree { continue }
+            try h.push("case \(number)") { work in try Self.write(next, into: work) }
+            let nextID = try #require(ObjectID(hex: try h.git(["rev-parse", "HEAD^{tree}"], in: h.work)))
+            let story = "case \(number)\n  from \(Self.describe(tree))\n  to   \(Self.describe(next))"
+            for _ in 0..<4 {
+                let chosen: [String] = candidates.filter { _ in random.next(2) == 0 }
+                let paths: [RepoPath] = chosen.map { RepoPath($0) }.sorted { $0.bytes.lexicographicallyPrecedes($1.bytes) }
+                for old: ObjectID? in [treeID, nil] {
+                    let walked = try SyncContentFetch.changedFiles(at: paths, from: old, to: nextID, in: repository).sorted { $0 < $1 }
+                    #expect(walked == (try looked(paths, from: old, to: nextID)), "\(story)\n  paths \(paths), from \(old == nil ? "no tree" : "the last")")
+                }
+            }
+            (tree, treeID) = (next, nextID)
+        }
+    }
+
     /// The remote's next tree: one to four changes of `tree`.
     static func change(_ tree: Tree, _ random: inout SeededRandom, written: inout Int) -> Tree {
         var files = tree

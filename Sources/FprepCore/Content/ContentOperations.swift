@@ -872,10 +872,12 @@ extension Replica {
     /// Removes the objects folders content fetches left behind (a killed
     /// command's, or one a `git fetch` that outlived fprep finished later).
     /// One this process added as an alternate is only emptied, unless the
-    /// replica is `closing` (its object database goes with it).
-    func removeFetchQuarantines(closing: Bool = false) {
+    /// replica is `closing` (its object database goes with it). `kept`: one
+    /// a request of this command still fills.
+    func removeFetchQuarantines(closing: Bool = false, keeping kept: String? = nil) {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: stateFolder)) ?? [] where name.hasPrefix("fetch-") {
             let path = stateFolder + "/" + name
+            if path == kept { continue }
             guard !closing, AlternatesInUse.shared.contains(path) else {
                 try? FileManager.default.removeItem(atPath: path)
                 continue

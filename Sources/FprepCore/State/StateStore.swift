@@ -237,6 +237,18 @@ final class StateStore {
         return result
     }
 
+    /// The paths of the materialized files in byte order, or nil when
+    /// there are more than `limit`.
+    func materializedPaths(atMost limit: Int) throws -> [RepoPath]? {
+        let statement = try database.prepare("SELECT path FROM materialized ORDER BY path LIMIT ?1").bind(.int(Int64(limit) + 1))
+        var result: [RepoPath] = []
+        while try statement.step() {
+            guard result.count < limit else { return nil }
+            result.append(RepoPath(bytes: statement.blob(0)))
+        }
+        return result
+    }
+
     func materializedRecords() throws -> [MaterializedRecord] {
         let statement = try database.prepare("SELECT path, oid, materialized_at, last_used_at FROM materialized ORDER BY path")
         var result: [MaterializedRecord] = []

@@ -52,19 +52,20 @@ struct DurableChanges {
 
     /// Makes everything noted durable; `shown` names the replica in an error.
     func flush(root: FolderHandle, shown: String) throws {
-        if wholeFilesystem { return try Self.flushAll(root, shown: shown) }
+        if wholeFilesystem { return try Self.flushWholeFilesystem(root, shown: shown) }
         // Items before the folders that name them; deeper folders first.
         // An item that cannot be opened (no permission to read it, a lease,
         // a refusal) is flushed with everything else, by one syncfs.
         for item in items.sorted() where try !flush(item, in: root, folder: false) {
-            return try Self.flushAll(root, shown: shown)
+            return try Self.flushWholeFilesystem(root, shown: shown)
         }
         for folder in folders.sorted(by: { $0.bytes.count > $1.bytes.count }) where try !flush(folder, in: root, folder: true) {
-            return try Self.flushAll(root, shown: shown)
+            return try Self.flushWholeFilesystem(root, shown: shown)
         }
     }
 
-    private static func flushAll(_ root: FolderHandle, shown: String) throws {
+    /// One syncfs of the filesystem holding `root`.
+    static func flushWholeFilesystem(_ root: FolderHandle, shown: String) throws {
         guard fprep_syncfs(root.fd) == 0 else { throw SystemError("syncfs", shown) }
     }
 
