@@ -238,8 +238,9 @@ final class StateStore {
     }
 
     /// The paths of the materialized files in byte order, or nil when
-    /// there are more than `limit`.
-    func materializedPaths(atMost limit: Int) throws -> [RepoPath]? {
+    /// there are more than `limit`; on a connection of its own (`database`,
+    /// another thread's).
+    static func materializedPaths(_ database: Database, atMost limit: Int) throws -> [RepoPath]? {
         let statement = try database.prepare("SELECT path FROM materialized ORDER BY path LIMIT ?1").bind(.int(Int64(limit) + 1))
         var result: [RepoPath] = []
         while try statement.step() {

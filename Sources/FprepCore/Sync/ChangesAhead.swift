@@ -5,9 +5,9 @@ import FprepGit
 /// brings it, and the disk's lookups of its paths started as soon as it is
 /// known, while the sync decides where to move. On a cold disk both wait on
 /// reads, so side by side they cost the longer of the two instead of their
-/// sum. Before the diff, the new content of materialized files is asked for
-/// from the trees alone (see `SyncContentFetch`), so the diff's 7–8 ms at
-/// 10^5 files (cold) run inside that round trip instead of before it.
+/// sum. On a third thread, the new content of materialized files is asked
+/// for from the trees alone (see `SyncContentFetch`), so the diff's 7–8 ms
+/// at 10^5 files (cold) run inside that round trip instead of before it.
 ///
 /// Started only for a fast-forward, where the sync moves to the remote's
 /// tip; `changes(from:to:)` gives it only for that pair of trees, so a sync
@@ -20,29 +20,31 @@ final class ChangesAhead: @unchecked Sendable {
     // on the sync's thread only after waiting on it.
     private var result: Result<ChangeSet, Error>?
     private var work: BackgroundWork?
+    private var guessing: BackgroundWork?
     /// The content asked for ahead; used by the sync's thread only after
     /// `changes(from:to:)`, which waits for the other thread's request.
     let content: SyncContentFetch?
 
-    /// `root`: the replica's work tree, opened again for the other thread
-    /// (a libgit2 repository is not shared between threads).
-    /// `materialized`: the materialized files' paths in byte order, whose
-    /// new content `content` asks for before the diff (nil: none asked).
+    /// `root`: the replica's work tree, opened again for each thread (a
+    /// libgit2 repository is not shared between threads). `content`: where
+    /// the new content of the materialized files (listed by the state
+    /// database at `databasePath`, on a connection of that thread) goes.
     init(root: String, folder: FolderHandle, from fromTree: ObjectID?, to toTree: ObjectID,
-         materialized: [RepoPath]? = nil, content: SyncContentFetch? = nil) {
+         content: (SyncContentFetch, databasePath: String)? = nil) {
         self.fromTree = fromTree
         self.toTree = toTree
-        self.content = content
-        work = BackgroundWork { [self] in
-            let diff = Result {
-                let repository = try Repository(openingAt: root)
-                // A guess: one that fails leaves the asking to the diff's.
-                if let content, let materialized, !materialized.isEmpty,
-                   let guessed = try? SyncContentFetch.guess(materialized: materialized, from: fromTree, to: toTree, in: repository) {
-                    content.request(guessed)
-                }
-                return try ChangeSet.between(repository, from: fromTree, to: toTree, marksTrace: false)
+        self.content = content?.0
+        if let (fetch, databasePath) = content {
+            guessing = BackgroundWork {
+                let database = try Database(path: databasePath)
+                guard let paths = try StateStore.materializedPaths(database, atMost: SyncContentFetch.materializedForTreeGuess),
+                      !paths.isEmpty else { return }
+                fetch.request(try SyncContentFetch.guess(materialized: paths, from: fromTree, to: toTree,
+                                                         in: try Repository(openingAt: root)))
             }
+        }
+        work = BackgroundWork { [self] in
+            let diff = Result { try ChangeSet.between(Repository(openingAt: root), from: fromTree, to: toTree, marksTrace: false) }
             result = diff
             diffed.signal()
             if case .success(let changes) = diff {
@@ -57,12 +59,15 @@ final class ChangesAhead: @unchecked Sendable {
         guard fromTree == self.fromTree, toTree == self.toTree else { return nil }
         diffed.wait()
         diffed.signal()
+        // A guess that failed leaves the asking to the diff's.
+        try? guessing?.wait()
         return try result?.get()
     }
 
     /// Waits for the lookups and the content's requests too, so none
     /// outlives the sync.
     func finish() {
+        try? guessing?.wait()
         try? work?.wait()
         content?.finish()
     }

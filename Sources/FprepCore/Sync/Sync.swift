@@ -287,10 +287,9 @@ extension Replica {
             // content of few materialized files asked for (see `ChangesAhead`).
             var ahead: ChangesAhead?
             if let ours = anchor, ours != theirs, try repository.isAncestor(ours, of: theirs) {
-                let materialized = try store.materializedPaths(atMost: SyncContentFetch.materializedForTreeGuess)
                 ahead = ChangesAhead(root: root, folder: rootFolder, from: try repository.commit(ours).treeID,
-                                     to: try repository.commit(theirs).treeID, materialized: materialized,
-                                     content: materialized?.isEmpty == false ? SyncContentFetch(replica: self, token: ContentOperations.newToken()) : nil)
+                                     to: try repository.commit(theirs).treeID,
+                                     content: (SyncContentFetch(replica: self, token: ContentOperations.newToken()), store.database.path))
             }
             defer { ahead?.finish() }
             guard let ours = anchor else {
