@@ -80,7 +80,10 @@ import Testing
         var tree: Tree = ["a": .file("start\n", executable: false)]
         var treeID = try #require(ObjectID(hex: try h.git(["rev-parse", "HEAD^{tree}"], in: h.work)))
         var written = 0
-        let candidates = Self.names + ["d/x/q", "e/z/q", "z"]
+        // Names with a byte below '/' ('-', '.') sort between a name and
+        // the paths below it: `d`, `d-x`, `d.y/z`, `d/x`.
+        let names = Self.names + ["d-x", "d.y/z"]
+        let candidates = names + ["d/x/q", "e/z/q", "z", "d.y"]
         func looked(_ paths: [RepoPath], from old: ObjectID?, to new: ObjectID) throws -> [ObjectID] {
             try paths.compactMap { path in
                 guard let entry = try TreeLookup(repository: repository, tree: new).entry(at: path), entry.mode.isFile else { return nil }
@@ -89,7 +92,7 @@ import Testing
             }.sorted { $0 < $1 }
         }
         for number in 0..<40 {
-            let next = Self.change(tree, &random, written: &written)
+            let next = Self.change(tree, &random, written: &written, names: names)
             if next == tree { continue }
             try h.push("case \(number)") { work in try Self.write(next, into: work) }
             let nextID = try #require(ObjectID(hex: try h.git(["rev-parse", "HEAD^{tree}"], in: h.work)))
@@ -106,8 +109,33 @@ import Testing
         }
     }
 
+    /// The sync's requests for new content go out side by side, some for
+    /// blobs it only guesses it needs: one that fails must not fail the
+    /// content the others brought, and a needed blob whose request failed
+    /// is asked for again, that request's error being the one given.
+    @Test func aFailedRequestForContentNobodyNeedsIsNoError() throws {
+        let h = try SyncHarness(files: ["a.txt": "alpha\n", "b.txt": "beta\n"])
+        let replica = try h.replica()
+        let a = try #require(ObjectID(hex: try h.git(["rev-parse", "HEAD:a.txt"], in: h.work)))
+        let b = try #require(ObjectID(hex: try h.git(["rev-parse", "HEAD:b.txt"], in: h.work)))
+        let absent = try #require(ObjectID(hex: String(repeating: "ab", count: 20)))
+
+        let fetch = SyncContentFetch(replica: replica, token: "test-one")
+        fetch.request([absent])
+        fetch.request([a])
+        try fetch.complete(needing: [a, b])
+        #expect(fetch.requested == [a, b], "the failed request's blob is no longer counted as asked for")
+        let packs = try FileManager.default.contentsOfDirectory(atPath: fetch.quarantine + "/pack").filter { $0.hasSuffix(".pack") }
+        #expect(packs.count == 2, "a's request and the last one, for b: \(packs)")
+
+        let again = SyncContentFetch(replica: replica, token: "test-two")
+        again.request([absent, b])
+        #expect(throws: GitCommandError.self) { try again.complete(needing: [absent]) }
+        replica.removeFetchQuarantines()
+    }
+
     /// The remote's next tree: one to four changes of `tree`.
-    static func change(_ tree: Tree, _ random: inout SeededRandom, written: inout Int) -> Tree {
+    static func change(_ tree: Tree, _ random: inout SeededRandom, written: inout Int, names: [String] = names) -> Tree {
         var files = tree
         func content() -> String {
             written += 1

@@ -56,11 +56,16 @@ final class ChangesAhead: @unchecked Sendable {
     /// The change from `fromTree` to `toTree` when it is the one diffed
     /// here (its error, as the diff threw it), else nil.
     func changes(from fromTree: ObjectID?, to toTree: ObjectID) throws -> ChangeSet? {
-        guard fromTree == self.fromTree, toTree == self.toTree else { return nil }
+        // Its request is out (a guess that failed leaves the asking to the
+        // diff's). Not the content of these trees: its fetch ends before
+        // the sync goes on, and whatever removes quarantines next removes its.
+        try? guessing?.wait()
+        guard fromTree == self.fromTree, toTree == self.toTree else {
+            content?.finish()
+            return nil
+        }
         diffed.wait()
         diffed.signal()
-        // A guess that failed leaves the asking to the diff's.
-        try? guessing?.wait()
         return try result?.get()
     }
 

@@ -297,6 +297,7 @@ extension Replica {
                 let journal = SyncJournal(from: nil, to: theirs.hex)
                 merge(&report, try applySync(journal, operation: try store.beginOperation("sync", payload: journal.encoded()), index: index,
                                              unflushedObjects: false))
+                try ingestManifest()  // the apply's read failed if this one does: its error
                 try store.setMeta(Self.remoteTipKey, theirs.hex)
                 break
             }
@@ -527,7 +528,8 @@ extension Replica {
     /// finishes the same sync.
     /// `unflushedObjects`: `journal.to` may name objects nobody flushed (a
     /// resumed sync cannot tell), so the barrier before the index flushes
-    /// the whole filesystem. A fetch's packs git flushes itself, fprep its
+    /// the whole filesystem (one syncfs, at the end or while the new
+    /// content is fetched; see `SyncApplier.apply`). A fetch's packs git flushes itself, fprep its
     /// own objects as it writes them, and commits made with git here are
     /// flushed as they are taken in (see `DurableChanges`).
     /// `ahead`: the change, when it was diffed while the sync did other work.
@@ -568,6 +570,9 @@ extension Replica {
         removeFetchQuarantines(keeping: contentAhead?.quarantine)
         let token = journal.token ?? ContentOperations.newToken()
         let contentFetch = contentAhead ?? SyncContentFetch(replica: self, token: token)
+        // Also when a step below throws: no fetch outlives the sync or
+        // writes into a quarantine being removed.
+        defer { contentFetch.finish() }
         contentFetch.request(try SyncContentFetch.guess(changes, store: store, odb: repository.objectDatabase()))
         // The sizes of the files that go away come from pages of the state
         // database nothing else reads now: looked up on another connection
@@ -612,6 +617,7 @@ extension Replica {
             // What this run wrote half goes now, so space is not held until
             // the sync is finished; the journal keeps the sync for later.
             applier.removeStaleTemporaries()
+            contentFetch.finish()
             removeFetchQuarantines()
             StorageFailure.removeGitTemporaries(gitDirectory: gitDirectory)
             throw FprepError.storage(error, root: root) ?? error
@@ -971,7 +977,11 @@ struct SyncApplier {
         // When the flush below is sure to be a whole one (see there), what
         // is written so far is flushed while the new content is on its way
         // (6 ms of a 10^5-file sync's 100 changes), and the flush below
-        // covers only what is written after this one began.
+        // covers only what is written after this one began: the new
+        // content (`afterFetch`), and whatever of the user's is set aside
+        // meanwhile, which is in `keptLocal` or raises `userItemsMoved`
+        // and makes that flush a whole one again. A step added after this
+        // point that writes anything else must be flushed by name there.
         let earlyFlush = waitsForContent && (flushWholeFilesystem || changes.count > DurableChanges.itemLimit
                                              || !report.keptLocal.isEmpty || !steppedAside.isEmpty || userItemsMoved.raised)
             ? BackgroundWork { [root, shown = replica.root] in try DurableChanges.flushWholeFilesystem(root, shown: shown) } : nil

@@ -16,7 +16,7 @@ final class SyncContentFetch: @unchecked Sendable {
     let quarantine: String
     /// Every blob asked for so far.
     private(set) var requested: Set<ObjectID> = []
-    private var requests: [BackgroundWork] = []
+    private var requests: [(ids: Set<ObjectID>, work: BackgroundWork)] = []
     private let gitDirectory: String
 
     init(replica: Replica, token: String) {
@@ -35,7 +35,7 @@ final class SyncContentFetch: @unchecked Sendable {
         guard !new.isEmpty else { return }
         requested.formUnion(new)
         let gitDirectory = gitDirectory, quarantine = quarantine
-        requests.append(BackgroundWork { _ = try Transport.fetchObjects(Array(new), gitDirectory: gitDirectory, quarantine: quarantine) })
+        requests.append((new, BackgroundWork { _ = try Transport.fetchObjects(Array(new), gitDirectory: gitDirectory, quarantine: quarantine) }))
     }
 
     /// The blobs worth asking for once the diff is known: new versions of
@@ -77,8 +77,10 @@ final class SyncContentFetch: @unchecked Sendable {
             let oldEntries = try old.map { try repository.tree($0) }
             var start = paths.startIndex
             while start < paths.endIndex {
-                // One entry's paths: the name itself first, then those
-                // below it (the name and '/': together in byte order).
+                // A run of one name's paths: the name itself, then those
+                // below it (the name and '/'). A name such as `a-b` sorts
+                // between `a` and `a/c`: the name then has two runs, each
+                // taken on its own.
                 let first = paths[start]
                 let name = first.firstIndex(of: 0x2F).map { Array(first[..<$0]) } ?? first
                 let itself = first.count == name.count
@@ -102,15 +104,14 @@ final class SyncContentFetch: @unchecked Sendable {
     }
 
     /// Waits for the requests, then fetches what `needed` holds beyond
-    /// them. Throws the git error of any request; requests that failed for
-    /// blobs nobody needs any more are no error.
+    /// what they brought: blobs no request asked for, and those of a
+    /// request that failed, asked again (its error is the last request's
+    /// to give). A request that failed for blobs nobody needs is no error.
     func complete(needing needed: Set<ObjectID>) throws {
-        var failure: (any Error)?
         for request in requests {
-            do { try request.wait() } catch { failure = failure ?? error }
+            do { try request.work.wait() } catch { requested.subtract(request.ids) }
         }
         requests = []
-        if let failure, !needed.isEmpty { throw failure }
         let rest = needed.subtracting(requested)
         guard !rest.isEmpty else { return }
         requested.formUnion(rest)
@@ -120,6 +121,6 @@ final class SyncContentFetch: @unchecked Sendable {
     /// Waits for every request (a sync that ends early: no git process
     /// outlives the command).
     func finish() {
-        for request in requests { try? request.wait() }
+        for request in requests { try? request.work.wait() }
     }
 }
