@@ -38,15 +38,12 @@ enum TreeEntryRules {
     /// The same rules for what this device would commit, so it never pushes
     /// a tree every other device refuses: the first item of `path` (a local
     /// file or symlink) whose name breaks them, or the whole path when it is
-    /// too long, with why; nil when all of it may be committed. Names that
-    /// start with an ASCII byte other than '.', 'g' and 'G' are safe without
-    /// folding them (no reserved name starts so).
+    /// too long, with why; nil when all of it may be committed.
     static func refusedLocalItem(_ path: RepoPath) -> (item: RepoPath, reason: String)? {
         var end = 0
         for component in path.bytes.split(separator: 0x2F, omittingEmptySubsequences: false) {
             end += component.count
             defer { end += 1 }
-            if let first = component.first, !EntryNameCheck.mayFoldToReserved(first: first) { continue }
             if let problem = EntryNameCheck.problem(with: Array(component)) {
                 return (RepoPath(bytes: Array(path.bytes[..<end])), problem)
             }
