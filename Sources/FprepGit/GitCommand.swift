@@ -2,6 +2,7 @@ import CLibGit2Support
 import Dispatch
 import FoundationEssentials
 import Glibc
+import Synchronization
 
 /// A `git` command that failed: its arguments, exit status and what it said.
 public struct GitCommandError: Error, CustomStringConvertible, Sendable {
@@ -50,7 +51,7 @@ public enum GitCommand {
     @discardableResult
     public static func run(_ arguments: [String], in directory: String? = nil,
                            environment extra: [String: String] = [:], input: Data? = nil,
-                           showProgress: Bool = false) throws -> Data {
+                           showProgress: Bool = false, stop: Stop? = nil) throws -> Data {
         let fullArguments = (directory.map { ["-C", $0] } ?? []) + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["GIT_NO_LAZY_FETCH"] = "1"
@@ -94,7 +95,13 @@ public enum GitCommand {
         sigaddset(&defaults, SIGPIPE)
         sigaddset(&defaults, SIGIO)
         posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
+        // Nothing blocked: a child inherits the spawning thread's mask, and
+        // a Dispatch or task thread blocks nearly every signal, so a git
+        // started there ignored Ctrl-C and a `Stop` alike.
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        posix_spawnattr_setsigmask(&attributes, &unblocked)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, gitPath, &actions, &attributes, argv, envp)
         for fd in [stdinPipe[0], stdoutPipe[1], stderrPipe[1]] { close(fd) }
@@ -103,9 +110,17 @@ public enum GitCommand {
             throw GitCommandError(arguments: arguments, status: -1,
                                   standardError: "fatal: cannot run \(gitPath): \(String(cString: strerror(spawned)))")
         }
+        stop?.started(pid)
         let (output, errors) = exchange(input: input ?? Data(), stdin: stdinPipe[1], stdout: stdoutPipe[0],
                                         stderr: showProgress ? -1 : stderrPipe[0])
         if showProgress { close(stderrPipe[0]) }
+        if let stop {
+            // Exited, not yet reaped: until `ended` the pid is still this
+            // git's (a zombie), so a `stop` meanwhile signals no other process.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR {}
+            stop.ended()
+        }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         let exited = status & 0x7f == 0
@@ -114,6 +129,38 @@ public enum GitCommand {
             throw GitCommandError(arguments: arguments, status: code, standardError: String(decoding: errors, as: UTF8.self))
         }
         return output
+    }
+
+    /// Lets another thread end a running git command (SIGTERM; git
+    /// removes what it made, as on Ctrl-C): a clone that turns out not to
+    /// be wanted, say. `run` then throws its usual error.
+    public final class Stop: Sendable {
+        private struct State {
+            var running: pid_t?
+            var requested = false
+        }
+        private let state = Mutex(State())
+
+        public init() {}
+
+        /// Ends the command now if it runs, else as soon as it starts.
+        public func request() {
+            state.withLock { state in
+                state.requested = true
+                if let pid = state.running { kill(pid, SIGTERM) }
+            }
+        }
+
+        public var isRequested: Bool { state.withLock { $0.requested } }
+
+        fileprivate func started(_ pid: pid_t) {
+            state.withLock { state in
+                state.running = pid
+                if state.requested { kill(pid, SIGTERM) }
+            }
+        }
+
+        fileprivate func ended() { state.withLock { $0.running = nil } }
     }
 
     private static let brokenPipeIgnored: Void = { signal(SIGPIPE, SIG_IGN) }()

@@ -200,6 +200,25 @@ public final class Repository {
         return ObjectID(oid)
     }
 
+    /// The direct references whose names start with `prefix`, with their
+    /// targets; wraps `git_reference_iterator_glob_new`.
+    public func references(under prefix: String) throws -> [(name: String, target: ObjectID)] {
+        var iterator: OpaquePointer?
+        try check(git_reference_iterator_glob_new(&iterator, pointer, prefix + "*"), "git_reference_iterator_glob_new")
+        defer { git_reference_iterator_free(iterator) }
+        var found: [(name: String, target: ObjectID)] = []
+        while true {
+            var ref: OpaquePointer?
+            let result = git_reference_next(&ref, iterator)
+            if result == GIT_ITEROVER.rawValue { return found }
+            try check(result, "git_reference_next")
+            defer { git_reference_free(ref) }
+            if let name = git_reference_name(ref), let target = git_reference_target(ref) {
+                found.append((String(cString: name), ObjectID(target.pointee)))
+            }
+        }
+    }
+
     /// The reference a symbolic reference points at (`HEAD` → `refs/heads/main`);
     /// nil when `name` is missing or not symbolic. Wraps `git_reference_lookup`.
     public func symbolicTarget(_ name: String) throws -> String? {

@@ -61,4 +61,62 @@ import FprepGit
         list.append(RepoPath(bytes: [0x62]))
         #expect(list.count == 0)
     }
+
+    /// `RepeatedNames` against a set of every name seen, on random trees:
+    /// names from a few bytes around '/' in order ('-', '.', '0'), any
+    /// kind, in git's order or not, with names repeated as the same kind or
+    /// another. Every tree of the class a set would refuse, it refuses.
+    @Test func repeatedNamesAreFoundInAnyOrder() {
+        var random = SplitMix(14)
+        let bytes: [UInt8] = Array("a-.0".utf8)
+        let modes: [FileMode] = [.blob, .tree, .symlink, .submodule, .executable]
+        let id = ObjectID(hex: String(repeating: "1", count: 40))!
+        func key(_ entry: TreeEntry) -> [UInt8] { entry.name + (entry.mode == .tree ? [0x2F] : []) }
+        for round in 0..<4000 {
+            var entries: [TreeEntry] = []
+            for _ in 0..<Int.random(in: 1...8, using: &random) {
+                let name = (0..<Int.random(in: 1...3, using: &random)).map { _ in bytes.randomElement(using: &random)! }
+                entries.append(TreeEntry(name: name, id: id, mode: modes.randomElement(using: &random)!))
+            }
+            if Bool.random(using: &random), let copied = entries.randomElement(using: &random) {
+                entries.append(TreeEntry(name: copied.name, id: id, mode: modes.randomElement(using: &random)!))
+            }
+            // Most trees as git writes them; some as a hostile server might.
+            if round % 4 != 0 { entries.sort { key($0).lexicographicallyPrecedes(key($1)) } }
+            var checked = RepeatedNames()
+            var seen = Set<[UInt8]>()
+            for i in entries.indices {
+                let expected = !seen.insert(entries[i].name).inserted
+                #expect(checked.isRepeated(entries, at: i) == expected,
+                        "\(entries.map { String(decoding: $0.name, as: UTF8.self) + ($0.mode == .tree ? "/" : "") }) at \(i)")
+            }
+        }
+    }
+
+    /// A clone's scan refuses a tree that names a file and a folder alike,
+    /// with other names between them or the folder first.
+    @Test(arguments: [["100644 X", "100644 X-1", "100644 X.y", "40000 X"], ["40000 X", "100644 X"],
+                      ["120000 X", "100644 Y", "40000 X"], ["160000 X", "40000 X"]])
+    func aFileAndAFolderOfOneNameAreRefused(listing: [String]) throws {
+        let folder = NSTemporaryDirectory() + "fprep-layout-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let repository = try Repository(creatingBareAt: folder + "/repo.git", initialBranch: "main")
+        let blob = try Array("x".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        let empty = try repository.treeBuilder().write()
+        var raw: [UInt8] = []
+        for line in listing {
+            let parts = line.split(separator: " ")
+            let entryID = parts[0] == "40000" ? empty : blob
+            raw += Array(parts[0].utf8) + [0x20] + Array(parts[1].utf8) + [0] + entryID.bytes
+        }
+        let written = try GitCommand.run(["--git-dir=\(folder)/repo.git", "hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+                                         input: Data(raw))
+        let tree = try #require(ObjectID(hex: String(decoding: written, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        do {
+            _ = try LayoutPlan.scan(repository, tree: tree, defaultTime: 0) { _ in BlobInfo(size: 1, mtime: 0) }
+            Issue.record("the scan took \(listing)")
+        } catch {
+            #expect("\(error)".contains("two entries share this name"), "\(error)")
+        }
+    }
 }

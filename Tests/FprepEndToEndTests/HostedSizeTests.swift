@@ -264,7 +264,7 @@ struct HostedSizeTests {
 
     // MARK: - servers without partial clone
 
-    @Test("a server that does not allow partial clone is found before anything is fetched: clone refuses unless --full, which brings every size",
+    @Test("a server that does not allow partial clone is found as the clone starts: clone stops, refuses and leaves nothing unless --full, which brings every size",
           arguments: ["git", "file", "git protocol v0"])
     func serverWithoutPartialClone(transport: String) throws {
         try withSandbox { box in
@@ -276,7 +276,7 @@ struct HostedSizeTests {
             let replica = box.at("replica")
             let refused = try box.fprep(["clone", url, replica])
             expectOneLineError(refused, mentioning: ["does not allow partial clone", "every file", "--full", "install-hooks"])
-            #expect(!exists(replica), "nothing is fetched or left behind")
+            #expect(!exists(replica), "nothing is left behind")
 
             _ = try box.clone(url, replica, extra: ["--full"])
             #expect(Self.size(replica + "/a.txt") == 6)

@@ -357,6 +357,65 @@ import Testing
         }
     }
 
+    /// A git command stopped from another thread ends at once with its
+    /// error, whether it was stopped before it started or while it waited
+    /// on a server that never answers.
+    @Test func aStoppedGitCommandEndsAtOnce() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        #expect(bound && listen(listener, 4) == 0)
+        let url = "git://127.0.0.1:\(UInt16(bigEndian: address.sin_port))/silent.git"
+
+        for early in [true, false] {
+            let stop = GitCommand.Stop()
+            if early { stop.request() }
+            var ends: [Int32] = [-1, -1]
+            #expect(pipe(&ends) == 0)
+            let finished = ends
+            let watched = DispatchSemaphore(value: 0)
+            // Stops git once it is connected (it then waits for an answer
+            // that never comes). A git that ignores its stop is ended by the
+            // connection's close (a connection when stopped early, or a
+            // minute without an end), with a status that fails the test.
+            let watchdog = Thread {
+                var connection: Int32 = -1
+                while true {
+                    var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
+                               pollfd(fd: finished[0], events: Int16(POLLIN), revents: 0)]
+                    if poll(&fds, 2, 60_000) <= 0 || fds[1].revents != 0 { break }
+                    let accepted = accept(listener, nil, nil)
+                    if early || connection >= 0 {
+                        close(accepted)
+                        continue
+                    }
+                    connection = accepted
+                    stop.request()
+                }
+                if connection >= 0 { close(connection) }
+                watched.signal()
+            }
+            watchdog.start()
+            do {
+                try GitCommand.run(["ls-remote", url], stop: stop)
+                Issue.record("ls-remote of a server that never answers succeeded")
+            } catch let error as GitCommandError {
+                #expect(error.status == 128 + SIGTERM, "ended by its stop: \(error)")
+            }
+            #expect(write(finished[1], "x", 1) == 1)
+            watched.wait()
+            close(finished[0])
+            close(finished[1])
+        }
+    }
+
     @Test func localPathsTravelAsFileURLs() {
         #expect(Transport.transportURL("/srv/r.git") == "file:///srv/r.git")
         #expect(Transport.transportURL("git://127.0.0.1/r.git") == "git://127.0.0.1/r.git")

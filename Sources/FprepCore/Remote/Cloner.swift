@@ -148,8 +148,10 @@ public enum Cloner {
         let stateFolder = root + "/" + Replica.stateFolderName
         try FileManager.default.createDirectory(atPath: stateFolder, withIntermediateDirectories: true)
         let store = try StateStore(path: stateFolder + "/state.db")
-        try store.setMeta("phase", "fetching")
-        try store.setMeta("remote_url", url)
+        try store.transaction {
+            try store.setMeta("phase", "fetching")
+            try store.setMeta("remote_url", url)
+        }
 
         Trace.mark("prepare")
         // 1. Commits and trees, no blobs, no checkout. git works in folders
@@ -158,8 +160,18 @@ public enum Cloner {
         //    folders, never these.
         let token = ContentOperations.newToken()
         // git ignores --filter where the server does not allow it and brings
-        // every blob: asked first, so nothing is fetched unless told --full.
-        if !full, Transport.allowsFilter(url: url, traceFile: stateFolder + "/clone-capabilities-" + token) == false {
+        // every blob: the server is asked beside the clone (asked first, its
+        // answer cost every clone 40 ms on git://), and a clone it would fill
+        // is stopped as soon as it says so, unless told --full.
+        let unfiltered = GitCommand.Stop()
+        let filterCheck = full ? nil : BackgroundWork {
+            if Transport.allowsFilter(url: url, traceFile: stateFolder + "/clone-capabilities-" + token) == false { unfiltered.request() }
+        }
+        // Its trace file is in the clone's folder, which a failure removes.
+        defer { try? filterCheck?.wait() }
+        func refuseUnfiltered() throws {
+            try? filterCheck?.wait()
+            guard unfiltered.isRequested else { return }
             throw FprepError("the remote '\(url)' does not allow partial clone (its uploadpack.allowFilter is off), so a clone would bring the content of every file; "
                              + "run 'fprep install-hooks' on it (or 'git config uploadpack.allowFilter true' there), or clone with --full to fetch everything")
         }
@@ -183,10 +195,15 @@ public enum Cloner {
                 early.read = (tip, BlobSizeTable(try SizeManifest.entries(fetchedRefs, from: tip, stoppingAt: nil)))
             }
         } : nil
+        func removeFetched() {
+            try? FileManager.default.removeItem(atPath: scratch)
+            try? FileManager.default.removeItem(atPath: fetched)
+            try? FileManager.default.removeItem(atPath: side)
+        }
         do {
             do {
-                try Transport.blobless(clone: url, gitDirectory: fetched, scratchWorkTree: scratch,
-                                       branch: requestedBranch, showProgress: showGitProgress, refsFetchedBeside: refsBeside != nil)
+                try Transport.blobless(clone: url, gitDirectory: fetched, scratchWorkTree: scratch, branch: requestedBranch,
+                                       showProgress: showGitProgress, refsFetchedBeside: refsBeside != nil, stop: unfiltered)
             } catch {
                 try? refsBeside?.wait()  // its git is done with its folder before the folder goes
                 throw error
@@ -196,10 +213,16 @@ public enum Cloner {
                 try Transport.adoptFprepRefs(from: side, into: fetched)
             }
         } catch let error as GitCommandError {
-            try? FileManager.default.removeItem(atPath: scratch)
-            try? FileManager.default.removeItem(atPath: fetched)
-            try? FileManager.default.removeItem(atPath: side)
+            removeFetched()
+            try refuseUnfiltered()
             throw fetchFailure(error)
+        }
+        // A small remote's clone may end before the server's answer.
+        do {
+            try refuseUnfiltered()
+        } catch {
+            removeFetched()
+            throw error
         }
         try? FileManager.default.removeItem(atPath: root + "/.git")
         guard rename(fetched, root + "/.git") == 0 else {
