@@ -119,4 +119,71 @@ import FprepGit
             #expect("\(error)".contains("two entries share this name"), "\(error)")
         }
     }
+
+    /// A walk that reads its trees ahead visits what one that reads them
+    /// itself visits, in the same order; a walk stopped at any step (its
+    /// visitor throws) ends, whatever the reader had read ahead.
+    @Test func aWalkThatReadsAheadVisitsWhatOneThatDoesNotVisits() throws {
+        let folder = NSTemporaryDirectory() + "fprep-layout-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let repository = try Repository(creatingBareAt: folder + "/repo.git", initialBranch: "main")
+        var random = SplitMix(24)
+        let blob = try Array("x".utf8).withUnsafeBytes { try repository.writeBlob($0) }
+        // Some 600 folders (more than the reader keeps ahead), a few files each.
+        var made = 0
+        func tree(depth: Int) throws -> ObjectID {
+            let builder = try repository.treeBuilder()
+            for i in 0..<Int.random(in: 1...3, using: &random) { try builder.insert(name: Array("f\(i)".utf8), id: blob, mode: .blob) }
+            if depth < 6 {
+                for i in 0..<3 where made < 600 {
+                    made += 1
+                    try builder.insert(name: Array("d\(i)".utf8), id: try tree(depth: depth + 1), mode: .tree)
+                }
+            }
+            return try builder.write()
+        }
+        // And a folder of 5,000 files: several units of the reader's room.
+        let wide = try repository.treeBuilder()
+        for i in 0..<5000 { try wide.insert(name: Array("w\(i)".utf8), id: blob, mode: .blob) }
+        let top = try repository.treeBuilder()
+        try top.insert(name: Array("a".utf8), id: try tree(depth: 0), mode: .tree)
+        try top.insert(name: Array("wide".utf8), id: try wide.write(), mode: .tree)
+        try top.insert(name: Array("z".utf8), id: try tree(depth: 3), mode: .tree)
+        let root = try top.write()
+        func steps(readingAhead: Bool, stoppingAfter limit: Int = .max) throws -> [String] {
+            var walk = TreeWalk(repository: repository, tree: root, defaultTime: 0) { _ in BlobInfo(size: 1, mtime: 0) }
+            walk.readsAhead = readingAhead
+            var seen: [String] = []
+            struct Enough: Error {}
+            do {
+                try walk.run { step in
+                    guard seen.count < limit else { throw Enough() }
+                    switch step {
+                    case .folder(let path): seen.append(path.description + "/")
+                    case .entry(let entry): seen.append(entry.path.description)
+                    }
+                }
+            } catch is Enough {}
+            return seen
+        }
+        let plain = try steps(readingAhead: false)
+        #expect(made > 256 && plain.count > 6000)
+        #expect(try steps(readingAhead: true) == plain)
+        for limit in [0, 1, 7, 300, plain.count / 2, plain.count - 1] {
+            #expect(try steps(readingAhead: true, stoppingAfter: limit) == Array(plain.prefix(limit)))
+        }
+        // The reader serves every tree, in the walk's order (a reader that
+        // read another order would leave the walk reading for itself).
+        var order: [ObjectID] = []
+        func collect(_ id: ObjectID) throws {
+            order.append(id)
+            for entry in try repository.tree(id).entries where entry.mode == .tree { try collect(entry.id) }
+        }
+        try collect(root)
+        let ahead = TreeReadAhead(gitDirectory: repository.gitDirectory, root: root)
+        defer { ahead.stop() }
+        for id in order {
+            #expect(try ahead.entries(of: id)?.count == repository.tree(id).entries.count, "\(id)")
+        }
+    }
 }

@@ -42,23 +42,29 @@ struct TreeWalk {
     let tree: ObjectID
     let defaultTime: Int64
     let sizes: (ObjectID) throws -> BlobInfo?
+    /// Trees read on another thread ahead of the walk (`TreeReadAhead`):
+    /// for a walk that does little else (the scan), not for one that
+    /// shares the machine's cores with its writers (the layout).
+    var readsAhead = false
 
     /// Visits every step in index order. Refuses any entry that could escape
     /// the replica, write into `.git`/`.fprep`, collide with another entry,
     /// or break the index's order (a tree git itself would not write).
     func run(_ visit: (Step) throws -> Void) throws {
         var previous: RepoPath?
-        try walk(tree, at: .root, previous: &previous, visit)
+        let ahead = readsAhead ? TreeReadAhead(gitDirectory: repository.gitDirectory, root: tree) : nil
+        defer { ahead?.stop() }
+        try walk(tree, at: .root, previous: &previous, ahead: ahead, visit)
     }
 
-    private func walk(_ id: ObjectID, at path: RepoPath, previous: inout RepoPath?, _ visit: (Step) throws -> Void) throws {
-        let tree: Tree
+    private func walk(_ id: ObjectID, at path: RepoPath, previous: inout RepoPath?, ahead: TreeReadAhead?,
+                      _ visit: (Step) throws -> Void) throws {
+        let entries: [TreeEntry]
         do {
-            tree = try repository.tree(id)
+            entries = try ahead?.entries(of: id) ?? repository.tree(id).entries
         } catch {
             throw FprepError("the remote tree '\(path.isRoot ? "/" : path.description)' (\(id)) is missing from the clone; run the command again")
         }
-        let entries = tree.entries
         var names = RepeatedNames()
         for i in entries.indices {
             let entry = entries[i]
@@ -79,7 +85,7 @@ struct TreeWalk {
             switch entry.mode {
             case .tree:
                 try visit(.folder(child))
-                try walk(entry.id, at: child, previous: &previous, visit)
+                try walk(entry.id, at: child, previous: &previous, ahead: ahead, visit)
             case .blob, .executable, .symlink:
                 let info = try sizes(entry.id)
                 let kind: Kind = entry.mode == .symlink ? .symlink : .file(executable: entry.mode == .executable)
@@ -188,7 +194,9 @@ struct LayoutPlan {
     static func scan(_ walk: TreeWalk, listFolders: Bool = true) throws -> LayoutPlan {
         var plan = LayoutPlan(walk: walk)
         plan.folderPaths.isKept = listFolders
-        try walk.run { step in
+        var scanning = walk
+        scanning.readsAhead = true
+        try scanning.run { step in
             switch step {
             case .folder(let path):
                 plan.folders += 1
