@@ -22,8 +22,10 @@ struct CycleResult: Codable {
     var clonePeakKiB: Int?
     var materializePeakKiB: Int?
     var evictPeakKiB: Int?
-    /// The clone's phases as its trace gave them ("phase seconds").
-    var clonePhases: [String]?
+    /// Each fprep step's phases as its trace gave them ("phase seconds"):
+    /// clone, materialize, evict.
+    var phases: [[String]?] = [nil, nil, nil]
+    var clonePhases: [String]? { phases[0] }
 
     var cloneFloor: Double { gitClone + createPlaceholders }
     var materializeFloor: Double { gitFetchBlobs + gitCheckout }
@@ -99,7 +101,7 @@ struct Cycle {
         var fprepClone: Double?, fprepMaterialize: Double?, fprepEvict: Double?
         var afterClone: Int64?, afterMaterialize: Int64?, afterEvict: Int64?
         var peaks: [Int?] = [nil, nil, nil]
-        var clonePhases: [String]?
+        var phases: [[String]?] = [nil, nil, nil]
         if let fprep {
             // -C comes after the subcommand: fprep's -C is a per-command option
             // (`fprep -C DIR materialize` is rejected as an unknown option).
@@ -115,10 +117,8 @@ struct Cycle {
                 let lines = ((try? String(contentsOfFile: traceFile, encoding: .utf8)) ?? "").split(separator: "\n")
                 peaks[step] = lines.last { $0.hasPrefix("trace: peak memory ") }
                     .flatMap { Int($0.dropFirst("trace: peak memory ".count).split(separator: " ").first ?? "") }
-                if step == 0 {
-                    clonePhases = lines.filter { !$0.hasPrefix("trace: peak") }.map {
-                        $0.dropFirst("trace: ".count).split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
-                    }
+                phases[step] = lines.filter { !$0.hasPrefix("trace: peak") }.map {
+                    $0.dropFirst("trace: ".count).split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
                 }
                 return seconds
             }
@@ -137,7 +137,7 @@ struct Cycle {
                            gitClone: clone, createPlaceholders: create, gitFetchBlobs: fetch, gitCheckout: checkout,
                            punchHoles: punch, bytesAfterClone: afterClone, bytesAfterMaterialize: afterMaterialize,
                            bytesAfterEvict: afterEvict, clonePeakKiB: peaks[0], materializePeakKiB: peaks[1],
-                           evictPeakKiB: peaks[2], clonePhases: clonePhases)
+                           evictPeakKiB: peaks[2], phases: phases)
     }
 
     /// Deletes trees; every timed step after it syncs and drops caches first,

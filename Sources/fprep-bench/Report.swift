@@ -128,12 +128,21 @@ struct Report: Encodable {
         if let phases = perRun.first?.clonePhases, !phases.isEmpty {
             out.append("  fprep's phases (first run): " + phases.joined(separator: ", "))
         }
+        // A short step's noise is read from its phases: every run's.
+        func phaseLines(step: Int) {
+            for (i, run) in perRun.enumerated() {
+                guard let phases = run.phases[step], !phases.isEmpty else { continue }
+                out.append("  fprep's phases (run \(i + 1)): " + phases.map { $0.replacingOccurrences(of: " (resident", with: " (") }.joined(separator: ", "))
+            }
+        }
         out.append(row("materialize", secs(m.fprepMaterialize), secs(m.materializeFloor), ratio(materialize),
                        goal(materialize) + spread { ($0.fprepMaterialize, $0.materializeFloor) }))
         out.append(row("  git fetch of \(n) blob ids (one request)", "", secs(m.gitFetchBlobs)))
         out.append(row("  git checkout of the \(n) paths", "", secs(m.gitCheckout)))
+        phaseLines(step: 1)
         out.append(row("evict", secs(m.fprepEvict), secs(m.punchHoles), ratio(evict), goal(evict) + spread { ($0.fprepEvict, $0.punchHoles) }))
         out.append(row("  a process punching \(n) files to holes, tree of the same size", "", secs(m.punchHoles)))
+        phaseLines(step: 2)
         if let c = m.clonePeakKiB {
             out.append("")
             out.append("fprep's own peak memory (VmHWM; git's processes not counted), largest of the runs")
