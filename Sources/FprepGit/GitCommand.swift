@@ -94,6 +94,11 @@ public enum GitCommand {
         sigemptyset(&defaults)
         sigaddset(&defaults, SIGPIPE)
         sigaddset(&defaults, SIGIO)
+        // A process that ignores these (a service that stops on its own
+        // terms) must not hand that to git: a stop of the group, a Ctrl-C
+        // or a `Stop` ends git.
+        sigaddset(&defaults, SIGINT)
+        sigaddset(&defaults, SIGTERM)
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         // Nothing blocked: a child inherits the spawning thread's mask, and
         // a Dispatch or task thread blocks nearly every signal, so a git

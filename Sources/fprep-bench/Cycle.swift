@@ -22,10 +22,12 @@ struct CycleResult: Codable {
     var clonePeakKiB: Int?
     var materializePeakKiB: Int?
     var evictPeakKiB: Int?
-    /// Each fprep step's phases as its trace gave them ("phase seconds"):
-    /// clone, materialize, evict.
-    var phases: [[String]?] = [nil, nil, nil]
-    var clonePhases: [String]? { phases[0] }
+    /// Each fprep step's phases as its trace gave them ("phase seconds").
+    var clonePhases: [String]?
+    var materializePhases: [String]?
+    var evictPhases: [String]?
+    /// Step 0 clone, 1 materialize, 2 evict.
+    func phases(of step: Int) -> [String]? { [clonePhases, materializePhases, evictPhases][step] }
 
     var cloneFloor: Double { gitClone + createPlaceholders }
     var materializeFloor: Double { gitFetchBlobs + gitCheckout }
@@ -137,7 +139,7 @@ struct Cycle {
                            gitClone: clone, createPlaceholders: create, gitFetchBlobs: fetch, gitCheckout: checkout,
                            punchHoles: punch, bytesAfterClone: afterClone, bytesAfterMaterialize: afterMaterialize,
                            bytesAfterEvict: afterEvict, clonePeakKiB: peaks[0], materializePeakKiB: peaks[1],
-                           evictPeakKiB: peaks[2], phases: phases)
+                           evictPeakKiB: peaks[2], clonePhases: phases[0], materializePhases: phases[1], evictPhases: phases[2])
     }
 
     /// Deletes trees; every timed step after it syncs and drops caches first,

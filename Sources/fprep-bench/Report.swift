@@ -131,7 +131,7 @@ struct Report: Encodable {
         // A short step's noise is read from its phases: every run's.
         func phaseLines(step: Int) {
             for (i, run) in perRun.enumerated() {
-                guard let phases = run.phases[step], !phases.isEmpty else { continue }
+                guard let phases = run.phases(of: step), !phases.isEmpty else { continue }
                 out.append("  fprep's phases (run \(i + 1)): " + phases.map { $0.replacingOccurrences(of: " (resident", with: " (") }.joined(separator: ", "))
             }
         }

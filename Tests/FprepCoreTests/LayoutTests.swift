@@ -83,6 +83,13 @@ import FprepGit
             }
             // Most trees as git writes them; some as a hostile server might.
             if round % 4 != 0 { entries.sort { key($0).lexicographicallyPrecedes(key($1)) } }
+            // Now and then a folder with more names before it than it looks back over.
+            if round % 50 == 0 {
+                entries = (0..<(RepeatedNames.lookBackLimit + round % 3)).map { TreeEntry(name: Array("a-\($0)".utf8), id: id, mode: .blob) }
+                    + [TreeEntry(name: Array("a".utf8), id: id, mode: .tree)]
+                if round % 100 == 0 { entries.insert(TreeEntry(name: Array("a".utf8), id: id, mode: .symlink), at: 0) }
+                entries.sort { key($0).lexicographicallyPrecedes(key($1)) }
+            }
             var checked = RepeatedNames()
             var seen = Set<[UInt8]>()
             for i in entries.indices {

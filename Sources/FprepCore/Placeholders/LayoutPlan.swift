@@ -108,10 +108,13 @@ struct TreeWalk {
 /// and a non-folder (file, symlink, submodule) before it, with nothing
 /// between them but names that start with that name and a byte before
 /// '/': a folder's entry looks back over those. A tree out of that order
-/// (git never writes one) is checked with a set of its names from there on.
+/// (git never writes one), or where a folder would look back over more than
+/// `lookBackLimit` names, is checked with a set of its names from there on.
 struct RepeatedNames {
     private var ordered = true
     private var names: Set<[UInt8]> = []
+    /// Entries a folder's entry looks back over at most.
+    static let lookBackLimit = 64
 
     /// Whether `entries[i]` repeats the name of an entry before it; asked
     /// of each entry in turn, from the first. Names are checked
@@ -123,11 +126,15 @@ struct RepeatedNames {
                 guard entry.mode == .tree else { return false }
                 let name = entry.name
                 var j = i - 1
-                while j >= 0, Self.sortsBetween(entries[j].name, name) { j -= 1 }
-                return j >= 0 && entries[j].name == name
+                while j >= 0, i - j <= Self.lookBackLimit, Self.sortsBetween(entries[j].name, name) { j -= 1 }
+                if i - j <= Self.lookBackLimit { return j >= 0 && entries[j].name == name }
+                // Many names between (folders 'a', 'a!', 'a!!', … beside a
+                // million files 'a!!…-n' would make looking back cost each
+                // folder the files): a set from here on, as for disorder.
             }
             // No name repeats before `i`: the order held until here.
             ordered = false
+            names.reserveCapacity(entries.count)
             for earlier in entries[..<i] { names.insert(earlier.name) }
         }
         return !names.insert(entry.name).inserted

@@ -54,14 +54,16 @@ final class TreeReadAhead: @unchecked Sendable {
     }
 
     /// The entries of tree `id`, the next one the walk needs; nil when the
-    /// reader has none for it (it stopped, or read another tree).
-    func entries(of id: ObjectID) throws -> [TreeEntry]? {
+    /// reader has none for it (it stopped, read another tree, or failed).
+    func entries(of id: ObjectID) -> [TreeEntry]? {
         guard let read = take() else { return nil }
-        guard read.id == id else {
+        // Another tree, or one the reader failed to read: the walk reads
+        // it itself (and says what failed).
+        guard read.id == id, case .success(let entries) = read.entries else {
             stop()
             return nil
         }
-        return try read.entries.get()
+        return entries
     }
 
     /// The walk is over, or failed: the reader stops after the tree it is

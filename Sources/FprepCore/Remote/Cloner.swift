@@ -162,11 +162,15 @@ public enum Cloner {
         // git ignores --filter where the server does not allow it and brings
         // every blob: the server is asked beside the clone (asked first, its
         // answer cost every clone 40 ms on git://), and a clone it would fill
-        // is stopped as soon as it says so, unless told --full.
+        // is stopped as soon as it says so, unless told --full. Asked first
+        // still where two connections could ask for a password at once.
+        let beside = Transport.fetchesRefsBeside(url)
         let unfiltered = GitCommand.Stop()
-        let filterCheck = full ? nil : BackgroundWork {
+        let askFilter = { @Sendable in
             if Transport.allowsFilter(url: url, traceFile: stateFolder + "/clone-capabilities-" + token) == false { unfiltered.request() }
         }
+        if !full, !beside { askFilter() }
+        let filterCheck = full || !beside ? nil : BackgroundWork(askFilter)
         // Its trace file is in the clone's folder, which a failure removes.
         defer { try? filterCheck?.wait() }
         func refuseUnfiltered() throws {
@@ -186,7 +190,7 @@ public enum Cloner {
                 ?? FprepError("cannot clone '\(url)': \(error.reason) (check the URL and that the remote is up)", detail: error.standardError)
         }
         let early = EarlyManifest()
-        let refsBeside = Transport.fetchesRefsBeside(url) ? BackgroundWork {
+        let refsBeside = beside ? BackgroundWork {
             try Transport.fetchFprepRefs(url: url, into: side)
             // Read while the clone goes on (its fetch is the longer one):
             // the size table of 10^6 blobs took 1.0 s after it.
@@ -212,12 +216,14 @@ public enum Cloner {
                 try refsBeside.wait()
                 try Transport.adoptFprepRefs(from: side, into: fetched)
             }
-        } catch let error as GitCommandError {
+        } catch {
             removeFetched()
             try refuseUnfiltered()
-            throw fetchFailure(error)
+            if let error = error as? GitCommandError { throw fetchFailure(error) }
+            throw error
         }
-        // A small remote's clone may end before the server's answer.
+        // A small remote's clone may end before the server's answer (or
+        // the answer came first, where two connections could ask at once).
         do {
             try refuseUnfiltered()
         } catch {
