@@ -265,7 +265,7 @@ struct HostedSizeTests {
     // MARK: - servers without partial clone
 
     @Test("a server that does not allow partial clone is found as the clone starts: clone stops, refuses and leaves nothing unless --full, which brings every size",
-          arguments: ["git", "file", "git protocol v0"])
+          arguments: ["git", "file", "git protocol v0", "git with an askpass program (asked before the clone)"])
     func serverWithoutPartialClone(transport: String) throws {
         try withSandbox { box in
             // Protocol v0 advertises capabilities after the first ref, v2 in its own lines.
@@ -274,8 +274,16 @@ struct HostedSizeTests {
             try box.gitOK(["config", "uploadpack.allowFilter", "false"], cwd: remote.path)
             let url = transport.hasPrefix("git") ? try box.startDaemon(base: box.path).url("remote.git") : "file://" + remote.path
             let replica = box.at("replica")
-            let refused = try box.fprep(["clone", url, replica])
+            // With a program that may ask for a password, the server is
+            // asked before the clone, never beside it (two questions at once).
+            let asks = transport.contains("askpass")
+            let gitTrace = box.at("git-trace.txt")
+            let refused = try box.fprep(["clone", url, replica], env: asks ? ["GIT_ASKPASS": "/bin/true", "GIT_TRACE": gitTrace] : [:])
             expectOneLineError(refused, mentioning: ["does not allow partial clone", "every file", "--full", "install-hooks"])
+            if asks {
+                let ran = (try? String(contentsOfFile: gitTrace, encoding: .utf8)) ?? ""
+                #expect(ran.contains("ls-remote") && !ran.contains("git clone"), "git ran:\n\(ran)")
+            }
             #expect(!exists(replica), "nothing is left behind")
 
             _ = try box.clone(url, replica, extra: ["--full"])

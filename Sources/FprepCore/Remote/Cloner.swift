@@ -169,7 +169,6 @@ public enum Cloner {
         let askFilter = { @Sendable in
             if Transport.allowsFilter(url: url, traceFile: stateFolder + "/clone-capabilities-" + token) == false { unfiltered.request() }
         }
-        if !full, !beside { askFilter() }
         let filterCheck = full || !beside ? nil : BackgroundWork(askFilter)
         // Its trace file is in the clone's folder, which a failure removes.
         defer { try? filterCheck?.wait() }
@@ -178,6 +177,10 @@ public enum Cloner {
             guard unfiltered.isRequested else { return }
             throw FprepError("the remote '\(url)' does not allow partial clone (its uploadpack.allowFilter is off), so a clone would bring the content of every file; "
                              + "run 'fprep install-hooks' on it (or 'git config uploadpack.allowFilter true' there), or clone with --full to fetch everything")
+        }
+        if !full, !beside {
+            askFilter()
+            try refuseUnfiltered()
         }
         let scratch = stateFolder + "/clone-scratch-" + token
         let fetched = stateFolder + "/clone-" + token + ".git"
