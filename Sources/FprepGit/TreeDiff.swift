@@ -111,14 +111,9 @@ public struct TreeDiff {
             isTree = git_tree_entry_filemode_raw(entry).rawValue == 0o040000
         }
 
-        /// git's tree order: a folder's name sorts as if it ended in '/'.
+        /// git's tree order (`TreeOrder`).
         func order(_ other: Name) -> Int32 {
-            let common = min(bytes.count, other.bytes.count)
-            let byBytes = memcmp(bytes.baseAddress!, other.bytes.baseAddress!, common)
-            if byBytes != 0 { return byBytes }
-            let next = bytes.count > common ? Int32(bytes[common]) : (isTree ? 0x2F : 0)
-            let otherNext = other.bytes.count > common ? Int32(other.bytes[common]) : (other.isTree ? 0x2F : 0)
-            return next - otherNext
+            TreeOrder.compare(bytes, folder: isTree, other.bytes, folder: other.isTree)
         }
 
         func sameBytes(_ other: Name) -> Bool {
@@ -173,9 +168,7 @@ public struct TreeDiff {
             if earlier.sameBytes(name) {
                 throw DuplicateTreeEntry(path: prefix.isEmpty ? Array(name.bytes) : prefix + [0x2F] + Array(name.bytes))
             }
-            guard name.isTree, earlier.bytes.count > name.bytes.count,
-                  memcmp(earlier.bytes.baseAddress!, name.bytes.baseAddress!, name.bytes.count) == 0,
-                  earlier.bytes[name.bytes.count] < 0x2F else { return }
+            guard name.isTree, TreeOrder.sortsBetween(earlier.bytes, fileAndFolderNamed: name.bytes) else { return }
             k -= 1
         }
     }

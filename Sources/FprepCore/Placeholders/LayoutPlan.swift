@@ -140,27 +140,15 @@ struct RepeatedNames {
         return !names.insert(entry.name).inserted
     }
 
-    /// git's order of one tree's entries, strict: by name, compared byte
-    /// by byte, a folder's name as if followed by '/'.
+    /// git's order of one tree's entries, strict (`TreeOrder`).
     static func precedes(_ a: TreeEntry, _ b: TreeEntry) -> Bool {
         a.name.withUnsafeBufferPointer { x in
-            b.name.withUnsafeBufferPointer { y in
-                let common = min(x.count, y.count)
-                for k in 0..<common where x[k] != y[k] { return x[k] < y[k] }
-                // After the shared bytes: the next byte, '/' for a folder's
-                // end, -1 for another entry's.
-                let next = { (bytes: UnsafeBufferPointer<UInt8>, folder: Bool) -> Int in
-                    bytes.count > common ? Int(bytes[common]) : (folder ? Int(UInt8(ascii: "/")) : -1)
-                }
-                return next(x, a.mode == .tree) < next(y, b.mode == .tree)
-            }
+            b.name.withUnsafeBufferPointer { y in TreeOrder.compare(x, folder: a.mode == .tree, y, folder: b.mode == .tree) < 0 }
         }
     }
 
-    /// Whether `other` sorts between a non-folder named `name` and the
-    /// folder of that name: it starts with `name`, then a byte before '/'.
     private static func sortsBetween(_ other: [UInt8], _ name: [UInt8]) -> Bool {
-        other.count > name.count && other[name.count] < UInt8(ascii: "/") && other.starts(with: name)
+        other.withUnsafeBufferPointer { x in name.withUnsafeBufferPointer { y in TreeOrder.sortsBetween(x, fileAndFolderNamed: y) } }
     }
 }
 
