@@ -47,6 +47,47 @@ struct DurabilityTests {
         return barrier
     }
 
+    /// The flushes of the state database (`state`, its path) after the
+    /// last whole index write in `lines` (a trace as for `cutLogAsAPowerCut`).
+    static func storeFlushesAfterIndexWrite(_ lines: [Substring], state: String) throws -> [Substring] {
+        let indexWrite = try #require(lines.lastIndex { $0.contains("openat(") && $0.contains("/.git/index.lock") },
+                                      "no whole index write in the trace")
+        return lines[indexWrite...].filter { isFlush($0) && ($0.contains(state + "-wal>") || $0.contains(state + ">")) }
+    }
+
+    static func isFlush(_ line: Substring) -> Bool { line.contains("fdatasync(") || line.contains(" fsync(") }
+
+    /// Cuts the state database's log (`state`, its path) back to its size
+    /// at its last flush in `lines` (a trace of openat, pwrite64,
+    /// fdatasync, fsync and ftruncate with paths): what a power cut keeps
+    /// of it. Returns that size and the log's size before the cut; a log
+    /// flushed whole is left alone.
+    static func cutLogAsAPowerCut(_ lines: [Substring], state: String) -> (flushed: Int, size: Int) {
+        var written = 0
+        var flushed = 0
+        for line in lines where line.contains(state + "-wal>") {
+            // A call's arguments, without its result: a line split
+            // because another thread's call came in between ends at
+            // them ("<unfinished ...>"; its result comes on a line
+            // without the path), a whole one has " = result" after.
+            // The thread's next call starts after this one ended.
+            let split = line.hasSuffix(" <unfinished ...>")
+            guard split || line.contains(") = ") else { continue }
+            let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }.dropLast(split ? 0 : 1)
+            if line.contains("pwrite64("), numbers.count >= 2 {
+                // pwrite64(fd</path>, ""..., length, offset)
+                written = max(written, numbers[numbers.endIndex - 1] + numbers[numbers.endIndex - 2])
+            } else if line.contains("ftruncate("), let length = numbers.last {
+                written = length
+            } else if isFlush(line) {
+                flushed = written
+            }
+        }
+        let size = Int(lstatInfo(state + "-wal")?.size ?? 0)
+        if flushed > 0, flushed < size { _ = truncate(state + "-wal", off_t(flushed)) }
+        return (flushed, size)
+    }
+
     static func resolved(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().path }
 
     /// One run of `fprep args` under strace: its result and the lines of
@@ -236,37 +277,12 @@ struct DurabilityTests {
                                                  traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
             #expect(result.status == 0, "\(result)")
             let state = Self.resolved(replica) + "/.fprep/state.db"
-            let isFlush: (Substring) -> Bool = { $0.contains("fdatasync(") || $0.contains(" fsync(") }
-            let indexWrite = try #require(lines.lastIndex { $0.contains("openat(") && $0.contains("/.git/index.lock") },
-                                          "no whole index write in the trace")
-            let storeFlushes = lines[indexWrite...].filter { isFlush($0) && ($0.contains(state + "-wal>") || $0.contains(state + ">")) }
+            let storeFlushes = try Self.storeFlushesAfterIndexWrite(lines, state: state)
             #expect(storeFlushes.isEmpty, "the store was flushed after the index write: \(storeFlushes.joined(separator: "\n"))")
 
-            // The log's end at its last flush: what a power cut keeps.
-            var written = 0
-            var flushed = 0
-            for line in lines where line.contains(state + "-wal>") {
-                // A call's arguments, without its result: a line split
-                // because another thread's call came in between ends at
-                // them ("<unfinished ...>"; its result comes on a line
-                // without the path), a whole one has " = result" after.
-                // The thread's next call starts after this one ended.
-                let split = line.hasSuffix(" <unfinished ...>")
-                guard split || line.contains(") = ") else { continue }
-                let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }.dropLast(split ? 0 : 1)
-                if line.contains("pwrite64("), numbers.count >= 2 {
-                    // pwrite64(fd</path>, ""..., length, offset)
-                    written = max(written, numbers[numbers.endIndex - 1] + numbers[numbers.endIndex - 2])
-                } else if line.contains("ftruncate("), let length = numbers.last {
-                    written = length
-                } else if isFlush(line) {
-                    flushed = written
-                }
-            }
-            let logSize = Int(lstatInfo(state + "-wal")?.size ?? 0)
+            let (flushed, logSize) = Self.cutLogAsAPowerCut(lines, state: state)
             #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
             guard flushed > 0, flushed < logSize else { return }
-            #expect(truncate(state + "-wal", off_t(flushed)) == 0)
 
             // The next command finishes the sync; nothing is committed or pushed.
             let status = try box.fprepOK(["status"], cwd: replica)
@@ -282,6 +298,49 @@ struct DurabilityTests {
             let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
             #expect(gitStatus.isEmpty, "\(gitStatus)")
             #expect(lstatInfo(replica + "/new/n.txt").map { $0.size == 4 && $0.blocks == 0 } == true, "new/n.txt is not a placeholder of its size")
+        }
+    }
+
+    /// Materialize's last records (the operation's end, the files'
+    /// records) do not wait for the disk either: on ext4 their flush
+    /// wrote the whole new index out with them. A power cut that loses
+    /// them (the log cut back to its last flush) leaves the operation
+    /// open; the next command finds the content whole and keeps it as
+    /// materialized, and nothing is committed.
+    @Test("materialize's last records do not wait for the disk, and a power cut that loses them is repaired by the next command")
+    func materializeRecordsLostToPowerCut() throws {
+        try withSandbox { box in
+            var nodes = standardTree
+            for n in 0..<12 { nodes["many/f\(n).txt"] = .text("file \(n)\n") }
+            let remote = try box.makeRemote(nodes: nodes)
+            let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
+            let replica = box.at("replica")
+            _ = try box.clone(remote.path, replica)
+            let (result, lines) = try Self.calls(box, ["materialize", "many"], replica: replica,
+                                                 traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
+            #expect(result.status == 0, "\(result)")
+            let state = Self.resolved(replica) + "/.fprep/state.db"
+            let storeFlushes = try Self.storeFlushesAfterIndexWrite(lines, state: state)
+            #expect(storeFlushes.isEmpty, "the store was flushed after the index write: \(storeFlushes.joined(separator: "\n"))")
+            let (flushed, logSize) = Self.cutLogAsAPowerCut(lines, state: state)
+            #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
+            guard flushed > 0, flushed < logSize else { return }
+
+            try box.fprepOK(["status"], cwd: replica)
+            let listed = try box.fprepOK(["working-set", "--json"], cwd: replica).stdout
+            for n in 0..<12 {
+                let path = replica + "/many/f\(n).txt"
+                #expect(contents(path) == Data("file \(n)\n".utf8))
+                #expect(lstatInfo(path).map { $0.blocks > 0 } == true, "many/f\(n).txt is a placeholder again")
+                #expect(listed.contains("many/f\(n).txt"), "many/f\(n).txt is not recorded as materialized: \(listed)")
+            }
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: replica + "/many").filter { $0.hasPrefix(".") }
+            #expect(leftovers.isEmpty, "\(leftovers)")
+            let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
+            #expect(gitStatus.isEmpty, "\(gitStatus)")
+            let synced = try box.fprepOK(["sync", "--json"], cwd: replica)
+            #expect(!synced.stdout.contains("\"pushed\""), "\(synced.stdout)")
+            #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "the sync after the power cut pushed a commit")
         }
     }
 
