@@ -190,6 +190,18 @@ public final class ObjectDatabase {
     init(taking pointer: OpaquePointer) { self.pointer = pointer }
     deinit { git_odb_free(pointer) }
 
+    /// The object database of the objects folder at `path` (its loose
+    /// objects, its packs and the alternates it names), a handle of its
+    /// own: libgit2 holds one lock per handle over each read, its
+    /// inflation included, so threads reading many objects at once each
+    /// need one. Wraps `git_odb_open`.
+    public convenience init(objectsFolder path: String) throws {
+        var odb: OpaquePointer?
+        try check(git_odb_open(&odb, path), "git_odb_open")
+        guard let odb else { throw GitError(code: .notFound, message: "no object database at \(path)", function: "git_odb_open") }
+        self.init(taking: odb)
+    }
+
     /// Whether the object is here (a partial clone's missing blob is not);
     /// wraps `git_odb_exists`.
     public func contains(_ id: ObjectID) -> Bool {
