@@ -211,6 +211,11 @@ int fprep_fstat(int fd, struct fprep_stat *out) {
     return 0;
 }
 
+int fprep_touch_access_time(int fd) {
+    const struct timespec accessed[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
+    return futimens(fd, accessed);
+}
+
 int fprep_set_mtime(int fd, long long sec, long nsec) {
     struct timespec ts[2];
     ts[0].tv_sec = sec; ts[0].tv_nsec = nsec;
@@ -427,8 +432,7 @@ static void prefetch_one(void *context, size_t i) {
     parent[slash - path] = 0;
     int folder = fprep_open_beneath(job->dirfd, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
     if (folder < 0) return;
-    const struct timespec accessed[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
-    (void)futimens(folder, accessed);
+    (void)fprep_touch_access_time(folder);
     close(folder);
 }
 

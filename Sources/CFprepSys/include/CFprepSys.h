@@ -218,6 +218,9 @@ struct fprep_probe {
  * first lookups show the disk is being read (see fprep_parallel_for_disk). */
 void fprep_probe_paths(int dirfd, const char *const *paths, size_t count, int threads, struct fprep_probe *results);
 
+/* Sets the access time of the file open as fd to now (see FolderHandle.willChange). */
+int fprep_touch_access_time(int fd);
+
 /* Sets the mtime (and atime to the same) of an open fd. */
 int fprep_set_mtime(int fd, long long sec, long nsec);
 

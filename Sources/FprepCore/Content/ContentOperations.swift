@@ -155,7 +155,9 @@ struct ContentOperations {
         var alreadyThere: [RepoPath] = []
         // Scattered files on a cold disk: their lookups wait together, not
         // one after another.
-        replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) }, foldersChange: true)
+        // (Their folders are opened below, where each is made ready for
+        // its change: `FolderHandle.willChange`.)
+        replica.rootFolder.prefetch(entries.map { RepoPath(bytes: $0.path) })
         let classifier = StateClassifier(root: replica.rootFolder, index: index)
         // Placeholders whose index entry says content (see
         // `StateClassifier.isPlaceholder`): filled like the others, their
@@ -197,17 +199,35 @@ struct ContentOperations {
         // While the remote answers: the journal, begun before the first file
         // is written (the next command settles each of these paths from its
         // bytes on disk if this one stops; its commit waits for the disk),
-        // and the files' folders, opened four at a time (1,000 scattered
-        // files at 10^5: 36–47 ms one after another). The files of a folder
-        // that cannot be opened are skipped, below.
+        // and meanwhile the files' folders, opened four at a time (1,000
+        // scattered files at 10^5: 36–47 ms one after another; the commit
+        // and the opening one after the other took 55–100 ms, often longer
+        // than the fetch). The files of a folder that cannot be opened are
+        // skipped, below.
         let journal = ContentJournal(token: Self.newToken(), paths: wanted.map { Data($0.path) })
-        let operation = wanted.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
         let parents = Array(Set(wanted.map { RepoPath(bytes: $0.path).parent }))
-        var opened = [Result<FolderHandle, any Error>?](repeating: nil, count: parents.count)
         let root = replica.rootFolder
-        opened.withUnsafeMutableBufferPointer { slots in
-            parallelFor(parents.count, threads: 4) { i in slots[i] = Result { try root.folder(parents[i]) } }
+        let folderSlots = OpenedFolders(count: parents.count)
+        let opening = BackgroundWork {
+            folderSlots.slots.withUnsafeMutableBufferPointer { slots in
+                parallelFor(parents.count, threads: 4) { i in
+                    slots[i] = Result {
+                        let folder = try root.folder(parents[i])
+                        folder.willChange()
+                        return folder
+                    }
+                }
+            }
         }
+        let operation: Int64?
+        do {
+            operation = wanted.isEmpty ? nil : try replica.store.beginOperation("materialize", payload: journal.encoded())
+        } catch {
+            try? opening.wait()
+            throw error
+        }
+        try opening.wait()
+        var opened = folderSlots.slots
         do {
             try earlyFetch.wait()
             try fetch.wait()
@@ -942,4 +962,11 @@ extension Replica {
         let items = try paths.map { (try itemPath(for: $0, relativeTo: directory), $0) }
         return try ContentOperations(self).evict(items, dryRun: dryRun)
     }
+}
+
+/// The folders `materialize` opens on another thread while its journal's
+/// commit waits for the disk, handed back once that thread is done.
+private final class OpenedFolders: @unchecked Sendable {
+    var slots: [Result<FolderHandle, any Error>?]
+    init(count: Int) { slots = Array(repeating: nil, count: count) }
 }

@@ -165,6 +165,18 @@ final class FolderHandle: @unchecked Sendable {
         return there.isDirectory && there.device == held.device && there.inode == held.inode
     }
 
+    /// Readies this folder for names to be added to or removed from it:
+    /// each such change writes its inode (its times), and the block that
+    /// holds the inode may no longer be in memory where the inode still
+    /// is (an agent's marks keep every watched folder's inode, while the
+    /// block cache goes), so each change would wait for a read of its own,
+    /// one folder after another. Setting the access time now reads it here,
+    /// on the caller's threads, together with the others; the change sets
+    /// the folder's other times a moment later anyway.
+    func willChange() {
+        _ = fprep_touch_access_time(fd)
+    }
+
     /// `lstat` of the entry `name` directly in this folder.
     func stat(name: [UInt8]) -> FileStat? {
         var raw = fprep_stat()
