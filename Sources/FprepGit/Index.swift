@@ -1140,7 +1140,7 @@ final class IndexStorage {
         return stop > start ? start..<stop : nil
     }
 
-    /// The byte ranges asked for by `willNeed(ranges:)`, in order, apart:
+    /// The byte ranges asked for by `willNeed(ranges:)`, sorted, apart:
     /// a search within one asks for nothing more (a materialize's thousand
     /// lookups each asked again for pages already asked for, a system
     /// call each).
@@ -1153,20 +1153,21 @@ final class IndexStorage {
         _ = madvise(UnsafeMutableRawPointer(mutating: base + bytes.lowerBound), bytes.count, MADV_WILLNEED)
     }
 
-    /// Asks for all of `ranges` at once, overlapping and adjacent ones as
-    /// one (the runs of many lookups overlap: 1,000 of them in an index
-    /// of 10^5 entries cover its bytes several times over).
+    /// Asks for all of `ranges` at once, in their order: the order of the
+    /// lookups that follow, so that on a cold disk the first lookup's
+    /// pages are not queued behind a later one's.
     func willNeed(ranges: [Range<Int>]) {
         var merged: [Range<Int>] = []
+        for range in ranges {
+            _ = madvise(UnsafeMutableRawPointer(mutating: base + range.lowerBound), range.count, MADV_WILLNEED)
+        }
+        // Overlapping and adjacent ones as one, for `wasAsked`.
         for range in ranges.sorted(by: { $0.lowerBound < $1.lowerBound }) {
             if let last = merged.last, range.lowerBound <= last.upperBound {
                 merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
             } else {
                 merged.append(range)
             }
-        }
-        for range in merged {
-            _ = madvise(UnsafeMutableRawPointer(mutating: base + range.lowerBound), range.count, MADV_WILLNEED)
         }
         asked = merged
     }

@@ -84,7 +84,10 @@ struct DurabilityTests {
             }
         }
         let size = Int(lstatInfo(state + "-wal")?.size ?? 0)
-        if flushed > 0, flushed < size { _ = truncate(state + "-wal", off_t(flushed)) }
+        if flushed > 0, flushed < size {
+            let cut = truncate(state + "-wal", off_t(flushed))
+            #expect(cut == 0, "the log was not cut: \(String(cString: strerror(errno)))")
+        }
         return (flushed, size)
     }
 
@@ -306,17 +309,23 @@ struct DurabilityTests {
     /// wrote the whole new index out with them. A power cut that loses
     /// them (the log cut back to its last flush) leaves the operation
     /// open; the next command finds the content whole and keeps it as
-    /// materialized, and nothing is committed.
-    @Test("materialize's last records do not wait for the disk, and a power cut that loses them is repaired by the next command")
-    func materializeRecordsLostToPowerCut() throws {
+    /// materialized, and nothing is committed: whether the new index
+    /// reached the disk or, also lost to the cut, the old one is back.
+    @Test("materialize's last records do not wait for the disk, and a power cut that loses them is repaired by the next command",
+          arguments: [false, true])
+    func materializeRecordsLostToPowerCut(oldIndexBack: Bool) throws {
         try withSandbox { box in
             var nodes = standardTree
             for n in 0..<12 { nodes["many/f\(n).txt"] = .text("file \(n)\n") }
+            for n in 0..<12 { nodes["more/m\(n)/g.txt"] = .text("more \(n)\n") }
             let remote = try box.makeRemote(nodes: nodes)
             let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
             let replica = box.at("replica")
             _ = try box.clone(remote.path, replica)
-            let (result, lines) = try Self.calls(box, ["materialize", "many"], replica: replica,
+            // The index files as they were, for the cut that loses the new one too.
+            let saved = box.at("index-before")
+            try box.sh("mkdir -p '\(saved)' && cp -p .git/index* .git/sharedindex.* .git/fprep-index-offsets '\(saved)/' 2>/dev/null; true", cwd: replica)
+            let (result, lines) = try Self.calls(box, ["materialize", "many", "more"], replica: replica,
                                                  traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
             #expect(result.status == 0, "\(result)")
             let state = Self.resolved(replica) + "/.fprep/state.db"
@@ -325,19 +334,26 @@ struct DurabilityTests {
             let (flushed, logSize) = Self.cutLogAsAPowerCut(lines, state: state)
             #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
             guard flushed > 0, flushed < logSize else { return }
+            if oldIndexBack {
+                try box.sh("rm -f .git/index .git/fprep-index-offsets && cp -p '\(saved)'/* .git/", cwd: replica)
+                let flags = try box.gitOK(["ls-files", "-v", "many/f0.txt"], cwd: replica)
+                #expect(flags.hasPrefix("S "), "the old index (a placeholder's entry) is not back: \(flags)")
+            }
 
             try box.fprepOK(["status"], cwd: replica)
             let listed = try box.fprepOK(["working-set", "--json"], cwd: replica).stdout
-            for n in 0..<12 {
-                let path = replica + "/many/f\(n).txt"
-                #expect(contents(path) == Data("file \(n)\n".utf8))
-                #expect(lstatInfo(path).map { $0.blocks > 0 } == true, "many/f\(n).txt is a placeholder again")
-                #expect(listed.contains("many/f\(n).txt"), "many/f\(n).txt is not recorded as materialized: \(listed)")
+            let paths = (0..<12).map { ("many/f\($0).txt", "file \($0)\n") } + (0..<12).map { ("more/m\($0)/g.txt", "more \($0)\n") }
+            for (path, text) in paths {
+                #expect(contents(replica + "/" + path) == Data(text.utf8))
+                #expect(lstatInfo(replica + "/" + path).map { $0.blocks > 0 } == true, "\(path) is a placeholder again")
+                #expect(listed.contains(path), "\(path) is not recorded as materialized: \(listed)")
             }
-            let leftovers = try FileManager.default.contentsOfDirectory(atPath: replica + "/many").filter { $0.hasPrefix(".") }
+            let leftovers = try box.sh("find many more -name '.*'", cwd: replica).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(leftovers.isEmpty, "\(leftovers)")
             let gitStatus = try box.gitOK(["status", "--porcelain", "--untracked-files=all"], cwd: replica)
             #expect(gitStatus.isEmpty, "\(gitStatus)")
+            let again = try box.fprepJSON(["materialize", "many", "more"], cwd: replica)
+            #expect(again.objects("skipped").isEmpty, "a file the power cut left is taken for a program's write: \(again)")
             let synced = try box.fprepOK(["sync", "--json"], cwd: replica)
             #expect(!synced.stdout.contains("\"pushed\""), "\(synced.stdout)")
             #expect(try box.gitOK(["rev-parse", "main"], cwd: remote.path) == tip, "the sync after the power cut pushed a commit")

@@ -117,7 +117,7 @@ struct ContentOperations {
         replica.removeFetchQuarantines()
         let quarantine = replica.stateFolder + "/fetch-" + Self.newToken()
         let namedFew = items.count <= Self.namedOneByOne
-        if namedFew { replica.rootFolder.prefetch(items.map(\.0).filter { !$0.isRoot }, foldersChange: true) }
+        if namedFew { replica.rootFolder.prefetch(items.map(\.0).filter { !$0.isRoot }) }
         let early = !namedFew ? [] : odb.missing(among: Set(items.compactMap { item -> ObjectID? in
             guard !item.0.isRoot, let stat = replica.rootFolder.stat(item.0), stat.isRegular,
                   Self.holdsNoData(replica.rootFolder, item.0, stat) else { return nil }
@@ -149,6 +149,16 @@ struct ContentOperations {
         replica.progress.report("fetching \(counted(early.count + missing.count, "blob"))", done: 0, total: entries.count)
         let fetch = BackgroundWork {
             try Transport.fetchObjects(missing, gitDirectory: gitDirectory, quarantine: quarantine)
+        }
+        // Until they are waited for below: an error on the way ends the
+        // fetches, and what they brought goes, before it is thrown.
+        var fetchesWaited = false
+        defer {
+            if !fetchesWaited {
+                try? earlyFetch.wait()
+                try? fetch.wait()
+                replica.removeFetchQuarantines()
+            }
         }
 
         var wanted: [IndexEntry] = []
@@ -228,12 +238,14 @@ struct ContentOperations {
         }
         try opening.wait()
         var opened = folderSlots.slots
+        fetchesWaited = true
         do {
             try earlyFetch.wait()
             try fetch.wait()
             try Transport.fetchObjects(late, gitDirectory: gitDirectory, quarantine: quarantine)
             watch?.stop()
         } catch {
+            try? fetch.wait()
             if let operation { try? replica.store.endOperation(operation) }
             replica.removeFetchQuarantines()
             guard let error = error as? GitCommandError else { throw error }
@@ -272,12 +284,19 @@ struct ContentOperations {
         var written: [(IndexEntry, FolderHandle, [UInt8])] = []
         do {
             // A reader of the object database for each writer (see
-            // `writeFiles`): 1,000 blobs at 10^5 took 25 ms to read
-            // through one handle, whatever the threads, 14 ms through two.
-            let readers = try [odb] + (1..<min(Self.writers, wanted.count)).map { _ in
-                let reader = try ObjectDatabase(objectsFolder: gitDirectory + "/objects")
-                if fetched { try reader.addAlternate(quarantine) }
-                return reader
+            // `writeFiles`), opened with the first files written together:
+            // 1,000 blobs at 10^5 took 25 ms to read through one handle,
+            // whatever the threads, 14 ms through two.
+            var readers: [ObjectDatabase] = []
+            func openReaders() throws -> [ObjectDatabase] {
+                if readers.isEmpty {
+                    readers = try [odb] + (1..<min(Self.writers, wanted.count)).map { _ in
+                        let reader = try ObjectDatabase(objectsFolder: gitDirectory + "/objects")
+                        if fetched { try reader.addAlternate(quarantine) }
+                        return reader
+                    }
+                }
+                return readers
             }
             // Small files go out several at a time, each read from the
             // object database, checked and written by one of the writers
@@ -289,7 +308,7 @@ struct ContentOperations {
             var chunk: [PendingFile] = []
             var chunkBytes = 0
             func writeChunk() throws {
-                result.bytesWritten += try Self.writeFiles(chunk, from: readers)
+                if !chunk.isEmpty { result.bytesWritten += try Self.writeFiles(chunk, from: openReaders()) }
                 chunk = []
                 chunkBytes = 0
                 replica.progress.report("writing files", done: written.count, total: wanted.count)
@@ -439,16 +458,26 @@ struct ContentOperations {
         try Self.withCheckedContent(of: entry, path: path, from: replica.repository.objectDatabase(), body)
     }
 
-    /// The same from `odb`, which may be read from several threads at once
-    /// (libgit2's object database locks what it shares; its errors are the
-    /// calling thread's).
+    /// The same from `odb` (libgit2's errors are the calling thread's, so
+    /// several threads may each read through a handle of their own).
+    /// `orElse`: the repository's own handle, asked when `odb` (a reader
+    /// of a writer's own, see `writeFiles`) has no such object: it may
+    /// still read a pack this process saw before its folder went (an
+    /// earlier fetch's quarantine, removed; libgit2 keeps a pack it read
+    /// open), which told the caller the blob needs no fetch.
     private static func withCheckedContent<T>(of entry: IndexEntry, path: RepoPath, from odb: ObjectDatabase,
+                                              orElse repositoryHandle: ObjectDatabase? = nil,
                                               _ body: (UnsafeRawBufferPointer) throws -> T) throws -> T {
         let read: T?
         do {
-            read = try odb.withRawObject(entry.id) { bytes -> T? in
+            let check = { (bytes: UnsafeRawBufferPointer) throws -> T? in
                 guard ObjectDatabase.isBlob(bytes, id: entry.id) else { return nil }
                 return try body(bytes)
+            }
+            do {
+                read = try odb.withRawObject(entry.id, check)
+            } catch GitError.notFound where repositoryHandle.map({ $0 !== odb }) == true {
+                read = try repositoryHandle?.withRawObject(entry.id, check)
             }
         } catch let error as GitError {
             throw FprepError("the remote did not send the content of '\(path)' (\(entry.id)); the placeholder is unchanged", detail: error.description)
@@ -459,15 +488,15 @@ struct ContentOperations {
         return read
     }
 
-    /// Writes `files`, each read from `odb` and checked, four at a time; the
-    /// first error (by position) is thrown once all are done (the caller
-    /// removes what was written).
     /// Threads that write small files together.
     static let writers = 4
 
-    /// Writes `files`, each writer thread reading through a reader of its
-    /// own from `readers` (one each: libgit2 holds a handle's lock over
-    /// each read, so writers sharing one would read one at a time).
+    /// Writes `files`, each read and checked, on a writer thread for each
+    /// of `readers` (the repository's handle first), each reading through
+    /// its own: libgit2 holds a handle's lock over each read, its
+    /// inflation included, so writers sharing one would read one at a
+    /// time. The first error (by position) is thrown once all are done
+    /// (the caller removes what was written).
     private static func writeFiles(_ files: [PendingFile], from readers: [ObjectDatabase]) throws -> Int64 {
         var errors = [(any Error)?](repeating: nil, count: files.count)
         var sizes = [Int64](repeating: 0, count: files.count)
@@ -479,7 +508,7 @@ struct ContentOperations {
                     while case let i = next.wrappingAdd(1, ordering: .relaxed).oldValue, i < files.count {
                         let file = files[i]
                         do {
-                            written[i] = try withCheckedContent(of: file.entry, path: file.path, from: odb) { bytes in
+                            written[i] = try withCheckedContent(of: file.entry, path: file.path, from: odb, orElse: readers[0]) { bytes in
                                 try writeFile(bytes, of: file.entry, path: file.path, into: file.folder, name: file.name)
                             }
                         } catch {

@@ -36,7 +36,21 @@ enum UnlinkedFiles {
         // thread started for each batch (a swap's files come one by one)
         // cost more than the closes it saved (1,000 files materialized:
         // 477 threads started, 15–25 ms of the swaps).
-        if start { BlockingThread.start(drain) }
+        if start {
+            do {
+                _ = try BlockingThread { drain() }
+            } catch {
+                // No thread to be had (never Dispatch's pool, which the
+                // closer would hold for good): closed here, and the next
+                // close tries again.
+                let taken = queue.withLock { state -> [Int32] in
+                    defer { state.waiting = []; state.started = false }
+                    return state.waiting
+                }
+                for fd in taken { _ = Glibc.close(fd) }
+                return
+            }
+        }
         if wake { more.signal() }
     }
 
