@@ -47,6 +47,22 @@ struct DurabilityTests {
         return barrier
     }
 
+    /// Runs `fprep args` in `replica` under strace, expects it to succeed
+    /// with no flush of the state database after its index write, and
+    /// cuts the database's log as a power cut right after would leave it
+    /// (`cutLogAsAPowerCut`). Nil when there was nothing to cut.
+    static func runThenCutPower(_ box: Sandbox, _ args: [String], replica: String) throws
+        -> (lines: [Substring], state: String, flushed: Int, logSize: Int)? {
+        let (result, lines) = try calls(box, args, replica: replica, traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
+        #expect(result.status == 0, "\(result)")
+        let state = resolved(replica) + "/.fprep/state.db"
+        let storeFlushes = try storeFlushesAfterIndexWrite(lines, state: state)
+        #expect(storeFlushes.isEmpty, "the store was flushed after the index write: \(storeFlushes.joined(separator: "\n"))")
+        let (flushed, logSize) = cutLogAsAPowerCut(lines, state: state)
+        #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
+        return flushed > 0 && flushed < logSize ? (lines, state, flushed, logSize) : nil
+    }
+
     /// The flushes of the state database (`state`, its path) after the
     /// last whole index write in `lines` (a trace as for `cutLogAsAPowerCut`).
     static func storeFlushesAfterIndexWrite(_ lines: [Substring], state: String) throws -> [Substring] {
@@ -276,16 +292,7 @@ struct DurabilityTests {
             try box.pushToRemote(remote, ["a.txt": Data("changed\n".utf8), "new/n.txt": Data("new\n".utf8), "bin.dat": nil],
                                  moves: [("docs/readme.md", "readme.md")], message: "remote changes")
             let tip = try box.gitOK(["rev-parse", "main"], cwd: remote.path)
-            let (result, lines) = try Self.calls(box, ["sync", "--incoming"], replica: replica,
-                                                 traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
-            #expect(result.status == 0, "\(result)")
-            let state = Self.resolved(replica) + "/.fprep/state.db"
-            let storeFlushes = try Self.storeFlushesAfterIndexWrite(lines, state: state)
-            #expect(storeFlushes.isEmpty, "the store was flushed after the index write: \(storeFlushes.joined(separator: "\n"))")
-
-            let (flushed, logSize) = Self.cutLogAsAPowerCut(lines, state: state)
-            #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
-            guard flushed > 0, flushed < logSize else { return }
+            guard let (lines, state, flushed, logSize) = try Self.runThenCutPower(box, ["sync", "--incoming"], replica: replica) else { return }
 
             // The next command finishes the sync; nothing is committed or pushed.
             let status = try box.fprepOK(["status"], cwd: replica)
@@ -325,15 +332,7 @@ struct DurabilityTests {
             // The index files as they were, for the cut that loses the new one too.
             let saved = box.at("index-before")
             try box.sh("mkdir -p '\(saved)' && cp -p .git/index* .git/sharedindex.* .git/fprep-index-offsets '\(saved)/' 2>/dev/null; true", cwd: replica)
-            let (result, lines) = try Self.calls(box, ["materialize", "many", "more"], replica: replica,
-                                                 traced: "openat,pwrite64,fdatasync,fsync,ftruncate")
-            #expect(result.status == 0, "\(result)")
-            let state = Self.resolved(replica) + "/.fprep/state.db"
-            let storeFlushes = try Self.storeFlushesAfterIndexWrite(lines, state: state)
-            #expect(storeFlushes.isEmpty, "the store was flushed after the index write: \(storeFlushes.joined(separator: "\n"))")
-            let (flushed, logSize) = Self.cutLogAsAPowerCut(lines, state: state)
-            #expect(flushed > 0 && flushed < logSize, "the log holds \(logSize) bytes, \(flushed) flushed: nothing for a power cut to lose")
-            guard flushed > 0, flushed < logSize else { return }
+            guard try Self.runThenCutPower(box, ["materialize", "many", "more"], replica: replica) != nil else { return }
             if oldIndexBack {
                 try box.sh("rm -f .git/index .git/fprep-index-offsets && cp -p '\(saved)'/* .git/", cwd: replica)
                 let flags = try box.gitOK(["ls-files", "-v", "many/f0.txt"], cwd: replica)
