@@ -256,9 +256,8 @@ struct ContentOperations {
         Trace.mark("fetch")
         guard let operation else {
             replica.removeFetchQuarantines()
-            // When each was last used: nothing a power cut could lose
-            // matters, so nothing waits for the disk.
-            try replica.store.transaction(durability: .whenWrittenOut) {
+            // When each was last used, in one commit.
+            try replica.store.transaction {
                 try replica.store.touchMaterialized(alreadyThere, at: now)
                 try replica.store.recordRecent(Self.foldersUsed(items.map(\.0), entries: entries), at: now)
             }
